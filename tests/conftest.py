@@ -1,0 +1,1 @@
+pytest_plugins = ["pdc_core.testing.pytest_plugin"]
