@@ -1,0 +1,17 @@
+"""pdc-cpu: the CPU backend of pdc, registered through the ``pdc`` entry-point group."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pdc_core import Backend, hookimpl
+
+from ._backend import CpuBackend
+from ._version import __version__
+
+__all__ = ["CpuBackend", "__version__", "pdc_register_backends"]
+
+
+@hookimpl
+def pdc_register_backends(register: Callable[[type[Backend]], None]) -> None:
+    register(CpuBackend)

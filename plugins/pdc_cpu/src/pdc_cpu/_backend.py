@@ -1,0 +1,135 @@
+"""The CPU backend: the host is the device."""
+
+from __future__ import annotations
+
+import os
+import platform
+import weakref
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from pdc_core import (
+    Availability,
+    Backend,
+    Capability,
+    DeviceInfo,
+    MemoryKind,
+    MemoryStatistics,
+    Stream,
+    normalize_shape_dtype,
+)
+
+from ._memory import HostMemoryPool
+from ._streams import CpuEvent, CpuStream
+
+
+def _total_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class CpuBackend(Backend):
+    """Runs everything on the host with NumPy.
+
+    Memory of every kind (device, pinned, mapped, managed) is ordinary host memory,
+    and the backend declares :attr:`~pdc_core.Capability.UNIFIED_MEMORY` rather than
+    pretending otherwise: a device view of a host array is the array itself. Copies
+    are real copies (``to_device`` returns new memory), and with a stream they run on
+    that stream's worker thread, in order.
+    """
+
+    name: ClassVar[str] = "cpu"
+    distribution: ClassVar[str] = "pdc-cpu"
+    priority: ClassVar[int] = 0
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES}
+    )
+
+    def __init__(self, device: int = 0) -> None:
+        super().__init__(device)
+        self.pool = HostMemoryPool()
+        self._streams: weakref.WeakSet[CpuStream] = weakref.WeakSet()
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return Availability.yes("NumPy on the host")
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        return [
+            DeviceInfo(
+                backend=cls.name,
+                index=0,
+                name=platform.processor() or platform.machine() or "host CPU",
+                kind="cpu",
+                total_memory=_total_memory(),
+                properties={
+                    "cores": os.cpu_count(),
+                    "machine": platform.machine(),
+                    "numpy": np.__version__,
+                    "memory": "host (device, pinned and unified memory are all host memory)",
+                },
+            )
+        ]
+
+    def allocate(
+        self, shape: tuple[int, ...], dtype: np.dtype[Any], kind: MemoryKind = MemoryKind.DEVICE
+    ) -> npt.NDArray[Any]:
+        shape, dtype = normalize_shape_dtype(shape, dtype)
+        MemoryKind(kind)  # reject unknown kinds with a ValueError naming them
+        return self.pool.allocate(shape, dtype)
+
+    def to_device(
+        self, host: npt.NDArray[Any], out: Any = None, stream: Stream | None = None
+    ) -> npt.NDArray[Any]:
+        return self._copy(np.asarray(host), out, stream)
+
+    def to_host(
+        self, device: Any, out: npt.NDArray[Any] | None = None, stream: Stream | None = None
+    ) -> npt.NDArray[Any]:
+        return self._copy(np.asarray(device), out, stream)
+
+    def _copy(
+        self, src: npt.NDArray[Any], out: npt.NDArray[Any] | None, stream: Stream | None
+    ) -> npt.NDArray[Any]:
+        if out is None:
+            out = self.pool.allocate(src.shape, src.dtype)
+        elif out.shape != src.shape or out.dtype != src.dtype:
+            raise ValueError(
+                f"cannot copy an array of shape {src.shape} and dtype {src.dtype} into one "
+                f"of shape {out.shape} and dtype {out.dtype}"
+            )
+        if stream is None:
+            np.copyto(out, src)
+        else:
+            if not isinstance(stream, CpuStream):
+                raise TypeError(f"the cpu backend needs a cpu stream, not {stream!r}")
+            target = out
+            stream.submit(lambda: np.copyto(target, src))
+        return out
+
+    def device_view(self, host: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        return host
+
+    def memory_statistics(self) -> MemoryStatistics:
+        return self.pool.statistics()
+
+    def free_cached_memory(self) -> None:
+        self.pool.free_cached()
+
+    def create_stream(self) -> CpuStream:
+        stream = CpuStream(self)
+        self._streams.add(stream)
+        return stream
+
+    def create_event(self) -> CpuEvent:
+        return CpuEvent()
+
+    def synchronize(self) -> None:
+        """Wait for every stream of this backend (work off a stream runs synchronously)."""
+        for stream in list(self._streams):
+            stream.synchronize()

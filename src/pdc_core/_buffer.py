@@ -1,0 +1,337 @@
+"""``UnifiedBuffer``: one array with a host view and a device view, synchronized lazily.
+
+The state machine (``BufferState``)::
+
+    HOST_ONLY     host memory only; the device copy is made on first device access
+    DEVICE_ONLY   device memory only (a buffer built from a device array)
+    SYNCHRONIZED  both copies hold the same data (always the case on backends with
+                  unified memory, where the device view *is* the host memory)
+    HOST_DIRTY    the host copy may be newer; the next device access copies it over
+    DEVICE_DIRTY  the device copy may be newer; the next host access copies it back
+
+Taking ``buf.host`` assumes the caller may write through it and marks the host copy
+dirty, so a write through ``buf.host[...]`` is never lost by a later device read;
+likewise ``buf.device`` marks the device copy dirty. Read-only access that leaves the
+state alone goes through :meth:`UnifiedBuffer.host_readonly`. Keep no host array
+across device work: take ``buf.host`` again afterwards.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, SupportsIndex
+
+import numpy as np
+import numpy.typing as npt
+
+from ._backend import Backend, Capability, MemoryKind
+from ._exceptions import BackendUnavailable
+
+if TYPE_CHECKING:
+    from ._backend import Stream
+
+__all__ = ["BufferState", "UnifiedBuffer", "normalize_shape_dtype"]
+
+ShapeLike = SupportsIndex | Sequence[SupportsIndex]
+
+
+def normalize_shape_dtype(
+    shape: ShapeLike, dtype: npt.DTypeLike
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """Validate a shape and dtype and return them in canonical form.
+
+    Raises ``TypeError`` for a shape that is not made of integers or a dtype that
+    NumPy does not know or that cannot live in device memory (object, or flexible
+    without a size), and ``ValueError`` for a negative dimension; each message names
+    the offending value.
+    """
+    if isinstance(shape, SupportsIndex) and not isinstance(shape, bool):
+        dims: tuple[Any, ...] = (shape,)
+    elif isinstance(shape, Sequence) and not isinstance(shape, str | bytes):
+        dims = tuple(shape)
+    else:
+        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}")
+    normalized = []
+    for dim in dims:
+        if isinstance(dim, bool):
+            raise TypeError(f"shape {shape!r} contains a bool, not an int")
+        try:
+            value = operator.index(dim)
+        except TypeError:
+            raise TypeError(f"shape {shape!r} contains {dim!r}, which is not an int") from None
+        if value < 0:
+            raise ValueError(f"shape {shape!r} has a negative dimension {value}")
+        normalized.append(value)
+    try:
+        canonical = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"dtype {dtype!r} is not a NumPy dtype: {exc}") from None
+    if canonical.hasobject:
+        raise TypeError(f"dtype {canonical} holds Python objects, which cannot live on a device")
+    if canonical.itemsize == 0:
+        raise TypeError(f"dtype {canonical} has no size; give one, such as 'U8' or 'S16'")
+    return tuple(normalized), canonical
+
+
+class BufferState(enum.Enum):
+    """Which copies of a :class:`UnifiedBuffer` hold current data."""
+
+    HOST_ONLY = "host_only"
+    DEVICE_ONLY = "device_only"
+    SYNCHRONIZED = "synchronized"
+    HOST_DIRTY = "host_dirty"
+    DEVICE_DIRTY = "device_dirty"
+
+
+def _resolve_backend(backend: Backend | str | None) -> Backend:
+    if isinstance(backend, Backend):
+        return backend
+    from ._registry import get_backend
+
+    return get_backend(backend)
+
+
+class UnifiedBuffer:
+    """An n-dimensional array with host and device views and lazy synchronization.
+
+    ``UnifiedBuffer(shape, dtype=np.float32, pinned=False, backend=None)`` allocates
+    zero-filled host memory (page-locked when ``pinned``) on ``backend`` (a name such
+    as ``"cuda:1"``, a backend instance, or ``None`` for the default). Device memory
+    is allocated on first use. Thread-safe: state changes happen under a lock.
+
+    It speaks NumPy (``np.asarray(buf)`` is the host view, without a copy), DLPack
+    (the device view on a discrete GPU, the host view otherwise), the Python buffer
+    protocol on Python 3.12+ (``memoryview(buf)``), and ``__cuda_array_interface__``
+    where the device memory is CUDA's.
+    """
+
+    def __init__(
+        self,
+        shape: ShapeLike,
+        dtype: npt.DTypeLike = np.float32,
+        pinned: bool = False,
+        backend: Backend | str | None = None,
+    ) -> None:
+        shape, dtype = normalize_shape_dtype(shape, dtype)
+        self._init(_resolve_backend(backend), pinned)
+        self._host = self._allocate_host(shape, dtype)
+        self._host.fill(0)
+        self._attach_host()
+
+    @classmethod
+    def from_array(
+        cls, array: npt.ArrayLike, *, backend: Backend | str | None = None, pinned: bool = False
+    ) -> UnifiedBuffer:
+        """Wrap a host array; without a copy when it is a C-contiguous NumPy array.
+
+        A copy is made when the array is not contiguous, not writeable, or must move
+        into pinned memory. Anything NumPy can convert (lists, DLPack host tensors,
+        objects with ``__array__``) is accepted.
+        """
+        host = np.asarray(array)
+        self = cls.__new__(cls)
+        self._init(_resolve_backend(backend), pinned)
+        normalize_shape_dtype(host.shape, host.dtype)
+        if pinned or not (host.flags.c_contiguous and host.flags.writeable):
+            copy = self._allocate_host(host.shape, host.dtype)
+            np.copyto(copy, host)
+            host = copy
+        self._host = host
+        self._attach_host()
+        return self
+
+    def _init(self, backend: Backend, pinned: bool) -> None:
+        self._backend = backend
+        self._pinned = bool(pinned)
+        self._unified = backend.has(Capability.UNIFIED_MEMORY)
+        self._lock = threading.RLock()
+        self._device: Any = None
+        if pinned and not self._unified:
+            backend.require(Capability.PINNED_MEMORY, "allocate pinned host memory")
+
+    def _allocate_host(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        kind = MemoryKind.PINNED if self._pinned else MemoryKind.HOST
+        host: npt.NDArray[Any] = self._backend.allocate(shape, dtype, kind)
+        return host
+
+    def _attach_host(self) -> None:
+        if self._unified:
+            self._device = self._backend.device_view(self._host)
+            self._state = BufferState.SYNCHRONIZED
+        else:
+            self._state = BufferState.HOST_ONLY
+
+    # -- description ---------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._host.shape
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return self._host.dtype
+
+    @property
+    def size(self) -> int:
+        return self._host.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._host.nbytes
+
+    @property
+    def ndim(self) -> int:
+        return self._host.ndim
+
+    @property
+    def pinned(self) -> bool:
+        return self._pinned
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def state(self) -> BufferState:
+        """Which copies are current; see the module documentation."""
+        return self._state
+
+    def __len__(self) -> int:
+        return len(self._host)
+
+    def __repr__(self) -> str:
+        pinned = ", pinned" if self._pinned else ""
+        return (
+            f"UnifiedBuffer(shape={self.shape}, dtype={self.dtype}{pinned}, "
+            f"backend={self._backend.qualified_name!r}, state={self._state.name})"
+        )
+
+    # -- views and synchronization ----------------------------------------------------
+
+    @property
+    def host(self) -> npt.NDArray[Any]:
+        """The host array, current; marks the host copy dirty (you may write to it)."""
+        with self._lock:
+            self._pull()
+            if self._device is not None and not self._unified:
+                self._state = BufferState.HOST_DIRTY
+            return self._host
+
+    def host_readonly(self) -> npt.NDArray[Any]:
+        """A read-only view of the current host data; leaves both copies clean."""
+        with self._lock:
+            self._pull()
+            view = self._host.view()
+            view.flags.writeable = False
+            return view
+
+    @property
+    def device(self) -> Any:
+        """The device array, current; marks the device copy dirty (kernels may write it).
+
+        On a unified-memory backend this is a view of the host memory itself.
+        """
+        with self._lock:
+            self._push()
+            if not self._unified:
+                self._state = BufferState.DEVICE_DIRTY
+            return self._device
+
+    @property
+    def metal(self) -> Any:
+        """An MLX array of the data, through the ``metal`` backend (``pip install pdc-metal``)."""
+        if self._backend.name == "metal":
+            return self.device
+        from . import _plugins
+        from ._registry import get_backend
+
+        if "metal" not in _plugins.registered_backends():
+            raise BackendUnavailable(
+                "UnifiedBuffer.metal needs the metal backend, which is not installed: "
+                "pip install pdc-metal"
+            )
+        return get_backend("metal").device_view(self.host)
+
+    def sync_to_device(self, stream: Stream | None = None) -> None:
+        """Make the device copy current (copying only if the host copy is newer).
+
+        With a ``stream`` the copy is queued on it; wait for the stream before the
+        host memory is written again.
+        """
+        with self._lock:
+            self._push(stream)
+
+    def sync_to_host(self, stream: Stream | None = None) -> None:
+        """Make the host copy current (copying only if the device copy is newer)."""
+        with self._lock:
+            self._pull(stream)
+
+    def mark_host_dirty(self) -> None:
+        """Declare that the host copy was written (through an array kept from earlier)."""
+        with self._lock:
+            if self._device is not None and not self._unified:
+                self._state = BufferState.HOST_DIRTY
+
+    def mark_device_dirty(self) -> None:
+        """Declare that the device copy was written."""
+        with self._lock:
+            if not self._unified:
+                self._push()
+                self._state = BufferState.DEVICE_DIRTY
+
+    def _push(self, stream: Stream | None = None) -> None:
+        if self._unified:
+            return
+        if self._device is None:
+            self._device = self._backend.to_device(self._host, stream=stream)
+            self._state = BufferState.SYNCHRONIZED
+        elif self._state in (BufferState.HOST_DIRTY, BufferState.HOST_ONLY):
+            self._backend.to_device(self._host, out=self._device, stream=stream)
+            self._state = BufferState.SYNCHRONIZED
+
+    def _pull(self, stream: Stream | None = None) -> None:
+        if self._state in (BufferState.DEVICE_DIRTY, BufferState.DEVICE_ONLY):
+            self._backend.to_host(self._device, out=self._host, stream=stream)
+            if stream is not None:
+                stream.synchronize()
+            self._state = BufferState.SYNCHRONIZED
+
+    # -- interoperability -------------------------------------------------------------
+
+    def __array__(self, dtype: npt.DTypeLike = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        host = self.host
+        if copy or (dtype is not None and np.dtype(dtype) != host.dtype):
+            return np.array(host, dtype=dtype, copy=True)
+        return host
+
+    def __buffer__(self, flags: int) -> memoryview:
+        return memoryview(self.host)
+
+    def __release_buffer__(self, view: memoryview) -> None:
+        view.release()
+
+    def _dlpack_source(self) -> Any:
+        return self.host if self._unified else self.device
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self._dlpack_source().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        if self._unified:
+            return self._host.__dlpack_device__()
+        with self._lock:
+            self._push()
+            device: tuple[int, int] = self._device.__dlpack_device__()
+            return device
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        if self._unified or not self._backend.has(Capability.CUDA_ARRAY_INTERFACE):
+            raise AttributeError(
+                f"a UnifiedBuffer on the {self._backend.name} backend has no CUDA memory"
+            )
+        interface: dict[str, Any] = self.device.__cuda_array_interface__
+        return interface
