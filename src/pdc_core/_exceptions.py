@@ -9,9 +9,23 @@ against the standard library's exceptions keeps working.
 from __future__ import annotations
 
 __all__ = [
+    "ActorCrashed",
+    "ActorError",
+    "ActorStopped",
     "BackendError",
     "BackendUnavailable",
     "CapabilityError",
+    "DuplicateActorError",
+    "KernelAlreadyExistsError",
+    "KernelNotFoundError",
+    "KernelStateError",
+    "KernelTerminated",
+    "LifecycleError",
+    "MailboxClosed",
+    "MailboxError",
+    "MailboxFull",
+    "MessageDropped",
+    "MessageTimeout",
     "PdcError",
     "PluginError",
     "PoolError",
@@ -49,3 +63,139 @@ class PoolError(PdcError, ValueError):
 
 class PoolLimitError(PdcError, MemoryError):
     """A pool with a byte limit cannot satisfy a request even after evicting free buffers."""
+
+
+# --- mailboxes, actors and ring kernels --------------------------------------------
+
+
+class MailboxError(PdcError):
+    """Base class of the errors a :class:`~pdc_core.Mailbox` raises."""
+
+
+class MailboxFull(MailboxError, RuntimeError):
+    """A mailbox with the ``"raise"`` backpressure policy is full.
+
+    ``accepted`` says how many messages of a batch were enqueued before the mailbox
+    filled up (always 0 for a single message); the rest were not enqueued.
+    """
+
+    def __init__(self, message: str, *, capacity: int, accepted: int = 0) -> None:
+        super().__init__(message)
+        self.capacity = capacity
+        self.accepted = accepted
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class MailboxClosed(MailboxError, RuntimeError):
+    """The mailbox is closed: nothing more can be sent, and nothing is left to receive."""
+
+
+class MessageDropped(MailboxError, RuntimeError):
+    """A request was evicted by the ``"drop_oldest"`` policy before it was handled.
+
+    Raised from ``ask`` so that a dropped request never leaves its caller waiting. The
+    drop is also counted in the mailbox statistics.
+    """
+
+
+class MessageTimeout(PdcError, TimeoutError):
+    """A receive or an ``ask`` did not complete within its timeout.
+
+    It is a :class:`TimeoutError`, which is also ``asyncio.TimeoutError`` on Python 3.11+,
+    so ``except asyncio.TimeoutError`` catches it under asyncio and under trio.
+    """
+
+
+class ActorError(PdcError):
+    """Base class of the errors about actors."""
+
+
+class ActorStopped(ActorError, RuntimeError):
+    """The actor is not running (stopped, stopping, or never started).
+
+    Requests still pending when an actor stops fail with this error, and so does
+    sending to a stopped actor: no request is left waiting for a reply that will never
+    come.
+    """
+
+    def __init__(self, message: str, *, actor_id: str | None = None) -> None:
+        super().__init__(message)
+        self.actor_id = actor_id
+
+
+class ActorCrashed(ActorStopped):
+    """An actor raised an exception.
+
+    ``actor_id`` names the actor; ``cause`` (also ``__cause__``) is the original
+    exception. An actor nursery raises this when one of its actors crashes without a
+    restart policy (or with its restarts exhausted); it is also the error of the
+    requests that were pending on the crashed actor.
+    """
+
+    def __init__(self, actor_id: str, cause: BaseException, *, note: str = "") -> None:
+        detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        super().__init__(f"actor {actor_id!r} crashed{note}: {detail}", actor_id=actor_id)
+        self.cause = cause
+        self.__cause__ = cause
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.actor_id, self.cause))
+
+
+class KernelTerminated(ActorStopped):
+    """Raised by ``ctx.receive()`` inside a ring kernel that is being terminated.
+
+    When it escapes the kernel function it counts as a clean exit, so a loop written
+    as ``while True: msg = await ctx.receive()`` ends cleanly on ``terminate``.
+    """
+
+
+class DuplicateActorError(ActorError, ValueError):
+    """An actor or kernel id is already in use by a live actor."""
+
+
+class KernelAlreadyExistsError(DuplicateActorError):
+    """``RingKernelRuntime.launch`` was given the id of a kernel that is still alive."""
+
+
+class KernelNotFoundError(ActorError, LookupError):
+    """No kernel has this id. The message lists the ids that are known."""
+
+    def __init__(self, kernel_id: str, known: list[str] | tuple[str, ...]) -> None:
+        listing = ", ".join(repr(k) for k in sorted(known)) or "none"
+        super().__init__(f"no ring kernel with id {kernel_id!r}; known ids: {listing}")
+        self.kernel_id = kernel_id
+        self.known = tuple(sorted(known))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class LifecycleError(ActorError, RuntimeError):
+    """An operation is not allowed in the current lifecycle state; the message names it."""
+
+
+class KernelStateError(LifecycleError):
+    """A ring-kernel operation is not allowed in the kernel's current state."""
+
+    def __init__(self, kernel_id: str, state: str, operation: str, *, allowed: str = "") -> None:
+        hint = f" (allowed in: {allowed})" if allowed else ""
+        super().__init__(f"cannot {operation} kernel {kernel_id!r} in state {state}{hint}")
+        self.kernel_id = kernel_id
+        self.state = state
+        self.operation = operation
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(
+    cls: type[BaseException], args: tuple[object, ...], state: dict[str, object]
+) -> BaseException:
+    """Unpickle an exception whose ``__init__`` takes keyword-only or derived arguments."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
