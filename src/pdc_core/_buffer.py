@@ -301,14 +301,16 @@ class UnifiedBuffer:
 
     # -- interoperability -------------------------------------------------------------
 
-    def __array__(self, dtype: npt.DTypeLike = None, copy: bool | None = None) -> npt.NDArray[Any]:
+    def __array__(
+        self, dtype: npt.DTypeLike | None = None, copy: bool | None = None
+    ) -> npt.NDArray[Any]:
         host = self.host
         if copy or (dtype is not None and np.dtype(dtype) != host.dtype):
             return np.array(host, dtype=dtype, copy=True)
         return host
 
     def __buffer__(self, flags: int) -> memoryview:
-        return memoryview(self.host)
+        return memoryview(self.host)  # type: ignore[arg-type]  # ndarray is a Buffer
 
     def __release_buffer__(self, view: memoryview) -> None:
         view.release()

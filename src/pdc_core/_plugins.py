@@ -128,16 +128,19 @@ def _load() -> _PluginState:
 
 
 def _call_register_hooks(state: _PluginState) -> None:
-    """Call each plugin's ``pdc_register_backends`` on its own, so one failure is contained."""
-    for impl in state.manager.hook.pdc_register_backends.get_hookimpls():
+    """Call each plugin's ``pdc_register_backends`` on its own, so one failure is contained.
+
+    When two plugins register a backend of the same name, the plugin from the
+    distribution the backend class names in ``distribution`` keeps it (else the first
+    plugin by name); the other is reported.
+    """
+    claims: dict[str, list[tuple[str, type[Backend]]]] = {}
+    impls = state.manager.hook.pdc_register_backends.get_hookimpls()
+    for impl in sorted(impls, key=lambda impl: impl.plugin_name):
         info = state.plugins[impl.plugin_name]
         registered: list[type[Backend]] = []
-
-        def register(backend: type[Backend], _registered: list[type[Backend]] = registered) -> None:
-            _registered.append(backend)
-
         try:
-            returned = impl.function(register=register)
+            returned = impl.function(register=registered.append)
             if returned is not None:
                 raise PluginError(
                     f"pdc_register_backends returned {returned!r}; "
@@ -150,16 +153,26 @@ def _call_register_hooks(state: _PluginState) -> None:
             state.manager.unregister(name=impl.plugin_name)
             continue
         for backend in registered:
-            owner = state.backend_plugin.get(backend.name)
-            if owner is not None:
-                info.error = (
-                    f"registers backend {backend.name!r}, which plugin {owner!r} "
-                    "already registered; skipped"
+            claims.setdefault(backend.name, []).append((info.name, backend))
+    for name, candidates in claims.items():
+        winner = next(
+            (
+                candidate
+                for candidate in candidates
+                if state.plugins[candidate[0]].distribution == candidate[1].distribution
+            ),
+            candidates[0],
+        )
+        for plugin_name, backend in candidates:
+            if (plugin_name, backend) != winner:
+                state.plugins[plugin_name].error = (
+                    f"registers backend {name!r}, which plugin {winner[0]!r} also registers; "
+                    "skipped"
                 )
                 continue
-            state.backends[backend.name] = backend
-            state.backend_plugin[backend.name] = info.name
-            info.backends.append(backend.name)
+            state.backends[name] = backend
+            state.backend_plugin[name] = plugin_name
+            state.plugins[plugin_name].backends.append(name)
 
 
 def _validate_backend(backend: object) -> None:

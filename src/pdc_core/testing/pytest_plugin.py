@@ -23,7 +23,9 @@ ASYNC_BACKENDS = ("asyncio", "trio")
 @pytest.hookimpl(tryfirst=True)
 def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> None:
     """Mark coroutine tests ``anyio`` before anyio's own plugin looks at them."""
-    if not (isinstance(collector, pytest.Module | pytest.Class) and collector.istestfunction(obj, name)):
+    if not (
+        isinstance(collector, pytest.Module | pytest.Class) and collector.istestfunction(obj, name)
+    ):
         return
     inner = obj.hypothesis.inner_test if hasattr(obj, "hypothesis") else obj
     if inspect.iscoroutinefunction(inner):

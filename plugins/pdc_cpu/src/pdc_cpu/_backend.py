@@ -25,6 +25,17 @@ from ._memory import HostMemoryPool
 from ._streams import CpuEvent, CpuStream
 
 
+def _processor_name() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "host CPU"
+
+
 def _total_memory() -> int | None:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -64,7 +75,7 @@ class CpuBackend(Backend):
             DeviceInfo(
                 backend=cls.name,
                 index=0,
-                name=platform.processor() or platform.machine() or "host CPU",
+                name=_processor_name(),
                 kind="cpu",
                 total_memory=_total_memory(),
                 properties={

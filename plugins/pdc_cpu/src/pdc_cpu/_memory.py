@@ -17,6 +17,25 @@ from pdc_core import MemoryStatistics
 GRANULE = 512
 
 
+class _BlockLease:
+    """The base object of every array carved from a block.
+
+    NumPy keeps an array's base alive for as long as any view derived from it lives,
+    and (unlike an ndarray base) a non-array base is never skipped when NumPy
+    collapses base chains. So the block is back in the cache exactly when the last
+    view of it is gone.
+    """
+
+    def __init__(self, block: npt.NDArray[np.uint8], nbytes: int) -> None:
+        self.__array_interface__ = {
+            "data": (block.ctypes.data, False),
+            "shape": (nbytes,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+        self.block = block
+
+
 class HostMemoryPool:
     """Hands out host arrays carved from cached blocks.
 
@@ -49,9 +68,9 @@ class HostMemoryPool:
                 self._misses += 1
                 self._held += size
             self._in_use += size
-        view = block[:nbytes]
-        weakref.finalize(view, self._give_back, block, size)
-        return view.view(dtype).reshape(shape)
+        lease = _BlockLease(block, nbytes)
+        weakref.finalize(lease, self._give_back, block, size)
+        return np.asarray(lease).view(dtype).reshape(shape)
 
     def _make_room(self, size: int) -> None:
         if self.limit is None or self._held + size <= self.limit:

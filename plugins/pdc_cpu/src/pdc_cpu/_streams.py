@@ -6,7 +6,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pdc_core import Event, Stream
 
@@ -22,6 +22,7 @@ def _run_queue(work: queue.SimpleQueue[Callable[[], None] | None]) -> None:
         if item is _STOP:
             return
         item()
+        del item  # hold no reference to the stream while waiting, so it can be collected
 
 
 class CpuStream(Stream):
@@ -41,7 +42,7 @@ class CpuStream(Stream):
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._finalizer: weakref.finalize[..., None] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     @property
     def backend(self) -> CpuBackend:

@@ -1,0 +1,238 @@
+"""The plugin loader: discovery, isolation of broken plugins, selection and lookup."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import pdc_core
+from pdc_core import BackendUnavailable, get_backend, list_plugins
+from pdc_core._cli import main
+
+THIRD_PARTY = """
+from pdc_example_backend import ExampleBackend
+from pdc_core import hookimpl
+
+class ThirdPartyBackend(ExampleBackend):
+    name = "thirdparty"
+    distribution = "pdc-thirdparty"
+    priority = 5
+
+@hookimpl
+def pdc_register_backends(register):
+    register(ThirdPartyBackend)
+"""
+
+BROKEN_IMPORT = """
+raise ImportError("this plugin is deliberately broken")
+"""
+
+HOOK_RAISES = """
+from pdc_core import hookimpl
+
+@hookimpl
+def pdc_register_backends(register):
+    raise RuntimeError("boom in the hook")
+"""
+
+RETURNS_GARBAGE = """
+from pdc_core import hookimpl
+
+@hookimpl
+def pdc_register_backends(register):
+    return [42]
+"""
+
+REGISTERS_GARBAGE = """
+from pdc_core import hookimpl
+
+@hookimpl
+def pdc_register_backends(register):
+    register("not a backend class")
+"""
+
+UNAVAILABLE = """
+from pdc_example_backend import ExampleBackend
+from pdc_core import Availability, hookimpl
+
+class GhostBackend(ExampleBackend):
+    name = "ghost"
+    distribution = "pdc-ghost"
+    priority = 1000
+
+    @classmethod
+    def availability(cls):
+        return Availability.no("no ghost device attached")
+
+@hookimpl
+def pdc_register_backends(register):
+    register(GhostBackend)
+"""
+
+
+@pytest.fixture
+def third_party(install_plugins, monkeypatch):
+    from conftest import EXAMPLE_BACKEND_SRC
+
+    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
+    install_plugins(
+        "pdc-thirdparty", {"thirdparty": "pdc_thirdparty"}, {"pdc_thirdparty": THIRD_PARTY}
+    )
+    install_plugins("pdc-broken", {"broken": "pdc_broken"}, {"pdc_broken": BROKEN_IMPORT})
+
+
+def _by_name():
+    return {info.name: info for info in list_plugins()}
+
+
+def test_first_party_cpu_plugin_is_found():
+    info = _by_name()["cpu"]
+    assert info.loaded
+    assert info.distribution == "pdc-cpu"
+    assert info.hooks == ["pdc_register_backends"]
+    assert info.backends == ["cpu"]
+
+
+def test_third_party_backend_is_usable_and_broken_plugin_is_reported(third_party):
+    plugins = _by_name()
+    assert plugins["thirdparty"].loaded
+    assert plugins["thirdparty"].version == "1.0"
+    assert plugins["thirdparty"].backends == ["thirdparty"]
+    assert "deliberately broken" in plugins["broken"].error
+    assert plugins["broken"].backends == []
+
+    backend = get_backend("thirdparty")
+    assert backend.qualified_name == "thirdparty:0"
+    buffer = pdc_core.UnifiedBuffer((3,), "int32", backend=backend)
+    buffer.host[:] = [1, 2, 3]
+    assert list(buffer.host_readonly()) == [1, 2, 3]
+    # The third-party backend outranks cpu by priority, so it is the default now.
+    assert pdc_core.available_backends()[0].name == "thirdparty"
+    assert get_backend() is backend
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        (HOOK_RAISES, "boom in the hook"),
+        (RETURNS_GARBAGE, "returned [42]"),
+        (REGISTERS_GARBAGE, "not a subclass of pdc_core.Backend"),
+    ],
+)
+def test_misbehaving_hooks_are_reported_and_skipped(install_plugins, source, expected):
+    install_plugins("pdc-bad", {"bad": "pdc_bad"}, {"pdc_bad": source})
+    info = _by_name()["bad"]
+    assert expected in info.error
+    assert info.backends == []
+    assert get_backend("cpu").name == "cpu"  # the others keep working
+
+
+def test_pdc_plugins_restricts_loading(third_party, monkeypatch):
+    monkeypatch.setenv("PDC_PLUGINS", "cpu")
+    pdc_core.reload_plugins()
+    assert set(_by_name()) == {"cpu"}
+    with pytest.raises(BackendUnavailable, match="unknown backend 'thirdparty'"):
+        get_backend("thirdparty")
+
+
+def test_pdc_backend_chooses_the_default(third_party, monkeypatch):
+    monkeypatch.setenv("PDC_BACKEND", "cpu")
+    assert get_backend().name == "cpu"
+
+
+def test_unknown_backend_lists_installed_and_what_to_install():
+    with pytest.raises(BackendUnavailable) as caught:
+        get_backend("metalx")
+    message = str(caught.value)
+    assert "unknown backend 'metalx'" in message
+    assert "cpu (pdc-cpu) - available" in message
+    assert isinstance(caught.value, LookupError)
+
+
+def test_known_but_missing_backend_names_the_distribution(monkeypatch):
+    monkeypatch.setenv("PDC_PLUGINS", "cpu")
+    pdc_core.reload_plugins()
+    try:
+        with pytest.raises(BackendUnavailable, match="pip install pdc-cuda"):
+            get_backend("cuda")
+    finally:
+        monkeypatch.delenv("PDC_PLUGINS")
+        pdc_core.reload_plugins()
+
+
+def test_unavailable_backend_says_why(install_plugins, monkeypatch):
+    from conftest import EXAMPLE_BACKEND_SRC
+
+    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
+    install_plugins("pdc-ghost", {"ghost": "pdc_ghost"}, {"pdc_ghost": UNAVAILABLE})
+    with pytest.raises(BackendUnavailable, match="no ghost device attached"):
+        get_backend("ghost")
+    # An unavailable backend never wins the default, whatever its priority.
+    assert get_backend().name != "ghost"
+
+
+def test_device_index_out_of_range_lists_devices(example_backend):
+    assert get_backend("example:1").device == 1
+    with pytest.raises(BackendUnavailable) as caught:
+        get_backend("example:7")
+    assert "example:0 (simulated device 0), example:1 (simulated device 1)" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["", "cpu:x", "cpu:-1", 3])
+def test_malformed_backend_names(name):
+    with pytest.raises(BackendUnavailable):
+        get_backend(name)
+
+
+def test_duplicate_backend_name_is_reported(install_plugins, monkeypatch):
+    source = """
+from pdc_cpu import CpuBackend
+from pdc_core import hookimpl
+
+@hookimpl
+def pdc_register_backends(register):
+    register(CpuBackend)
+"""
+    install_plugins("pdc-copycat", {"zz_copycat": "pdc_copycat"}, {"pdc_copycat": source})
+    plugins = _by_name()
+    assert "also registers" in plugins["zz_copycat"].error
+    assert plugins["cpu"].backends == ["cpu"]
+
+
+def test_cli_plugins_and_info(third_party, capsys):
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "thirdparty  (pdc-thirdparty 1.0)" in out
+    assert "error:    failed to load: ImportError: this plugin is deliberately broken" in out
+
+    assert main(["plugins", "--json"]) == 0
+    listed = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert listed["cpu"]["hooks"] == ["pdc_register_backends"]
+    assert listed["broken"]["error"]
+
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    backends = {entry["name"]: entry for entry in info["backends"]}
+    assert backends["cpu"]["available"]
+    assert backends["cpu"]["devices"][0]["name"] == "cpu:0"
+    assert info["packages"]["numpy"]
+
+    assert main(["info"]) == 0
+    assert "cpu (pdc-cpu) - available" in capsys.readouterr().out
+
+
+def test_cli_usage_error_exits_2(capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["no-such-command"])
+    assert caught.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def test_import_never_loads_plugins():
+    import subprocess
+    import sys
+
+    code = "import pdc_core, pdc_core._plugins as p; assert p._state is None; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr

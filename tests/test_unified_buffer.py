@@ -1,0 +1,200 @@
+"""UnifiedBuffer: validation, the host/device state machine, zero-copy interop."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from pdc_core import BufferState, CapabilityError, UnifiedBuffer, get_backend
+
+
+@pytest.mark.parametrize(
+    ("shape", "error", "fragment"),
+    [
+        ((-1, 3), ValueError, "negative dimension -1"),
+        ((2.5,), TypeError, "2.5"),
+        ("12", TypeError, "'12'"),
+        ((True,), TypeError, "bool"),
+        (None, TypeError, "None"),
+    ],
+)
+def test_bad_shape_is_named(shape, error, fragment):
+    with pytest.raises(error, match=fragment):
+        UnifiedBuffer(shape)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "fragment"),
+    [("float77", "float77"), (object, "Python objects"), (str, "has no size")],
+)
+def test_bad_dtype_is_named(dtype, fragment):
+    with pytest.raises(TypeError, match=fragment):
+        UnifiedBuffer((4,), dtype=dtype)
+
+
+def test_shapes_accept_ints_and_numpy_ints():
+    assert UnifiedBuffer(5).shape == (5,)
+    assert UnifiedBuffer((np.int64(2), 3)).shape == (2, 3)
+    assert UnifiedBuffer((0,)).size == 0
+
+
+def test_seed_usage_on_the_default_backend():
+    buf = UnifiedBuffer((1000,), dtype=np.float32)
+    data = np.arange(1000, dtype=np.float32)
+    buf.host[:500] = data[:500]
+    buf.host[500:] = data[500:]
+    buf.sync_to_device()
+    np.testing.assert_array_equal(np.asarray(buf.device), data)
+    buf.sync_to_host()
+    np.testing.assert_array_equal(buf.host[:], data)
+
+
+def test_unified_backend_shares_memory_and_stays_synchronized():
+    buf = UnifiedBuffer((8,), dtype=np.int64, backend="cpu")
+    assert buf.state is BufferState.SYNCHRONIZED
+    buf.host[3] = 7
+    assert buf.device[3] == 7
+    assert np.shares_memory(buf.host, buf.device)
+    buf.device[4] = 9  # a write on the "device" is visible on the host without a copy
+    assert buf.host_readonly()[4] == 9
+    assert buf.state is BufferState.SYNCHRONIZED
+
+
+def test_pinned_on_cpu_is_host_memory(example_backend):
+    assert UnifiedBuffer((4,), pinned=True, backend="cpu").pinned
+
+
+class TestDiscreteDeviceStateMachine:
+    """On a backend with separate device memory, every transition and copy counts."""
+
+    def test_lazy_transitions(self, example_backend):
+        buf = UnifiedBuffer((4,), dtype=np.float64, backend=example_backend)
+        copies = example_backend.copies
+        assert buf.state is BufferState.HOST_ONLY
+        assert copies == {"to_device": 0, "to_host": 0}
+
+        buf.host[:] = [1, 2, 3, 4]
+        assert buf.state is BufferState.HOST_ONLY
+        buf.sync_to_device()
+        assert buf.state is BufferState.SYNCHRONIZED
+        assert copies["to_device"] == 1
+        buf.sync_to_device()  # nothing changed: no copy
+        assert copies["to_device"] == 1
+
+        device = buf.device
+        assert buf.state is BufferState.DEVICE_DIRTY
+        device._data[:] *= 10  # the "kernel" writes device memory
+        assert list(buf.host_readonly()) == [10, 20, 30, 40]
+        assert buf.state is BufferState.SYNCHRONIZED
+        assert copies["to_host"] == 1
+
+    def test_a_host_write_is_never_lost_by_a_later_device_read(self, example_backend):
+        buf = UnifiedBuffer((3,), dtype=np.int32, backend=example_backend)
+        buf.sync_to_device()
+        buf.host[1] = 42  # taking .host marks the host copy dirty
+        assert buf.state is BufferState.HOST_DIRTY
+        assert buf.device._data[1] == 42
+
+    def test_a_device_write_is_seen_by_the_next_host_read(self, example_backend):
+        buf = UnifiedBuffer((2,), dtype=np.int32, backend=example_backend)
+        buf.device._data[:] = [5, 6]
+        assert list(buf.host) == [5, 6]
+        assert buf.state is BufferState.HOST_DIRTY
+
+    def test_readonly_view_cannot_be_written(self, example_backend):
+        buf = UnifiedBuffer((2,), backend=example_backend)
+        view = buf.host_readonly()
+        with pytest.raises(ValueError, match="read-only"):
+            view[0] = 1
+
+    def test_explicit_dirty_marks(self, example_backend):
+        buf = UnifiedBuffer((2,), dtype=np.int32, backend=example_backend)
+        kept = buf.host
+        buf.sync_to_device()
+        kept[0] = 3  # written through an array kept from before the sync
+        buf.mark_host_dirty()
+        assert buf.device._data[0] == 3
+        buf.sync_to_host()
+        buf.mark_device_dirty()
+        assert buf.state is BufferState.DEVICE_DIRTY
+
+    def test_pinned_needs_the_capability(self, example_backend):
+        assert UnifiedBuffer((2,), pinned=True, backend=example_backend).pinned
+
+    def test_device_is_used_for_dlpack_device(self, example_backend):
+        with pytest.raises(AttributeError):
+            UnifiedBuffer((2,), backend=example_backend).__cuda_array_interface__  # noqa: B018
+
+
+def test_pinned_without_the_capability_is_refused(install_plugins, monkeypatch):
+    from conftest import EXAMPLE_BACKEND_SRC
+
+    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
+    source = """
+from pdc_example_backend import ExampleBackend
+from pdc_core import Capability, hookimpl
+
+class NoPinBackend(ExampleBackend):
+    name = "nopin"
+    distribution = "pdc-nopin"
+    capabilities = frozenset({Capability.DEVICE_MEMORY})
+
+@hookimpl
+def pdc_register_backends(register):
+    register(NoPinBackend)
+"""
+    install_plugins("pdc-nopin", {"nopin": "pdc_nopin"}, {"pdc_nopin": source})
+    with pytest.raises(CapabilityError, match="no pinned_memory capability"):
+        UnifiedBuffer((2,), pinned=True, backend="nopin")
+
+
+def test_from_array_wraps_without_copying():
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    buf = UnifiedBuffer.from_array(array)
+    assert np.shares_memory(buf.host, array)
+    assert buf.shape == (2, 3)
+    strided = UnifiedBuffer.from_array(array[:, ::2])  # not contiguous: copied
+    assert not np.shares_memory(strided.host, array)
+    np.testing.assert_array_equal(strided.host, array[:, ::2])
+
+
+def test_numpy_and_dlpack_interop_without_copies():
+    buf = UnifiedBuffer((5,), dtype=np.int16)
+    buf.host[:] = range(5)
+    assert np.shares_memory(np.asarray(buf), buf.host)
+    through_dlpack = np.from_dlpack(buf)
+    assert np.shares_memory(through_dlpack, buf.host)
+    assert buf.__dlpack_device__() == (1, 0)  # kDLCPU
+    assert np.asarray(buf, dtype=np.float64).dtype == np.float64
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 12), reason="the Python buffer protocol for Python classes is 3.12+"
+)
+def test_python_buffer_protocol():
+    buf = UnifiedBuffer((3,), dtype=np.uint8)
+    view = memoryview(buf)
+    view[1] = 200
+    assert buf.host[1] == 200
+
+
+def test_metal_view_names_the_package_when_missing(monkeypatch):
+    from pdc_core import BackendUnavailable, reload_plugins
+
+    monkeypatch.setenv("PDC_PLUGINS", "cpu")
+    reload_plugins()
+    try:
+        with pytest.raises(BackendUnavailable, match="pip install pdc-metal"):
+            UnifiedBuffer((2,)).metal  # noqa: B018
+    finally:
+        monkeypatch.delenv("PDC_PLUGINS")
+        reload_plugins()
+
+
+def test_repr_mentions_state_and_backend():
+    text = repr(UnifiedBuffer((2, 2), backend=get_backend("cpu")))
+    assert "shape=(2, 2)" in text
+    assert "cpu:0" in text
+    assert "SYNCHRONIZED" in text
