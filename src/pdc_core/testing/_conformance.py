@@ -65,7 +65,7 @@ class BackendConformance:
 
     # -- memory ----------------------------------------------------------------------
 
-    @pytest.mark.parametrize("dtype", _DTYPES + (_RECORD,))
+    @pytest.mark.parametrize("dtype", [*_DTYPES, _RECORD])
     def test_round_trip_copies(self, backend: Backend, dtype: Any) -> None:
         host = np.zeros((3, 5), dtype=dtype)
         if host.dtype.names:
