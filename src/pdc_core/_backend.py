@@ -295,6 +295,15 @@ class Backend(abc.ABC):
         self.require(Capability.UNIFIED_MEMORY, "view host memory as device memory")
         raise NotImplementedError(f"{type(self).__name__}.device_view")
 
+    def can_view(self, host: npt.NDArray[Any]) -> bool:
+        """Whether :meth:`device_view` can view ``host`` without a copy.
+
+        True for any host array on a unified-memory backend by default. A backend
+        that can only view memory it allocated itself (MLX cannot wrap foreign
+        memory) overrides it, and ``UnifiedBuffer.from_array`` then copies.
+        """
+        return self.has(Capability.UNIFIED_MEMORY)
+
     @abc.abstractmethod
     def memory_statistics(self) -> MemoryStatistics:
         """Statistics of this device's memory pool."""

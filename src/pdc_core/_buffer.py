@@ -127,15 +127,17 @@ class UnifiedBuffer:
     ) -> UnifiedBuffer:
         """Wrap a host array; without a copy when it is a C-contiguous NumPy array.
 
-        A copy is made when the array is not contiguous, not writeable, or must move
-        into pinned memory. Anything NumPy can convert (lists, DLPack host tensors,
-        objects with ``__array__``) is accepted.
+        A copy is made when the array is not contiguous, not writeable, must move
+        into pinned memory, or is memory the backend cannot view (MLX, under the metal
+        backend, can only view memory it allocated). Anything NumPy can convert
+        (lists, DLPack host tensors, objects with ``__array__``) is accepted.
         """
         host = np.asarray(array)
         self = cls.__new__(cls)
         self._init(_resolve_backend(backend), pinned)
         normalize_shape_dtype(host.shape, host.dtype)
-        if pinned or not (host.flags.c_contiguous and host.flags.writeable):
+        viewable = not self._unified or self._backend.can_view(host)
+        if pinned or not (host.flags.c_contiguous and host.flags.writeable and viewable):
             copy = self._allocate_host(host.shape, host.dtype)
             np.copyto(copy, host)
             host = copy
@@ -232,9 +234,13 @@ class UnifiedBuffer:
     def device(self) -> Any:
         """The device array, current; marks the device copy dirty (kernels may write it).
 
-        On a unified-memory backend this is a view of the host memory itself.
+        On a unified-memory backend this is a view of the host memory itself, made
+        afresh on each access (an MLX array is a value: rebinding one the caller holds
+        must not detach the buffer's later views).
         """
         with self._lock:
+            if self._unified:
+                return self._backend.device_view(self._host)
             self._push()
             if not self._unified:
                 self._state = BufferState.DEVICE_DIRTY
@@ -242,7 +248,12 @@ class UnifiedBuffer:
 
     @property
     def metal(self) -> Any:
-        """An MLX array of the data, through the ``metal`` backend (``pip install pdc-metal``)."""
+        """An MLX array of the data, through the ``metal`` backend (``pip install pdc-metal``).
+
+        On a metal buffer it shares the host memory (see :attr:`device`). On a buffer
+        of another backend MLX cannot view the memory, so it is a copy: a snapshot of
+        the current data that later writes on either side do not reach.
+        """
         if self._backend.name == "metal":
             return self.device
         from . import _plugins
@@ -253,7 +264,7 @@ class UnifiedBuffer:
                 "UnifiedBuffer.metal needs the metal backend, which is not installed: "
                 "pip install pdc-metal"
             )
-        return get_backend("metal").device_view(self.host)
+        return get_backend("metal").to_device(self.host_readonly())
 
     def sync_to_device(self, stream: Stream | None = None) -> None:
         """Make the device copy current (copying only if the host copy is newer).
