@@ -17,8 +17,10 @@ __all__ = [
     "CapabilityError",
     "DuplicateActorError",
     "KernelAlreadyExistsError",
+    "KernelBodyMissing",
     "KernelNotFoundError",
     "KernelStateError",
+    "KernelStopTimeout",
     "KernelTerminated",
     "LifecycleError",
     "MailboxClosed",
@@ -27,9 +29,12 @@ __all__ = [
     "MessageDropped",
     "MessageTimeout",
     "PdcError",
+    "PersistentKernelError",
     "PluginError",
     "PoolError",
     "PoolLimitError",
+    "RecordError",
+    "RingProtocolError",
 ]
 
 
@@ -189,6 +194,59 @@ class KernelStateError(LifecycleError):
 
     def __reduce__(self) -> tuple[object, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+# --- persistent kernels and their rings ------------------------------------------
+
+
+class RecordError(PdcError, TypeError, ValueError):
+    """A record does not fit a ring: wrong dtype, shape or size.
+
+    Raised before anything is written to the ring. The message names what was given
+    and what the ring expects (both dtypes, or both sizes for a payload larger than a
+    slot). It is both a ``TypeError`` and a ``ValueError``.
+    """
+
+
+class RingProtocolError(PdcError, RuntimeError):
+    """A ring's control block is in a state the protocol forbids (an index moved
+    backwards or past its bound, a bad header): the other side is broken."""
+
+
+class KernelBodyMissing(PdcError, LookupError):
+    """A persistent kernel has no body for the backend it was launched on.
+
+    The message names the backends it has bodies for.
+    """
+
+
+class PersistentKernelError(BackendError):
+    """The device side of a persistent kernel reported an error, or its execution failed.
+
+    ``code`` is the kernel's error word (an ``ErrorCode``, a body-defined code from 256
+    up, or 0 when the failure was seen by the backend rather than reported by the
+    kernel) and ``detail`` the message it left. Requests still pending fail with an
+    :class:`ActorCrashed` whose ``cause`` is this error.
+    """
+
+    def __init__(self, kernel: str, code: int, detail: str) -> None:
+        what = f"error code {code}" if code else "a failure"
+        super().__init__(f"persistent kernel {kernel!r} reported {what}: {detail or 'no message'}")
+        self.kernel = kernel
+        self.code = code
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.kernel, self.code, self.detail))
+
+
+class KernelStopTimeout(BackendError, TimeoutError):
+    """A persistent kernel did not stop within the timeout it was given.
+
+    The message says what the control block showed. The ring memory is kept (the
+    device may still touch it); on CUDA a kernel that never stops means the context
+    has to go.
+    """
 
 
 def _rebuild(
