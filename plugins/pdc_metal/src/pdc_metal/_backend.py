@@ -1,0 +1,535 @@
+"""The metal backend: MLX arrays in unified memory, on the Metal GPU or MLX's CPU device.
+
+Memory model (measured with MLX 0.32, see the tests):
+
+* **MLX -> NumPy is zero-copy.** ``np.asarray(a)`` of an evaluated MLX array is a
+  writeable view of the array's own buffer. So every host allocation of this backend
+  is made *by MLX* and handed out as such a NumPy view.
+* **NumPy -> MLX always copies.** ``mx.array(np_array)`` copies, and
+  ``mx.from_dlpack(np_array, copy=False)`` refuses ("Cannot import a CPU array
+  without a copy"). MLX cannot wrap memory it did not allocate, so
+  :meth:`MetalBackend.device_view` only works on memory this backend allocated, and
+  :meth:`MetalBackend.can_view` says which memory that is.
+* **MLX arrays are values.** ``a[i] = v`` on an MLX array rebinds that Python object to
+  new data (or, when MLX can donate the buffer, writes in place). Handing out the
+  array that owns a buffer would therefore let user code free memory a NumPy view
+  still points to. The owner stays private (NumPy's view keeps it alive) and
+  :meth:`device_view` returns a *new* evaluated MLX view of the same buffer each time.
+
+Lazy evaluation: arrays this backend hands out are evaluated, so they can be read from
+any thread and their memory is real. Results of user work are evaluated where they
+leave MLX: :meth:`MetalBackend.run` and :meth:`MetalBackend.submit` evaluate what the
+function returns, and :meth:`MetalBackend.to_host` evaluates what it copies. A graph
+built from a device view reads the buffer when it is *evaluated*, not when it is
+built: evaluate it before writing the host memory that feeds it.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, ClassVar
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from pdc_core import (
+    Availability,
+    Backend,
+    BackendError,
+    Capability,
+    CapabilityError,
+    DeviceInfo,
+    MemoryKind,
+    MemoryStatistics,
+    Stream,
+    UnifiedBuffer,
+    normalize_shape_dtype,
+)
+
+from . import _mlx
+from ._kernels import MetalKernel, parse_kernel_options
+from ._streams import MetalEvent, MetalStream, evaluate
+
+__all__ = ["MetalBackend"]
+
+_BASE_CAPABILITIES = frozenset({Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES})
+
+
+def _host_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+class _MetalBackendType(abc.ABCMeta):
+    """Makes ``priority`` and ``capabilities`` depend on what MLX found, at class level.
+
+    pdc reads both from the class, before any instance exists. They cannot be fixed
+    constants: with a Metal GPU the backend outranks cpu and compiles Metal shaders;
+    on MLX's CPU device it ranks below cpu and compiles nothing.
+    """
+
+    @property
+    def priority(cls) -> int:
+        return _mlx.METAL_PRIORITY if _mlx.probe().metal else _mlx.CPU_DEVICE_PRIORITY
+
+    @property
+    def capabilities(cls) -> frozenset[Capability]:
+        if _mlx.probe().metal:
+            return _BASE_CAPABILITIES | {Capability.KERNELS}
+        return _BASE_CAPABILITIES
+
+
+class MetalBackend(Backend, metaclass=_MetalBackendType):
+    """MLX on the Metal GPU of Apple silicon, or on MLX's CPU device elsewhere.
+
+    Availability and ranking: without MLX (or with a Linux ``mlx`` lacking its
+    ``cpu`` extra) the backend is unavailable and says why. With a Metal GPU it is
+    available with priority 50 (above cpu, below cuda) and declares ``kernels``. With
+    MLX's CPU device only (Linux, ``mlx[cpu]``) it is available, reports its device as
+    kind ``"cpu"``, and has priority -10, *below* the cpu backend: pdc picks it only
+    when asked (``get_backend("metal")``, ``PDC_BACKEND=metal``) or when no cpu backend
+    is installed, because MLX on a CPU is no accelerator.
+
+    Memory is unified: every :class:`~pdc_core.MemoryKind` is MLX-allocated memory.
+    ``HOST``/``PINNED``/``MAPPED`` allocations are NumPy views of it, ``DEVICE`` and
+    ``MANAGED`` allocations MLX arrays; :meth:`device_view` turns such a NumPy view
+    into an MLX array of the very same bytes. Copies (:meth:`to_device`,
+    :meth:`to_host`) are real copies.
+    """
+
+    name: ClassVar[str] = "metal"
+    distribution: ClassVar[str] = "pdc-metal"
+
+    # Instances see the same dynamic values as the class (the metaclass properties
+    # are only consulted for attribute access on the class itself).
+    @property  # type: ignore[misc]
+    def priority(self) -> int:  # type: ignore[override]
+        return type(self).priority
+
+    @property  # type: ignore[misc]
+    def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+        return type(self).capabilities
+
+    def __init__(self, device: int = 0) -> None:
+        super().__init__(device)
+        mx = _mlx.load()
+        self._mx = mx
+        self.is_metal = _mlx.probe().metal
+        #: The MLX device work runs on (``mx.gpu`` with Metal, else ``mx.cpu``).
+        self.mlx_device: Any = mx.gpu if self.is_metal else mx.cpu
+        self._default_stream: MetalStream | None = None
+        self._streams: list[MetalStream] = []
+
+    # -- discovery ------------------------------------------------------------------
+
+    @classmethod
+    def availability(cls) -> Availability:
+        result = _mlx.probe()
+        if result.available:
+            return Availability.yes(result.reason)
+        return Availability.no(result.reason)
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        mx = _mlx.load()
+        metal = _mlx.probe().metal
+        device = mx.gpu if metal else mx.cpu
+        try:
+            info = dict(mx.device_info(device))
+        except Exception:
+            info = {}
+        hardware = str(info.get("device_name") or info.get("architecture") or "unknown")
+        if metal:
+            name = f"{hardware} (Metal GPU, through MLX)"
+            total = info.get("memory_size")
+        else:
+            name = f"MLX CPU device ({hardware}; no Metal GPU here)"
+            total = None
+        properties: dict[str, Any] = {
+            "mlx": _mlx.probe().version,
+            "mlx_device": "gpu" if metal else "cpu",
+            "metal": metal,
+            "memory": "unified: MLX allocates, NumPy host views share it without copies",
+        }
+        properties.update({key: value for key, value in info.items() if key != "device_name"})
+        return [
+            DeviceInfo(
+                backend=cls.name,
+                index=0,
+                name=name,
+                kind="gpu" if metal else "cpu",
+                total_memory=int(total) if total else _host_memory(),
+                properties=properties,
+            )
+        ]
+
+    # -- memory ---------------------------------------------------------------------
+
+    def allocate(
+        self, shape: tuple[int, ...], dtype: np.dtype[Any], kind: MemoryKind = MemoryKind.DEVICE
+    ) -> Any:
+        """Zero-filled MLX memory; a NumPy view of it for host kinds, the MLX array else.
+
+        ``HOST``, ``PINNED`` and ``MAPPED`` return a NumPy array viewing the MLX buffer
+        (so :meth:`device_view` can share it); ``DEVICE`` and ``MANAGED`` return the
+        evaluated MLX array. A dtype MLX cannot hold exactly raises ``TypeError``.
+        """
+        shape, dtype = normalize_shape_dtype(shape, dtype)
+        kind = MemoryKind(kind)
+        owner = self._mx.zeros(shape, dtype=_mlx.to_mlx_dtype(dtype), stream=self.mlx_device)
+        self._mx.eval(owner)
+        if kind in (MemoryKind.DEVICE, MemoryKind.MANAGED):
+            return owner
+        host: npt.NDArray[Any] = np.asarray(owner)
+        if host.dtype != dtype or host.shape != shape or not host.flags.c_contiguous:
+            raise BackendError(
+                f"MLX exported a {host.dtype} {host.shape} array (C-contiguous: "
+                f"{host.flags.c_contiguous}) for a {dtype} {shape} allocation"
+            )
+        return host
+
+    def _owner(self, host: npt.NDArray[Any]) -> Any:
+        """The MLX array whose buffer ``host`` views, or ``None``."""
+        base: Any = host
+        while isinstance(base, np.ndarray):
+            base = base.base
+        if isinstance(base, memoryview) and isinstance(base.obj, self._mx.array):
+            return base.obj
+        return None
+
+    def can_view(self, host: npt.NDArray[Any]) -> bool:
+        """True when ``host`` is exactly a whole buffer MLX allocated (see :meth:`allocate`)."""
+        return self._view_problem(host) is None
+
+    def _view_problem(self, host: Any) -> str | None:
+        if not isinstance(host, np.ndarray):
+            return f"{type(host).__name__} is not a NumPy array"
+        owner = self._owner(host)
+        if owner is None:
+            return (
+                "MLX cannot wrap memory it did not allocate (NumPy -> MLX always copies); "
+                "allocate it with the metal backend (UnifiedBuffer(..., backend='metal') or "
+                "backend.allocate(..., MemoryKind.HOST)), or copy it with to_device()"
+            )
+        whole = np.asarray(owner)
+        if (
+            host.ctypes.data != whole.ctypes.data
+            or host.nbytes != whole.nbytes
+            or not host.flags.c_contiguous
+        ):
+            return (
+                "the array is a partial or strided view of an MLX allocation; only a whole, "
+                "C-contiguous allocation can be viewed"
+            )
+        try:
+            _mlx.to_mlx_dtype(host.dtype)
+        except TypeError as exc:
+            return str(exc)
+        return None
+
+    def device_view(self, host: npt.NDArray[Any]) -> Any:
+        """A new, evaluated MLX array over the same bytes as ``host``; never a copy.
+
+        ``host`` must be a NumPy view of a whole MLX allocation of this backend;
+        anything else raises :class:`~pdc_core.BackendError` saying why (use
+        :meth:`to_device` for a copy). Each call returns a fresh MLX array object, so
+        rebinding one (``view[i] = v``) never detaches the buffer from ``host``.
+        """
+        problem = self._view_problem(host)
+        if problem is not None:
+            raise BackendError(f"the metal backend cannot view this array: {problem}")
+        mx = self._mx
+        owner = self._owner(host)
+        mlx_dtype = _mlx.to_mlx_dtype(host.dtype)
+        view = owner if owner.dtype == mlx_dtype else mx.view(owner, mlx_dtype)
+        view = view.reshape(host.shape)
+        mx.eval(view)
+        return view
+
+    def to_device(
+        self, host: npt.NDArray[Any], out: Any = None, stream: Stream | None = None
+    ) -> Any:
+        """Copy ``host`` into MLX memory (a new MLX array, or ``out``'s buffer).
+
+        With ``stream`` the copy runs on that stream (``out`` is allocated first when
+        not given) and may still be running on return. The dtype must be one MLX holds
+        exactly (``TypeError`` otherwise: MLX itself would silently narrow some).
+        """
+        source = np.asarray(host)
+        _mlx.to_mlx_dtype(source.dtype)
+        metal_stream = self._check_stream(stream)
+        if out is None and metal_stream is None:
+            mx = self._mx
+            copy = mx.array(np.ascontiguousarray(source), dtype=_mlx.to_mlx_dtype(source.dtype))
+            mx.eval(copy)
+            return copy
+        if out is None:
+            out = self.allocate(source.shape, source.dtype, MemoryKind.DEVICE)
+        target = self._writable_host_view(out, source)
+        if metal_stream is None:
+            np.copyto(target, source)
+        else:
+            metal_stream._enqueue(lambda: np.copyto(target, source))
+        return out
+
+    def to_host(
+        self, device: Any, out: npt.NDArray[Any] | None = None, stream: Stream | None = None
+    ) -> npt.NDArray[Any]:
+        """Evaluate ``device`` (an MLX array) and copy it to host memory.
+
+        This is where a host read after device work sees the result: the MLX graph is
+        evaluated (on the caller's thread, asynchronously when a ``stream`` is given)
+        before the bytes are copied.
+        """
+        mx = self._mx
+        if not isinstance(device, mx.array):
+            raise TypeError(f"to_host needs an MLX array, not {type(device).__name__}")
+        dtype = _mlx.from_mlx_dtype(device.dtype)
+        shape = tuple(device.shape)
+        if out is None:
+            out = np.empty(shape, dtype=dtype)
+        elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
+            raise ValueError(
+                f"cannot copy an MLX array of shape {shape} and dtype {dtype} into "
+                f"{getattr(out, 'shape', None)} {getattr(out, 'dtype', type(out).__name__)}"
+            )
+        elif not out.flags.writeable:
+            raise ValueError("the output array of to_host is read-only")
+        metal_stream = self._check_stream(stream)
+        target = out
+        if metal_stream is None:
+            np.copyto(target, np.asarray(device))
+        else:
+            # Start evaluation here: the graph may live on this thread's streams,
+            # which the stream's worker thread cannot evaluate.
+            mx.async_eval(device)
+            metal_stream._enqueue(lambda: np.copyto(target, np.asarray(device)))
+        return out
+
+    def _writable_host_view(self, out: Any, source: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """A NumPy view through which ``source`` can be written into ``out``'s memory."""
+        if isinstance(out, UnifiedBuffer):
+            target = out.host
+        elif isinstance(out, self._mx.array):
+            target = np.asarray(out)
+        elif isinstance(out, np.ndarray):
+            target = out
+        else:
+            raise TypeError(
+                f"out must be an MLX array, a NumPy array or a UnifiedBuffer, not {type(out)!r}"
+            )
+        if target.shape != source.shape:
+            raise ValueError(
+                f"cannot write an array of shape {source.shape} into one of shape {target.shape}"
+            )
+        if target.dtype != source.dtype:
+            raise TypeError(
+                f"cannot write an array of dtype {source.dtype} into one of dtype {target.dtype}"
+            )
+        if not (target.flags.writeable and target.flags.c_contiguous):
+            raise ValueError(
+                "the output's memory is not a writeable C-contiguous buffer "
+                "(an MLX broadcast or strided view cannot be written in place)"
+            )
+        return target
+
+    def memory_statistics(self) -> MemoryStatistics:
+        """MLX's allocator, process-wide for this device.
+
+        ``bytes_in_use`` is ``mx.get_active_memory()``, ``bytes_held`` adds
+        ``mx.get_cache_memory()``, ``limit`` is ``mx.get_memory_limit()``. MLX does not
+        count cache hits, so ``hits`` and ``misses`` are 0; :meth:`memory_report`
+        adds the peak.
+        """
+        mx = self._mx
+        active = int(mx.get_active_memory())
+        return MemoryStatistics(
+            hits=0,
+            misses=0,
+            bytes_in_use=active,
+            bytes_held=active + int(mx.get_cache_memory()),
+            limit=int(mx.get_memory_limit()),
+        )
+
+    def memory_report(self) -> dict[str, int]:
+        """MLX's own counters: active, cache and peak bytes, and the memory limit."""
+        mx = self._mx
+        return {
+            "active": int(mx.get_active_memory()),
+            "cache": int(mx.get_cache_memory()),
+            "peak": int(mx.get_peak_memory()),
+            "limit": int(mx.get_memory_limit()),
+        }
+
+    def reset_peak_memory(self) -> None:
+        self._mx.reset_peak_memory()
+
+    def free_cached_memory(self) -> None:
+        """Give MLX's cached buffers back to the system (``mx.clear_cache()``)."""
+        self._mx.clear_cache()
+
+    # -- streams and events -----------------------------------------------------------
+
+    def create_stream(self) -> MetalStream:
+        stream = MetalStream(self)
+        self._streams = [s for s in self._streams if not s.closed]
+        self._streams.append(stream)
+        return stream
+
+    def create_event(self) -> MetalEvent:
+        return MetalEvent()
+
+    @property
+    def default_stream(self) -> MetalStream:
+        """The stream :meth:`submit` and :meth:`run_async` use when given none."""
+        if self._default_stream is None or self._default_stream.closed:
+            self._default_stream = self.create_stream()
+        return self._default_stream
+
+    def synchronize(self) -> None:
+        """Wait for every stream of this backend and MLX's default stream of this thread."""
+        for stream in list(self._streams):
+            if not stream.closed:
+                stream.synchronize()
+        self._mx.synchronize(self.mlx_device)
+
+    def _check_stream(self, stream: Stream | None) -> MetalStream | None:
+        if stream is None or isinstance(stream, MetalStream):
+            return stream
+        raise TypeError(f"the metal backend needs a metal stream, not {stream!r}")
+
+    # -- running MLX code ---------------------------------------------------------------
+
+    def as_mlx(self, value: Any) -> Any:
+        """``value`` as an MLX array for a kernel body: zero-copy where MLX allows.
+
+        A metal :class:`~pdc_core.UnifiedBuffer`, or a NumPy view of an MLX allocation,
+        becomes a device view of the same memory; a buffer of another backend or
+        other NumPy memory is copied (MLX cannot wrap it); MLX arrays are evaluated;
+        anything else is returned unchanged.
+        """
+        mx = self._mx
+        if isinstance(value, UnifiedBuffer):
+            if value.backend is self:
+                return value.device
+            return self.to_device(value.host_readonly())
+        if isinstance(value, np.ndarray):
+            return self.device_view(value) if self.can_view(value) else self.to_device(value)
+        if isinstance(value, mx.array):
+            mx.eval(value)
+        return value
+
+    def run(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        out: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn`` (a function of MLX operations) on this backend's device, now.
+
+        Buffer and array arguments are converted with :meth:`as_mlx`; ``fn`` runs on
+        the calling thread with the MLX device as default; its result (an array or a
+        tuple/list of them) is evaluated and returned. With ``out`` (a UnifiedBuffer,
+        NumPy or MLX array, or a sequence matching the results) the results are also
+        written into that memory, so the next ``buf.host`` read sees them: MLX cannot
+        compute into a given buffer, so this is one copy within unified memory.
+        """
+        mx = self._mx
+        converted = [self.as_mlx(arg) for arg in args]
+        with mx.stream(self.mlx_device):
+            result = evaluate(fn(*converted, **kwargs))
+        if out is not None:
+            self._write_results(result, out)
+        return result
+
+    def submit(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        out: Any = None,
+        stream: MetalStream | None = None,
+        **kwargs: Any,
+    ) -> Future[Any]:
+        """Queue ``fn`` on ``stream`` (default: :attr:`default_stream`); returns a future.
+
+        Arguments are converted (and evaluated) now, on the calling thread; ``fn`` and
+        the write into ``out`` run on the stream's worker, in order with other work on
+        that stream. The future holds the evaluated result.
+        """
+        target = self._check_stream(stream) or self.default_stream
+        converted = [self.as_mlx(arg) for arg in args]
+
+        def work() -> Any:
+            result = evaluate(fn(*converted, **kwargs))
+            if out is not None:
+                self._write_results(result, out)
+            return result
+
+        return target.submit(work)
+
+    async def run_async(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        out: Any = None,
+        stream: MetalStream | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """:meth:`submit`, then wait for the result without blocking the event loop.
+
+        Cancelling the wait does not un-queue the work (device work cannot be
+        recalled); it completes on its stream and its result is dropped.
+        """
+        future = self.submit(fn, *args, out=out, stream=stream, **kwargs)
+        delay = 0.0
+        while not future.done():
+            await anyio.sleep(delay)
+            delay = min(0.001, delay * 2 or 0.00005)
+        return future.result()
+
+    def _write_results(self, result: Any, out: Any) -> None:
+        mx = self._mx
+        if isinstance(result, mx.array):
+            results: Sequence[Any] = (result,)
+            outs: Sequence[Any] = (out,)
+        else:
+            results = tuple(result)
+            outs = tuple(out) if isinstance(out, list | tuple) else (out,)
+        if len(results) != len(outs):
+            raise ValueError(f"{len(results)} result(s) but {len(outs)} output(s) given in out=")
+        for value, target in zip(results, outs, strict=True):
+            if not isinstance(value, mx.array):
+                raise TypeError(f"the kernel returned {type(value).__name__}, not an MLX array")
+            source = np.asarray(value)
+            np.copyto(self._writable_host_view(target, source), source)
+
+    # -- Metal shaders -------------------------------------------------------------------
+
+    def compile_kernel(self, source: str, name: str, options: tuple[str, ...] = ()) -> MetalKernel:
+        """Compile a Metal shader body with ``mx.fast.metal_kernel``.
+
+        ``source`` is the body MLX wraps in a generated signature; ``options`` are
+        ``"input_names=a,b"``, ``"output_names=out"`` (both required),
+        ``"header=<Metal source>"``, ``"ensure_row_contiguous=false"`` and
+        ``"atomic_outputs=true"``. Without a Metal GPU this raises
+        :class:`~pdc_core.CapabilityError`: MLX's CPU device cannot run Metal; write
+        the kernel as MLX operations and use :meth:`run` instead.
+        """
+        if not self.is_metal:
+            raise CapabilityError(
+                "the metal backend cannot compile Metal shader source here: MLX has no "
+                "Metal device on this machine (it runs on MLX's CPU device). Write the "
+                "kernel as MLX operations and run it with backend.run(fn, ...)"
+            )
+        if not isinstance(source, str) or not source.strip():
+            raise ValueError("the Metal kernel source must be a non-empty string")
+        settings = parse_kernel_options(options)
+        compiled = self._mx.fast.metal_kernel(name=name, source=source, **settings)
+        return MetalKernel(self, name, compiled, settings)
