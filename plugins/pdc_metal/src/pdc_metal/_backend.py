@@ -66,6 +66,16 @@ def _host_memory() -> int | None:
         return None
 
 
+def _priority() -> int:
+    return _mlx.METAL_PRIORITY if _mlx.probe().metal else _mlx.CPU_DEVICE_PRIORITY
+
+
+def _capabilities() -> frozenset[Capability]:
+    if _mlx.probe().metal:
+        return _BASE_CAPABILITIES | {Capability.KERNELS}
+    return _BASE_CAPABILITIES
+
+
 class _MetalBackendType(abc.ABCMeta):
     """Makes ``priority`` and ``capabilities`` depend on what MLX found, at class level.
 
@@ -76,13 +86,11 @@ class _MetalBackendType(abc.ABCMeta):
 
     @property
     def priority(cls) -> int:
-        return _mlx.METAL_PRIORITY if _mlx.probe().metal else _mlx.CPU_DEVICE_PRIORITY
+        return _priority()
 
     @property
     def capabilities(cls) -> frozenset[Capability]:
-        if _mlx.probe().metal:
-            return _BASE_CAPABILITIES | {Capability.KERNELS}
-        return _BASE_CAPABILITIES
+        return _capabilities()
 
 
 class MetalBackend(Backend, metaclass=_MetalBackendType):
@@ -108,13 +116,13 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
 
     # Instances see the same dynamic values as the class (the metaclass properties
     # are only consulted for attribute access on the class itself).
-    @property  # type: ignore[misc]
+    @property
     def priority(self) -> int:  # type: ignore[override]
-        return type(self).priority
+        return _priority()
 
-    @property  # type: ignore[misc]
+    @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
-        return type(self).capabilities
+        return _capabilities()
 
     def __init__(self, device: int = 0) -> None:
         super().__init__(device)

@@ -102,7 +102,9 @@ class MetalKernel:
                 f"({', '.join(self.output_names)}): give that many output_shapes and output_dtypes"
             )
         dtypes = [
-            dtype if not isinstance(dtype, np.dtype | type | str) else _mlx.to_mlx_dtype(dtype)
+            _mlx.to_mlx_dtype(np.dtype(dtype))
+            if isinstance(dtype, np.dtype | type | str)
+            else dtype
             for dtype in output_dtypes
         ]
         extra: dict[str, Any] = {}

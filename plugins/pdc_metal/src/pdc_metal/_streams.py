@@ -70,7 +70,7 @@ class MetalStream(Stream):
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._finalizer: weakref.finalize[..., None] | None = None
+        self._finalizer: weakref.finalize[..., MetalStream] | None = None
 
     @property
     def backend(self) -> MetalBackend:
