@@ -1,0 +1,146 @@
+"""Whether the CUDA backend can run here, and if not, the precise reason.
+
+Probing is split in two so every branch can be tested on a machine without a GPU:
+:func:`probe` gathers facts (is CuPy importable, can the driver library be loaded,
+what do the driver and runtime report) and never raises; :func:`diagnose` turns those
+facts into an :class:`~pdc_core.Availability` with a message a user can act on.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from dataclasses import dataclass
+
+from pdc_core import Availability
+
+__all__ = ["CudaProbe", "diagnose", "format_cuda_version", "probe"]
+
+#: ``cudaErrorInsufficientDriver``: the driver is older than the runtime CuPy was built for.
+CUDA_ERROR_INSUFFICIENT_DRIVER = 35
+#: ``cudaErrorNoDevice``: a driver is installed but it sees no CUDA device.
+CUDA_ERROR_NO_DEVICE = 100
+
+INSTALL_HINT = "pip install pdc-cuda"
+
+#: The driver library, by platform (the runtime CuPy links against loads it itself).
+DRIVER_LIBRARIES = {"win32": ("nvcuda.dll",)}
+DEFAULT_DRIVER_LIBRARIES = ("libcuda.so.1", "libcuda.so")
+
+
+@dataclass(frozen=True)
+class CudaProbe:
+    """Facts about this machine's CUDA stack, as gathered by :func:`probe`."""
+
+    #: ``None`` when ``import cupy`` worked, else the error (``ModuleNotFoundError`` ...).
+    cupy_error: BaseException | None = None
+    cupy_version: str | None = None
+    #: Whether the CUDA driver library (``libcuda.so``) could be loaded.
+    driver_found: bool = False
+    #: ``cudaDriverGetVersion`` (e.g. 12040), 0 when no driver is installed.
+    driver_version: int | None = None
+    #: The CUDA runtime version CuPy was built for (e.g. 12090).
+    runtime_version: int | None = None
+    #: ``cudaGetDeviceCount`` when it succeeded.
+    device_count: int | None = None
+    #: The ``cudaError_t`` status and message when ``cudaGetDeviceCount`` failed.
+    error_status: int | None = None
+    error_text: str | None = None
+
+
+def format_cuda_version(version: int | None) -> str:
+    """``12040`` -> ``"12.4"`` (CUDA encodes versions as ``1000*major + 10*minor``)."""
+    if not version:
+        return "unknown"
+    return f"{version // 1000}.{(version % 1000) // 10}"
+
+
+def _driver_loadable() -> bool:
+    names = DRIVER_LIBRARIES.get(sys.platform, DEFAULT_DRIVER_LIBRARIES)
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def probe() -> CudaProbe:
+    """Gather the facts :func:`diagnose` needs. Never raises."""
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or CuPy failing while it loads its libraries
+        return CudaProbe(cupy_error=exc)
+    version = str(getattr(cupy, "__version__", "unknown"))
+    if not _driver_loadable():
+        return CudaProbe(cupy_version=version, driver_found=False)
+    runtime = cupy.cuda.runtime
+    driver_version: int | None
+    runtime_version: int | None
+    try:
+        driver_version = int(runtime.driverGetVersion())
+    except Exception:
+        driver_version = None
+    try:
+        runtime_version = int(runtime.runtimeGetVersion())
+    except Exception:
+        runtime_version = None
+    try:
+        count = int(runtime.getDeviceCount())
+    except Exception as exc:
+        return CudaProbe(
+            cupy_version=version,
+            driver_found=True,
+            driver_version=driver_version,
+            runtime_version=runtime_version,
+            error_status=getattr(exc, "status", None),
+            error_text=str(exc),
+        )
+    return CudaProbe(
+        cupy_version=version,
+        driver_found=True,
+        driver_version=driver_version,
+        runtime_version=runtime_version,
+        device_count=count,
+    )
+
+
+def _visible_devices_note() -> str:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return ""
+    return f" (CUDA_VISIBLE_DEVICES={visible!r} hides devices)"
+
+
+def diagnose(facts: CudaProbe) -> Availability:
+    """Turn probed facts into an availability verdict with an actionable reason."""
+    if facts.cupy_error is not None:
+        if isinstance(facts.cupy_error, ModuleNotFoundError) and (
+            facts.cupy_error.name in (None, "cupy") or "cupy" in str(facts.cupy_error)
+        ):
+            return Availability.no(f"CuPy is not installed: {INSTALL_HINT}")
+        error = f"{type(facts.cupy_error).__name__}: {facts.cupy_error}"
+        return Availability.no(
+            f"CuPy is installed but failed to import ({error}); reinstall it with "
+            f"{INSTALL_HINT} --force-reinstall"
+        )
+    if not facts.driver_found or facts.driver_version == 0:
+        return Availability.no("no CUDA driver (libcuda.so not found)")
+    if facts.error_status == CUDA_ERROR_NO_DEVICE or facts.device_count == 0:
+        return Availability.no(f"CUDA driver found but no device{_visible_devices_note()}")
+    if facts.error_status == CUDA_ERROR_INSUFFICIENT_DRIVER:
+        return Availability.no(
+            f"the CUDA driver supports CUDA {format_cuda_version(facts.driver_version)} but "
+            f"CuPy {facts.cupy_version} needs CUDA {format_cuda_version(facts.runtime_version)}: "
+            "update the NVIDIA driver"
+        )
+    if facts.device_count is None:
+        return Availability.no(
+            f"CUDA driver found but it failed to enumerate devices: {facts.error_text}"
+        )
+    return Availability.yes(
+        f"{facts.device_count} CUDA device(s), driver CUDA "
+        f"{format_cuda_version(facts.driver_version)}, CuPy {facts.cupy_version}"
+    )

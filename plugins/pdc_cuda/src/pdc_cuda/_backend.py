@@ -1,0 +1,450 @@
+"""The CUDA backend: CuPy on an NVIDIA GPU.
+
+CuPy is imported lazily, inside methods only, so this module imports (and the backend
+registers and reports why it is unavailable) on a machine without CuPy or a driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from pdc_core import (
+    Availability,
+    Backend,
+    BackendError,
+    Capability,
+    CapabilityError,
+    DeviceInfo,
+    MemoryKind,
+    MemoryStatistics,
+    Stream,
+    normalize_shape_dtype,
+)
+
+from ._availability import diagnose, probe
+from ._kernels import CudaKernel, compile_options, compile_raw_module
+from ._launch import Dims, LaunchConfig
+from ._memory import DevicePool, device_pointer, is_pinned, mapped_empty, pinned_empty
+from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
+from ._streams import CudaEvent, CudaStream
+
+__all__ = ["CudaBackend"]
+
+
+def _read_properties(index: int) -> CudaDeviceProperties:
+    import cupy
+
+    runtime = cupy.cuda.runtime
+
+    def attribute(key: str) -> int | None:
+        constant = getattr(runtime, ATTRIBUTE_FALLBACKS[key], None)
+        if constant is None:
+            return None
+        try:
+            return int(runtime.deviceGetAttribute(constant, index))
+        except runtime.CUDARuntimeError:
+            return None
+
+    return CudaDeviceProperties.from_dict(index, runtime.getDeviceProperties(index), attribute)
+
+
+class CudaBackend(Backend):
+    """NVIDIA GPUs through CuPy; ``cuda:N`` selects device N.
+
+    Memory kinds: ``DEVICE`` and ``MANAGED`` give CuPy arrays (``DEVICE`` from CuPy's
+    pool on this device, ``MANAGED`` from ``cudaMallocManaged``); ``HOST`` gives pageable
+    NumPy memory, ``PINNED`` page-locked NumPy memory (CuPy's pinned pool) and
+    ``MAPPED`` pinned memory the device addresses directly (dedicated
+    ``cudaHostAlloc(mapped | portable)``, for rings). Copies with a stream are truly
+    asynchronous: pageable host memory is staged through pinned memory first.
+
+    Nothing this backend does waits for the whole device while one of its persistent
+    kernels is resident: :meth:`synchronize` then synchronizes streams instead, and
+    :meth:`free_cached_memory` (which would call ``cudaFree``) refuses.
+    """
+
+    name: ClassVar[str] = "cuda"
+    distribution: ClassVar[str] = "pdc-cuda"
+    priority: ClassVar[int] = 100
+    capabilities: ClassVar[frozenset[Capability]] = frozenset(
+        {
+            Capability.DEVICE_MEMORY,
+            Capability.PINNED_MEMORY,
+            Capability.MAPPED_MEMORY,
+            Capability.MANAGED_MEMORY,
+            Capability.ASYNC_COPIES,
+            Capability.KERNELS,
+            Capability.PERSISTENT_KERNELS,
+            Capability.CUDA_ARRAY_INTERFACE,
+        }
+    )
+
+    _devices_cache: ClassVar[list[DeviceInfo] | None] = None
+    _properties_cache: ClassVar[dict[int, CudaDeviceProperties]] = {}
+    _class_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, device: int = 0) -> None:
+        super().__init__(device)
+        import cupy
+
+        count = int(cupy.cuda.runtime.getDeviceCount())
+        if not 0 <= device < count:
+            raise BackendError(f"cuda:{device} does not exist: this machine has {count} device(s)")
+        self._lock = threading.Lock()
+        with self.device_context():
+            self._pool = DevicePool(device, cupy.get_default_memory_pool())
+        self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
+        self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
+        #: Persistent kernels resident on this device right now (see _persistent.py).
+        self._resident: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    # -- discovery ------------------------------------------------------------------
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return diagnose(probe())
+
+    @classmethod
+    def device_properties(cls, index: int) -> CudaDeviceProperties:
+        """The parsed properties of device ``index`` (cached for the process)."""
+        with cls._class_lock:
+            cached = cls._properties_cache.get(index)
+            if cached is None:
+                cached = _read_properties(index)
+                cls._properties_cache[index] = cached
+            return cached
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        if cls._devices_cache is None:
+            import cupy
+
+            count = int(cupy.cuda.runtime.getDeviceCount())
+            cls._devices_cache = [
+                cls.device_properties(index).to_device_info(cls.name) for index in range(count)
+            ]
+        return list(cls._devices_cache)
+
+    @property
+    def properties(self) -> CudaDeviceProperties:
+        """This device's parsed properties."""
+        return self.device_properties(self.device)
+
+    # -- contexts -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def device_context(self) -> Iterator[None]:
+        """Make this backend's device current for CuPy inside the block."""
+        import cupy
+
+        with cupy.cuda.Device(self.device):
+            yield
+
+    @contextlib.contextmanager
+    def stream_context(self, stream: Stream | None) -> Iterator[Any]:
+        """Make ``stream`` CuPy's current stream inside the block (no-op for ``None``)."""
+        if stream is None:
+            yield None
+            return
+        cuda_stream = self._check_stream(stream)
+        with cuda_stream.cupy as raw:
+            yield raw
+
+    def _check_stream(self, stream: Stream) -> CudaStream:
+        if not isinstance(stream, CudaStream):
+            raise TypeError(f"the cuda backend needs a CUDA stream, not {stream!r}")
+        if stream.backend is not self:
+            raise ValueError(
+                f"{stream!r} belongs to {stream.backend.qualified_name}, not {self.qualified_name}"
+            )
+        return stream
+
+    # -- memory ---------------------------------------------------------------------
+
+    def allocate(
+        self, shape: tuple[int, ...], dtype: np.dtype[Any], kind: MemoryKind = MemoryKind.DEVICE
+    ) -> Any:
+        shape, dtype = normalize_shape_dtype(shape, dtype)
+        kind = MemoryKind(kind)
+        if kind is MemoryKind.HOST:
+            return np.empty(shape, dtype)
+        if kind is MemoryKind.PINNED:
+            with self.device_context():
+                return pinned_empty(shape, dtype)
+        if kind is MemoryKind.MAPPED:
+            self.require_mapped_memory("allocate mapped host memory")
+            with self.device_context():
+                return mapped_empty(shape, dtype)
+        import cupy
+
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        with self.device_context():
+            if kind is MemoryKind.MANAGED:
+                if self.properties.managed_memory is False:
+                    raise CapabilityError(
+                        f"{self.qualified_name} ({self.properties.name}) has no managed memory"
+                    )
+                pointer = cupy.cuda.malloc_managed(max(nbytes, 1))
+            else:
+                pointer = self._pool.malloc(nbytes)
+            return cupy.ndarray(shape, dtype, memptr=pointer)
+
+    def require_mapped_memory(self, action: str) -> None:
+        """Raise :class:`CapabilityError` unless this device can map host memory."""
+        props = self.properties
+        if not props.can_map_host_memory:
+            raise CapabilityError(
+                f"cannot {action} on {self.qualified_name} ({props.name}): the device reports "
+                f"canMapHostMemory={props.can_map_host_memory}"
+            )
+
+    def device_pointer(self, host: npt.NDArray[Any]) -> int:
+        """The device address of a ``MAPPED`` host array (what a kernel dereferences)."""
+        with self.device_context():
+            return device_pointer(host)
+
+    def mapped_device_array(self, host: npt.NDArray[Any]) -> Any:
+        """A CuPy array over the same memory as a ``MAPPED`` host array (no copy)."""
+        import cupy
+
+        if not host.flags.c_contiguous:
+            raise ValueError("a mapped array must be C-contiguous to be viewed from the device")
+        with self.device_context():
+            address = device_pointer(host)
+            memory = cupy.cuda.UnownedMemory(address, max(host.nbytes, 1), host, self.device)
+            return cupy.ndarray(host.shape, host.dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
+
+    def _cupy_array(self, device: Any) -> Any:
+        import cupy
+
+        if isinstance(device, cupy.ndarray):
+            return device
+        if hasattr(device, "__cuda_array_interface__") or hasattr(device, "__dlpack__"):
+            with self.device_context():
+                return cupy.asarray(device)
+        raise TypeError(
+            f"expected a CuPy array (or an object with __cuda_array_interface__), "
+            f"not {type(device).__name__}"
+        )
+
+    @staticmethod
+    def _check_out(src_shape: tuple[int, ...], src_dtype: np.dtype[Any], out: Any) -> None:
+        if tuple(out.shape) != tuple(src_shape) or np.dtype(out.dtype) != src_dtype:
+            raise ValueError(
+                f"cannot copy an array of shape {tuple(src_shape)} and dtype {src_dtype} into "
+                f"one of shape {tuple(out.shape)} and dtype {out.dtype}"
+            )
+
+    def to_device(
+        self, host: npt.NDArray[Any], out: Any = None, stream: Stream | None = None
+    ) -> Any:
+        import cupy
+
+        source = np.asarray(host)
+        normalize_shape_dtype(source.shape, source.dtype)
+        with self.device_context():
+            if out is None:
+                out = self.allocate(source.shape, source.dtype, MemoryKind.DEVICE)
+            else:
+                out = self._cupy_array(out)
+                self._check_out(source.shape, source.dtype, out)
+                if not out.flags.c_contiguous:
+                    raise ValueError("the destination device array must be C-contiguous")
+            if source.size == 0:
+                return out
+            if stream is None:
+                current = cupy.cuda.get_current_stream()
+                out.set(np.ascontiguousarray(source), stream=current)
+                current.synchronize()
+                return out
+            cuda_stream = self._check_stream(stream)
+            if source.flags.c_contiguous and is_pinned(source):
+                staged = source
+            else:
+                staged = pinned_empty(source.shape, source.dtype)
+                np.copyto(staged, source)
+            out.set(staged, stream=cuda_stream.cupy)
+            # Keep the host memory alive until the copy has read it.
+            cuda_stream.keep_alive_until_done(staged)
+            return out
+
+    def to_host(
+        self, device: Any, out: npt.NDArray[Any] | None = None, stream: Stream | None = None
+    ) -> npt.NDArray[Any]:
+        if isinstance(device, np.ndarray):
+            source_host = device
+            if out is None:
+                return source_host.copy()
+            self._check_out(source_host.shape, source_host.dtype, out)
+            np.copyto(out, source_host)
+            return out
+        array = self._cupy_array(device)
+        with self.device_context():
+            if out is not None:
+                if not isinstance(out, np.ndarray):
+                    raise TypeError(f"out must be a NumPy array, not {type(out).__name__}")
+                self._check_out(array.shape, array.dtype, out)
+                if not (out.flags.c_contiguous and out.flags.writeable):
+                    raise ValueError("out must be a writeable C-contiguous NumPy array")
+            if array.size == 0:
+                return out if out is not None else np.empty(array.shape, array.dtype)
+            if stream is None:
+                return array.get(out=out)  # type: ignore[no-any-return]
+            cuda_stream = self._check_stream(stream)
+            if out is None:
+                out = pinned_empty(array.shape, array.dtype)
+            if is_pinned(out):
+                array.get(stream=cuda_stream.cupy, out=out, blocking=False)
+                cuda_stream.keep_alive_until_done(array)
+                return out
+            # Pageable destination: copy into pinned staging, then into ``out`` from a
+            # host callback that runs once the stream has reached it.
+            staged = pinned_empty(array.shape, array.dtype)
+            array.get(stream=cuda_stream.cupy, out=staged, blocking=False)
+            target = out
+            cuda_stream.cupy.launch_host_func(lambda _arg: np.copyto(target, staged), None)
+            cuda_stream.keep_alive_until_done((array, staged))
+            return out
+
+    def memory_statistics(self) -> MemoryStatistics:
+        with self.device_context():
+            return self._pool.statistics()
+
+    def free_cached_memory(self) -> None:
+        """Return cached blocks (device and pinned) to CUDA.
+
+        Refused while a persistent kernel is resident: ``cudaFree`` waits for the whole
+        device, and a resident kernel never finishes.
+        """
+        self._refuse_while_resident("free cached memory (cudaFree waits for the whole device)")
+        import cupy
+
+        with self.device_context():
+            self._pool.free_cached()
+            cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+    def use_async_memory_pool(self) -> None:
+        """Switch CuPy's allocator (process-wide) to ``cupy.cuda.MemoryAsyncPool``.
+
+        The stream-ordered pool never calls ``cudaFree`` on the allocation path, so
+        array work can run beside a resident kernel without the default pool's
+        ``free_all_blocks`` on out-of-memory hanging on it. Statistics then come from
+        the async pool.
+        """
+        import cupy
+
+        with self.device_context():
+            pool = cupy.cuda.MemoryAsyncPool()
+            cupy.cuda.set_allocator(pool.malloc)
+            self._pool = DevicePool(self.device, pool)
+
+    # -- streams and events -----------------------------------------------------------
+
+    def create_stream(self) -> CudaStream:
+        import cupy
+
+        with self.device_context():
+            stream = CudaStream(self, cupy.cuda.Stream(non_blocking=True))
+        self._streams.add(stream)
+        return stream
+
+    def _forget_stream(self, stream: CudaStream) -> None:
+        self._streams.discard(stream)
+
+    def create_event(self) -> CudaEvent:
+        import cupy
+
+        with self.device_context():
+            return CudaEvent(cupy.cuda.Event(block=False, disable_timing=True))
+
+    def synchronize(self) -> None:
+        """Wait for all work on this device.
+
+        While a persistent kernel of this backend is resident (it never finishes by
+        design) this synchronizes every stream the backend created and CuPy's current
+        stream instead of the device, so it cannot hang on the kernel.
+        """
+        import cupy
+
+        with self.device_context():
+            if not self._resident:
+                cupy.cuda.runtime.deviceSynchronize()
+                return
+            resident_streams = {id(kernel.stream) for kernel in list(self._resident)}
+            for stream in list(self._streams):
+                if id(stream) not in resident_streams:
+                    stream.synchronize()
+            cupy.cuda.get_current_stream().synchronize()
+
+    def _refuse_while_resident(self, action: str) -> None:
+        if self._resident:
+            raise BackendError(
+                f"cannot {action} on {self.qualified_name} while {len(self._resident)} "
+                "persistent kernel(s) are resident; stop them first"
+            )
+
+    # -- kernels ------------------------------------------------------------------------
+
+    def compile_kernel(self, source: str, name: str, options: tuple[str, ...] = ()) -> CudaKernel:
+        """Compile CUDA C ``source`` with NVRTC and return its kernel ``name``.
+
+        ``-std=c++17`` is added unless another ``-std`` is given; CuPy's bundled CCCL
+        is on the include path (``#include <cuda/atomic>`` works). Compiled kernels
+        are cached per source and options. Raises
+        :class:`~pdc_cuda.CudaCompileError` carrying NVRTC's log.
+        """
+        if not isinstance(source, str) or not source.strip():
+            raise ValueError("kernel source must be a non-empty string of CUDA C")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"kernel name must be a C identifier, not {name!r}")
+        full_options = compile_options(options)
+        key = (source, name, full_options)
+        with self._lock:
+            cached = self._kernels.get(key)
+        if cached is not None:
+            return cached
+        with self.device_context():
+            raw = compile_raw_module(source, full_options, name)
+        kernel = CudaKernel(self, raw, name, source, full_options)
+        with self._lock:
+            self._kernels.setdefault(key, kernel)
+        return kernel
+
+    def launch_config(self, size: Dims, block: Dims | None = None) -> LaunchConfig:
+        """The grid and block covering ``size`` elements on this device (no kernel needed)."""
+        from ._launch import launch_config
+
+        props = self.properties
+        return launch_config(
+            size,
+            block,
+            max_threads_per_block=props.max_threads_per_block,
+            max_grid=(props.max_grid_dim_x, 65535, 65535),
+        )
+
+    def launch_kernel(
+        self,
+        kernel: CudaKernel,
+        grid: Dims,
+        block: Dims,
+        args: tuple[Any, ...],
+        *,
+        stream: Stream | None = None,
+        shared_mem: int = 0,
+    ) -> None:
+        """Queue ``kernel`` with an explicit grid and block (see :meth:`CudaKernel.launch`)."""
+        if not isinstance(kernel, CudaKernel) or kernel.backend is not self:
+            raise TypeError(f"{kernel!r} was not compiled by {self!r}")
+        kernel.launch(grid, block, args, stream=stream, shared_mem=shared_mem)
+
+    def launch_persistent_kernel(self, kernel: Any, rings: Any) -> Any:
+        from ._persistent import launch_persistent_kernel
+
+        return launch_persistent_kernel(self, kernel, rings)

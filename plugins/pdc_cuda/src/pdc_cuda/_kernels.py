@@ -1,0 +1,177 @@
+"""Kernels from CUDA C source: compiled with ``cupy.RawModule``, launched on a stream.
+
+:class:`CudaKernel` is what :meth:`CudaBackend.compile_kernel` returns and what a
+generic ``@kernel`` decorator needs: :meth:`CudaKernel.launch` takes an explicit grid
+and block, and calling the kernel with a problem size computes them
+(:func:`~pdc_cuda._launch.launch_config`, capped by the compiled kernel's own
+``max_threads_per_block``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdc_core import Stream, UnifiedBuffer
+
+from ._exceptions import CudaCompileError
+from ._launch import Dims, LaunchConfig, launch_config
+
+if TYPE_CHECKING:
+    from ._backend import CudaBackend
+
+__all__ = ["DEFAULT_OPTIONS", "CudaKernel", "compile_options", "kernel_argument"]
+
+#: Options always passed to NVRTC unless the caller sets the same flag.
+DEFAULT_OPTIONS = ("-std=c++17",)
+
+
+def compile_options(options: Sequence[str]) -> tuple[str, ...]:
+    """``options`` plus :data:`DEFAULT_OPTIONS` for flags the caller did not set."""
+    if isinstance(options, str):
+        raise TypeError(f"options must be a sequence of strings, not the string {options!r}")
+    chosen = tuple(options)
+    for option in chosen:
+        if not isinstance(option, str):
+            raise TypeError(f"compiler option {option!r} is not a string")
+    extra = []
+    for default in DEFAULT_OPTIONS:
+        flag = default.split("=", 1)[0].lstrip("-")
+        if not any(option.lstrip("-").startswith(flag) for option in chosen):
+            extra.append(default)
+    return (*extra, *chosen)
+
+
+def kernel_argument(value: Any) -> Any:
+    """Convert one launch argument to what ``cupy.RawKernel`` accepts.
+
+    ``UnifiedBuffer`` -> its device array (synchronized first); CuPy arrays, NumPy
+    scalars and anything with ``__cuda_array_interface__`` pass through; Python ``int``
+    and ``float`` pass through too (CuPy sends them as 64-bit ``long long``/``double``:
+    use ``numpy.int32(...)`` etc. to match an ``int``/``float`` parameter). A NumPy array
+    is refused: a kernel cannot read pageable host memory.
+    """
+    if isinstance(value, UnifiedBuffer):
+        return value.device
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            return value[()]
+        raise TypeError(
+            f"a NumPy array of shape {value.shape} cannot be passed to a CUDA kernel: it lives "
+            "in host memory. Pass a CuPy array or a UnifiedBuffer (its .device is used)"
+        )
+    return value
+
+
+class CudaKernel:
+    """A compiled CUDA kernel bound to one device.
+
+    Thread-safe to launch from several threads (CuPy serializes the launch itself).
+    """
+
+    def __init__(
+        self,
+        backend: CudaBackend,
+        raw: Any,
+        name: str,
+        source: str,
+        options: tuple[str, ...],
+    ) -> None:
+        self.backend = backend
+        #: The ``cupy.RawKernel``.
+        self.raw = raw
+        self.name = name
+        self.source = source
+        self.options = options
+
+    @property
+    def max_threads_per_block(self) -> int:
+        """The most threads per block this kernel can launch with (registers permitting)."""
+        with self.backend.device_context():
+            return int(self.raw.max_threads_per_block)
+
+    def config(self, size: Dims, block: Dims | None = None) -> LaunchConfig:
+        """The launch configuration covering ``size`` elements on this kernel's device."""
+        props = self.backend.properties
+        return launch_config(
+            size,
+            block,
+            max_threads_per_block=min(self.max_threads_per_block, props.max_threads_per_block),
+            max_grid=(props.max_grid_dim_x, 65535, 65535),
+        )
+
+    def launch(
+        self,
+        grid: Dims,
+        block: Dims,
+        args: Sequence[Any],
+        *,
+        stream: Stream | None = None,
+        shared_mem: int = 0,
+    ) -> None:
+        """Queue one launch on ``stream`` (CuPy's current stream when ``None``).
+
+        Returns at once; the kernel runs asynchronously. An empty grid launches nothing.
+        """
+        config = LaunchConfig(
+            grid=_as3(grid, "grid"),
+            block=_as3(block, "block"),
+        )
+        if config.empty:
+            return
+        converted = tuple(kernel_argument(arg) for arg in args)
+        with self.backend.device_context(), self.backend.stream_context(stream):
+            self.raw(config.grid, config.block, converted, shared_mem=shared_mem)
+
+    def __call__(
+        self,
+        size: Dims,
+        *args: Any,
+        block: Dims | None = None,
+        stream: Stream | None = None,
+        shared_mem: int = 0,
+    ) -> LaunchConfig:
+        """Launch over ``size`` elements with an automatic (or the given) block size.
+
+        Returns the configuration used.
+        """
+        config = self.config(size, block)
+        self.launch(config.grid, config.block, args, stream=stream, shared_mem=shared_mem)
+        return config
+
+    def __repr__(self) -> str:
+        return f"<CudaKernel {self.name!r} on {self.backend.qualified_name}>"
+
+
+def _as3(value: Dims, what: str) -> tuple[int, int, int]:
+    from ._launch import _dims, _pad3
+
+    dims = _dims(value, what)
+    for extent in dims:
+        if extent < 0:
+            raise ValueError(f"{what} {dims} has a negative dimension")
+    return _pad3(dims)
+
+
+def compile_raw_module(source: str, options: tuple[str, ...], name: str) -> Any:
+    """Compile ``source`` with ``cupy.RawModule`` and return the ``RawKernel`` ``name``.
+
+    Call with the target device current. Raises :class:`CudaCompileError` with NVRTC's
+    log on a compile error, and ``ValueError`` when the source has no such kernel.
+    """
+    import cupy
+
+    module = cupy.RawModule(code=source, options=options)
+    try:
+        module.compile()
+    except cupy.cuda.compiler.CompileException as exc:
+        raise CudaCompileError(name, exc.get_message(), source, options) from exc
+    try:
+        return module.get_function(name)
+    except cupy.cuda.driver.CUDADriverError as exc:
+        raise ValueError(
+            f"the source compiled but defines no kernel named {name!r} ({exc}); declare it "
+            f'as extern "C" __global__ void {name}(...) so its name is not mangled'
+        ) from None

@@ -1,0 +1,189 @@
+"""The resident ring kernel's CUDA C: the loop template and the user's device function.
+
+:func:`render_ring_kernel` fills ``ring_kernel.cu`` (shipped as package data) with the
+control-block constants of :mod:`pdc_core._ring` (so the layout has one source of
+truth), C structs generated from the request and reply dtypes, and the user's source,
+which must define::
+
+    __device__ int pdc_body(const pdc_request& request, pdc_reply& reply);
+
+(another name with ``body_name=``). It is called once per request by one thread of
+the block; returning non-zero stops the kernel with that error code (1 for a generic
+failure, 256 and up for codes of your own), which the host raises as
+:class:`~pdc_core.PersistentKernelError` and callers see as ``ActorCrashed``.
+
+:func:`compile_ring_kernel_ptx` compiles the result with NVRTC alone: no GPU needed,
+so CI proves a body compiles inside the template.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pdc_core._ring import (
+    ERROR_MESSAGE_SIZE,
+    RING_MAGIC,
+    RING_VERSION,
+    ErrorCode,
+    Offset,
+    StopMode,
+)
+
+from ._codegen import PRELUDE, c_struct
+from ._nvrtc import DEFAULT_ARCH, compile_to_ptx
+
+__all__ = [
+    "KERNEL_NAME",
+    "CudaRingBody",
+    "compile_ring_kernel_ptx",
+    "render_ring_kernel",
+    "ring_template",
+]
+
+#: The ``extern "C"`` name of the resident kernel in the rendered source.
+KERNEL_NAME = "pdc_ring_kernel"
+
+_TEMPLATE_LINE_MARKER = '#line @@TEMPLATE_LINE@@ "pdc_ring_kernel.cu"'
+
+
+@dataclass(frozen=True)
+class CudaRingBody:
+    """The CUDA side of a persistent kernel: the user's source and how to run it.
+
+    ``source`` defines ``__device__ int <body_name>(const pdc_request&, pdc_reply&)``
+    (plus any helpers or ``__device__`` globals it needs). ``threads`` is the block
+    size (requests of a batch are spread over the threads); ``max_batch`` caps the
+    requests handled between two publications of replies; the kernel sleeps between
+    polls while idle, from ``backoff_min_ns`` doubling up to ``backoff_max_ns``.
+    """
+
+    source: str
+    body_name: str = "pdc_body"
+    threads: int = 128
+    max_batch: int = 4096
+    backoff_min_ns: int = 64
+    backoff_max_ns: int = 256
+    filename: str = "pdc_body.cu"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.source, str) or not self.source.strip():
+            raise ValueError("a CUDA ring body needs CUDA C source defining its device function")
+        if not self.body_name.isidentifier():
+            raise ValueError(f"body_name must be a C identifier, not {self.body_name!r}")
+        if self.body_name not in self.source:
+            raise ValueError(
+                f"the CUDA source does not mention its body function {self.body_name!r}; define "
+                f"__device__ int {self.body_name}(const pdc_request& request, pdc_reply& reply)"
+            )
+        if not (isinstance(self.threads, int) and 1 <= self.threads <= 1024):
+            raise ValueError(f"threads must be an int in 1..1024, not {self.threads!r}")
+        if not (isinstance(self.max_batch, int) and self.max_batch >= 1):
+            raise ValueError(f"max_batch must be a positive int, not {self.max_batch!r}")
+        for name in ("backoff_min_ns", "backoff_max_ns"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and 0 <= value <= 1_000_000):
+                raise ValueError(f"{name} must be an int in 0..1000000 ns, not {value!r}")
+        if self.backoff_min_ns > self.backoff_max_ns:
+            raise ValueError(
+                f"backoff_min_ns ({self.backoff_min_ns}) is larger than backoff_max_ns "
+                f"({self.backoff_max_ns})"
+            )
+        if any(char in self.filename for char in '"\n\\'):
+            raise ValueError(f"filename {self.filename!r} cannot appear in a #line directive")
+
+
+def ring_template() -> str:
+    """The loop template, as shipped in the package (``pdc_cuda/ring_kernel.cu``)."""
+    return (
+        importlib.resources.files("pdc_cuda").joinpath("ring_kernel.cu").read_text(encoding="utf-8")
+    )
+
+
+def _constants() -> str:
+    lines = [f"#define PDC_OFF_{offset.name} {int(offset)}ull" for offset in Offset]
+    lines += [
+        f"#define PDC_RING_MAGIC {RING_MAGIC}u",
+        f"#define PDC_RING_VERSION {RING_VERSION}u",
+        f"#define PDC_ERROR_MESSAGE_SIZE {ERROR_MESSAGE_SIZE}u",
+    ]
+    lines += [f"#define PDC_STOP_{mode.name} {int(mode)}u" for mode in StopMode]
+    lines += [f"#define PDC_ERROR_{code.name} {int(code)}u" for code in ErrorCode]
+    return "\n".join(lines)
+
+
+def render_ring_kernel(
+    body: CudaRingBody | str,
+    request_dtype: npt.DTypeLike,
+    reply_dtype: npt.DTypeLike,
+) -> str:
+    """The complete CUDA C source of the resident kernel for ``body`` and two record dtypes.
+
+    Raises ``TypeError`` when a dtype has no exact C layout (see
+    :func:`pdc_cuda._codegen.c_struct`) and ``ValueError`` for a malformed body.
+    """
+    if isinstance(body, str):
+        body = CudaRingBody(body)
+    request = c_struct(np.dtype(request_dtype), "pdc_request")
+    reply = c_struct(np.dtype(reply_dtype), "pdc_reply")
+    replacements = {
+        "@@OFFSETS@@": _constants(),
+        "@@PRELUDE@@": PRELUDE,
+        "@@REQUEST_STRUCT@@": request.source,
+        "@@REPLY_STRUCT@@": reply.source,
+        "@@REQUEST_LAYOUT_CHECK@@": request.layout_check("pdc_request_layout_mismatch"),
+        "@@REPLY_LAYOUT_CHECK@@": reply.layout_check("pdc_reply_layout_mismatch"),
+        "@@BACKOFF_MIN_NS@@": f"{body.backoff_min_ns}u",
+        "@@BACKOFF_MAX_NS@@": f"{body.backoff_max_ns}u",
+        "@@MAX_BATCH@@": str(body.max_batch),
+        "@@BODY@@": body.body_name,
+        "@@BODY_FILENAME@@": body.filename,
+    }
+    text = ring_template()
+    for marker, value in replacements.items():
+        text = text.replace(marker, value)
+    head, marker, tail = text.partition("@@USER_SOURCE@@")
+    if not marker:
+        raise RuntimeError("the ring kernel template has no @@USER_SOURCE@@ marker")
+    user = body.source if body.source.endswith("\n") else body.source + "\n"
+    text = head + user + tail
+    lines = text.split("\n")
+    for number, line in enumerate(lines, start=1):
+        if line == _TEMPLATE_LINE_MARKER:
+            lines[number - 1] = f'#line {number + 1} "pdc_ring_kernel.cu"'
+            break
+    else:
+        raise RuntimeError("the ring kernel template has no #line marker after the user source")
+    return "\n".join(lines)
+
+
+def compile_ring_kernel_ptx(
+    body: CudaRingBody | str,
+    request_dtype: npt.DTypeLike,
+    reply_dtype: npt.DTypeLike,
+    *,
+    arch: str = DEFAULT_ARCH,
+    options: tuple[str, ...] = ("-std=c++17",),
+) -> str:
+    """Render and compile the resident kernel to PTX with NVRTC; no GPU or driver needed.
+
+    Raises :class:`~pdc_cuda.CudaCompileError` (with NVRTC's log, line numbers of the
+    body's own file) and :class:`~pdc_cuda.NvrtcUnavailable`.
+    """
+    source = render_ring_kernel(body, request_dtype, reply_dtype)
+    return compile_to_ptx(
+        source,
+        options=options,
+        arch=arch,
+        filename="pdc_ring_kernel.cu",
+        what="the resident ring kernel",
+    )
+
+
+def describe_dtype(dtype: np.dtype[Any]) -> str:
+    """The C struct a dtype becomes (what a body author writes against)."""
+    return c_struct(dtype, "record").source

@@ -1,0 +1,125 @@
+"""Streams and events of the CUDA backend, wrapping ``cupy.cuda.Stream``/``Event``.
+
+Every stream pdc creates is **non-blocking** (``cudaStreamNonBlocking``): it never
+waits for the legacy default stream, where CuPy's own array operations go unless told
+otherwise, and the legacy default stream never waits for it. That is what lets a
+resident kernel occupy one stream without stalling the rest of the program.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from pdc_core import Event, Stream
+
+if TYPE_CHECKING:
+    from ._backend import CudaBackend
+
+__all__ = ["CudaEvent", "CudaStream"]
+
+
+class CudaStream(Stream):
+    """A non-blocking CUDA stream on one device.
+
+    Guarantees: work queued on it runs in order; :attr:`done` and :meth:`wait` never
+    block the calling thread (``wait`` polls in the event loop); host memory handed to
+    an asynchronous copy on it (such as a pinned staging buffer) is kept alive until
+    the copy has run. :attr:`cupy` is the underlying ``cupy.cuda.Stream``, for use as
+    ``with stream.cupy:`` around CuPy calls.
+    """
+
+    def __init__(self, backend: CudaBackend, cupy_stream: Any) -> None:
+        self._backend = backend
+        self._stream = cupy_stream
+        self._lock = threading.Lock()
+        # (event, object) pairs: each object is released once its event is done.
+        self._keep: list[tuple[Any, Any]] = []
+        self._closed = False
+
+    @property
+    def backend(self) -> CudaBackend:
+        return self._backend
+
+    @property
+    def cupy(self) -> Any:
+        """The wrapped ``cupy.cuda.Stream``."""
+        if self._closed:
+            raise RuntimeError("this stream is closed")
+        return self._stream
+
+    @property
+    def ptr(self) -> int:
+        """The raw ``cudaStream_t`` handle."""
+        return int(self._stream.ptr)
+
+    def keep_alive_until_done(self, obj: Any) -> None:
+        """Hold a reference to ``obj`` until work queued so far on this stream is done."""
+        import cupy
+
+        with self._backend.device_context():
+            event = cupy.cuda.Event(block=False, disable_timing=True)
+            event.record(self._stream)
+        with self._lock:
+            self._release_finished()
+            self._keep.append((event, obj))
+
+    def _release_finished(self) -> None:
+        while self._keep and self._keep[0][0].done:
+            del self._keep[0]
+
+    @property
+    def done(self) -> bool:
+        done = bool(self._stream.done)
+        if done:
+            with self._lock:
+                self._keep.clear()
+        return done
+
+    def synchronize(self) -> None:
+        self._stream.synchronize()
+        with self._lock:
+            self._keep.clear()
+
+    def wait_event(self, event: Event) -> None:
+        if not isinstance(event, CudaEvent):
+            raise TypeError(f"a CUDA stream can only wait for a CUDA event, not {event!r}")
+        self._stream.wait_event(event.cupy)
+
+    def close(self) -> None:
+        """Wait for queued work, then drop the stream (CuPy destroys the handle)."""
+        if self._closed:
+            return
+        self.synchronize()
+        self._closed = True
+        self._backend._forget_stream(self)
+
+    def __repr__(self) -> str:
+        return f"<CudaStream {self._backend.qualified_name} ptr=0x{self.ptr:x}>"
+
+
+class CudaEvent(Event):
+    """A CUDA event (timing disabled, so recording and querying it are cheap).
+
+    An event never recorded counts as done, as in CUDA.
+    """
+
+    def __init__(self, cupy_event: Any) -> None:
+        self._event = cupy_event
+
+    @property
+    def cupy(self) -> Any:
+        """The wrapped ``cupy.cuda.Event``."""
+        return self._event
+
+    def record(self, stream: Stream) -> None:
+        if not isinstance(stream, CudaStream):
+            raise TypeError(f"a CUDA event can only be recorded on a CUDA stream, not {stream!r}")
+        self._event.record(stream.cupy)
+
+    @property
+    def done(self) -> bool:
+        return bool(self._event.done)
+
+    def synchronize(self) -> None:
+        self._event.synchronize()

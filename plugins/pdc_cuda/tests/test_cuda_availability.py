@@ -1,0 +1,214 @@
+"""The plugin registers everywhere and explains precisely why it cannot run."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from cuda_test_support import cuda_availability
+from pdc_cuda import CudaBackend, CudaProbe, diagnose
+from pdc_cuda._availability import format_cuda_version
+
+import pdc_core
+from pdc_core import BackendUnavailable
+
+
+def test_plugin_is_registered_and_loads():
+    plugins = {info.name: info for info in pdc_core.list_plugins()}
+    assert "cuda" in plugins
+    assert plugins["cuda"].error is None
+    assert plugins["cuda"].backends == ["cuda"]
+    assert plugins["cuda"].hooks == ["pdc_register_backends"]
+    info = {i.name: i for i in pdc_core.available_backends()}["cuda"]
+    assert info.distribution == "pdc-cuda"
+    assert info.priority > {i.name: i for i in pdc_core.available_backends()}["cpu"].priority
+
+
+def test_availability_never_raises_and_is_precise():
+    availability = CudaBackend.availability()
+    assert isinstance(availability, pdc_core.Availability)
+    assert availability.reason
+    if not availability.available:
+        assert availability.reason.startswith(
+            (
+                "CuPy is not installed",
+                "CuPy is installed but failed",
+                "no CUDA driver",
+                "CUDA driver found but",
+                "the CUDA driver supports",
+            )
+        ), availability.reason
+
+
+def test_asking_for_cuda_names_the_reason():
+    availability = cuda_availability()
+    if availability.available:
+        pytest.skip("a CUDA GPU is available here, so get_backend('cuda') succeeds")
+    for name in ("cuda", "cuda:1"):
+        with pytest.raises(BackendUnavailable) as caught:
+            pdc_core.get_backend(name)
+        message = str(caught.value)
+        assert availability.reason in message
+        assert "pdc-cuda" in message
+        assert "cpu (pdc-cpu) - available" in message
+    # An unavailable cuda never becomes the default.
+    assert pdc_core.get_backend().name != "cuda"
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_importing_the_plugin_does_not_import_cupy():
+    result = _run(
+        """
+        import sys
+        import pdc_cuda
+        import pdc_core
+        pdc_core.list_plugins()
+        assert "cupy" not in sys.modules, "pdc_cuda imported cupy eagerly"
+        print("ok")
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_without_cupy_the_backend_says_pip_install_pdc_cuda():
+    # ``sys.modules["cupy"] = None`` makes ``import cupy`` fail exactly as when CuPy is
+    # not installed, whether or not it is installed in this environment.
+    result = _run(
+        """
+        import sys
+        sys.modules["cupy"] = None
+        import pdc_core
+        from pdc_cuda import CudaBackend
+        print(CudaBackend.availability().reason)
+        try:
+            pdc_core.get_backend("cuda")
+        except pdc_core.BackendUnavailable as exc:
+            print(exc)
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "CuPy is not installed: pip install pdc-cuda"
+    assert "the cuda backend (from pdc-cuda) is not available here" in result.stdout
+    assert "CuPy is not installed: pip install pdc-cuda" in lines[1]
+
+
+class _Status(Exception):
+    def __init__(self, status: int) -> None:
+        super().__init__(f"cudaError {status}")
+        self.status = status
+
+
+@pytest.mark.parametrize(
+    ("facts", "expected"),
+    [
+        (
+            CudaProbe(cupy_error=ModuleNotFoundError("No module named 'cupy'", name="cupy")),
+            "CuPy is not installed: pip install pdc-cuda",
+        ),
+        (
+            CudaProbe(cupy_error=ImportError("libnvrtc.so.12: cannot open shared object file")),
+            "CuPy is installed but failed to import (ImportError: libnvrtc.so.12",
+        ),
+        (
+            CudaProbe(cupy_version="14.2.0", driver_found=False),
+            "no CUDA driver (libcuda.so not found)",
+        ),
+        (
+            CudaProbe(cupy_version="14.2.0", driver_found=True, driver_version=0),
+            "no CUDA driver (libcuda.so not found)",
+        ),
+        (
+            CudaProbe(
+                cupy_version="14.2.0",
+                driver_found=True,
+                driver_version=12040,
+                runtime_version=12090,
+                error_status=100,
+                error_text="cudaErrorNoDevice",
+            ),
+            "CUDA driver found but no device",
+        ),
+        (
+            CudaProbe(
+                cupy_version="14.2.0",
+                driver_found=True,
+                driver_version=12040,
+                runtime_version=12090,
+                device_count=0,
+            ),
+            "CUDA driver found but no device",
+        ),
+        (
+            CudaProbe(
+                cupy_version="14.2.0",
+                driver_found=True,
+                driver_version=11080,
+                runtime_version=12090,
+                error_status=35,
+                error_text="insufficient",
+            ),
+            "the CUDA driver supports CUDA 11.8 but CuPy 14.2.0 needs CUDA 12.9: update the "
+            "NVIDIA driver",
+        ),
+        (
+            CudaProbe(
+                cupy_version="14.2.0",
+                driver_found=True,
+                driver_version=12040,
+                runtime_version=12090,
+                error_status=999,
+                error_text="cudaErrorUnknown: x",
+            ),
+            "CUDA driver found but it failed to enumerate devices: cudaErrorUnknown: x",
+        ),
+    ],
+)
+def test_diagnose_every_branch(facts, expected, monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    availability = diagnose(facts)
+    assert not availability.available
+    assert availability.reason.startswith(expected), availability.reason
+
+
+def test_diagnose_mentions_hidden_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    facts = CudaProbe(
+        cupy_version="14.2.0", driver_found=True, driver_version=12040, device_count=0
+    )
+    assert diagnose(facts).reason == (
+        "CUDA driver found but no device (CUDA_VISIBLE_DEVICES='' hides devices)"
+    )
+
+
+def test_diagnose_available():
+    facts = CudaProbe(
+        cupy_version="14.2.0",
+        driver_found=True,
+        driver_version=12080,
+        runtime_version=12090,
+        device_count=2,
+    )
+    availability = diagnose(facts)
+    assert availability.available
+    assert availability.reason == "2 CUDA device(s), driver CUDA 12.8, CuPy 14.2.0"
+
+
+@pytest.mark.parametrize(
+    ("version", "text"),
+    [(12040, "12.4"), (13000, "13.0"), (11080, "11.8"), (0, "unknown"), (None, "unknown")],
+)
+def test_format_cuda_version(version, text):
+    assert format_cuda_version(version) == text
