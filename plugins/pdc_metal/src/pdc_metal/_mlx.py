@@ -138,14 +138,21 @@ _SUPPORTED = (
 )
 
 
+_to_mlx: dict[np.dtype[Any], Any] = {}
+
+
 def to_mlx_dtype(dtype: np.dtype[Any]) -> Any:
     """The MLX dtype that holds ``dtype`` exactly, or ``TypeError`` naming it.
 
     MLX would silently narrow some dtypes (``mx.array`` turns complex128 into
-    complex64); pdc refuses them instead of losing data.
+    complex64); pdc refuses them instead of losing data. Cached: this sits on the
+    path of every device view.
     """
-    mx = load()
     dtype = np.dtype(dtype)
+    cached = _to_mlx.get(dtype)
+    if cached is not None:
+        return cached
+    mx = load()
     if dtype.byteorder == ">" or (dtype.byteorder == "=" and not dtype.isnative):
         raise TypeError(
             f"dtype {dtype.str} is not in native byte order; MLX cannot hold it "
@@ -156,7 +163,9 @@ def to_mlx_dtype(dtype: np.dtype[Any]) -> Any:
             f"dtype {dtype} has no exact MLX equivalent, so the metal backend cannot hold it "
             f"without changing the data; MLX supports: {', '.join(_SUPPORTED)}"
         )
-    return getattr(mx, "bool_" if dtype.name == "bool" else dtype.name)
+    result = getattr(mx, "bool_" if dtype.name == "bool" else dtype.name)
+    _to_mlx[dtype] = result
+    return result
 
 
 def from_mlx_dtype(mlx_dtype: Any) -> np.dtype[Any]:
