@@ -13,9 +13,15 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from pdc_metal import MetalBackend, _mlx
 
 import pdc_core
+
+# Skip every metal test module, with the reason, where pdc-metal is not installed.
+pytest.importorskip(
+    "pdc_metal", reason="pdc-metal is not installed: pip install -e plugins/pdc_metal"
+)
+
+from pdc_metal import MetalBackend, _mlx
 
 HAS_MLX = _mlx.probe().available
 HAS_METAL = _mlx.probe().metal
