@@ -8,6 +8,15 @@ a device, run inside actor nurseries under asyncio or trio. Backends (``cpu``,
 
 from __future__ import annotations
 
+from ._actors import (
+    Actor,
+    ActorNursery,
+    ActorRef,
+    ActorState,
+    ActorStatistics,
+    RestartPolicy,
+    open_nursery,
+)
 from ._backend import (
     Availability,
     Backend,
@@ -20,17 +29,53 @@ from ._backend import (
 )
 from ._buffer import BufferState, UnifiedBuffer, normalize_shape_dtype
 from ._exceptions import (
+    ActorCrashed,
+    ActorError,
+    ActorStopped,
     BackendError,
     BackendUnavailable,
     CapabilityError,
+    DuplicateActorError,
+    KernelAlreadyExistsError,
+    KernelNotFoundError,
+    KernelStateError,
+    KernelTerminated,
+    LifecycleError,
+    MailboxClosed,
+    MailboxError,
+    MailboxFull,
+    MessageDropped,
+    MessageTimeout,
     PdcError,
     PluginError,
     PoolError,
     PoolLimitError,
 )
+from ._mailbox import (
+    Backpressure,
+    Control,
+    Mailbox,
+    MailboxStatistics,
+)
 from ._memory_pool import MemoryPool, PoolStatistics, get_memory_pool
+from ._messages import (
+    Message,
+    Request,
+    Response,
+    RingKernelMessage,
+    message,
+)
 from ._plugins import PluginInfo, hookimpl, list_plugins, reload_plugins
 from ._registry import BackendInfo, available_backends, get_backend
+from ._ring_kernel import (
+    KernelState,
+    RingKernel,
+    RingKernelContext,
+    RingKernelDefinition,
+    RingKernelRuntime,
+    ring_kernel,
+)
+from ._telemetry import RingKernelTelemetry, Telemetry
 from ._version import __version__
 
 __all__ = [
@@ -62,5 +107,44 @@ __all__ = [
     "PluginError",
     "PoolError",
     "PoolLimitError",
+    # actors, mailboxes and the ring-kernel API
+    "Actor",
+    "ActorCrashed",
+    "ActorError",
+    "ActorNursery",
+    "ActorRef",
+    "ActorState",
+    "ActorStatistics",
+    "ActorStopped",
+    "Backpressure",
+    "Control",
+    "DuplicateActorError",
+    "KernelAlreadyExistsError",
+    "KernelNotFoundError",
+    "KernelState",
+    "KernelStateError",
+    "KernelTerminated",
+    "LifecycleError",
+    "Mailbox",
+    "MailboxClosed",
+    "MailboxError",
+    "MailboxFull",
+    "MailboxStatistics",
+    "Message",
+    "MessageDropped",
+    "MessageTimeout",
+    "Request",
+    "Response",
+    "RestartPolicy",
+    "RingKernel",
+    "RingKernelContext",
+    "RingKernelDefinition",
+    "RingKernelMessage",
+    "RingKernelRuntime",
+    "RingKernelTelemetry",
+    "Telemetry",
+    "message",
+    "open_nursery",
+    "ring_kernel",
     "__version__",
 ]

@@ -1,0 +1,1183 @@
+"""The seed API: ``@ring_kernel``, ``RingKernelRuntime`` and the kernel context.
+
+A faithful facade, with PyDotCompute's names, over mailboxes and actor nurseries::
+
+    @ring_kernel(kernel_id="worker", queue_size=1000)
+    async def worker(ctx):
+        while not ctx.should_terminate:
+            if not ctx.is_active:
+                await ctx.wait_active()
+                continue
+            try:
+                msg = await ctx.receive(timeout=0.1)
+            except asyncio.TimeoutError:
+                continue
+            await ctx.send(Response(result=msg.data * 2, correlation_id=msg.message_id))
+
+    async with RingKernelRuntime(enable_telemetry=True) as runtime:
+        await runtime.launch("worker")
+        await runtime.activate("worker")
+        await runtime.send("worker", Request(data=21))
+        response = await runtime.receive("worker")
+
+Each launched kernel is an actor of the runtime's :class:`~pdc_core.ActorNursery`
+(plugged in through :class:`~pdc_core._actors.ActorRunner`), with a bounded,
+prioritised input :class:`~pdc_core.Mailbox` and a bounded output mailbox.
+
+Lifecycle (``runtime.get_kernel_state(id)``)::
+
+    launch -> LAUNCHED -activate-> ACTIVE <-deactivate/reactivate-> DEACTIVATED
+    any live state -terminate-> TERMINATING -> TERMINATED     (crash: FAILED)
+
+* ``launch`` starts the kernel function (a handshake: it returns once the kernel
+  task runs) with delivery paused; ``ctx.is_active`` is False.
+* ``activate``/``reactivate`` deliver messages; ``deactivate`` really pauses
+  delivery: queued and new messages wait, ``ctx.receive`` waits (or times out).
+* ``terminate(timeout)`` refuses new messages, lets the kernel drain what is queued
+  (``ctx.should_terminate`` turns True once the queue is empty, and a waiting
+  ``ctx.receive`` raises :class:`~pdc_core.KernelTerminated`, which ends the kernel
+  cleanly), and after ``timeout`` seconds discards the rest (counted) and cancels it.
+* ``send`` is allowed in LAUNCHED, ACTIVE and DEACTIVATED (messages queue until
+  delivered); ``receive`` in every state but TERMINATED/FAILED, where it still returns
+  replies already queued. Anything else raises :class:`~pdc_core.KernelStateError`
+  naming the state.
+* An exception escaping a kernel function is never swallowed: it is counted in the
+  telemetry and, unless the kernel was launched with a ``restart`` policy, the
+  runtime's ``async with`` raises :class:`~pdc_core.ActorCrashed` (the other kernels
+  are cancelled and every pending request fails).
+
+``ctx.receive(timeout=...)`` raises :class:`~pdc_core.MessageTimeout`, a
+:class:`TimeoutError`, which is ``asyncio.TimeoutError`` on Python 3.11+: the seeds'
+``except asyncio.TimeoutError`` catches it under asyncio and under trio.
+"""
+
+# Timeouts are parameters here, as in the seed API (see _mailbox for why not scopes).
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import enum
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from types import TracebackType
+from typing import Any, Final, overload
+
+import anyio
+
+from ._actors import (
+    ActorNursery,
+    ActorRef,
+    ActorRunner,
+    ActorState,
+    ActorStatistics,
+    RestartPolicy,
+    _Batch,
+    open_nursery,
+)
+from ._exceptions import (
+    ActorCrashed,
+    ActorStopped,
+    KernelAlreadyExistsError,
+    KernelNotFoundError,
+    KernelStateError,
+    KernelTerminated,
+    LifecycleError,
+    MailboxClosed,
+    MessageTimeout,
+)
+from ._mailbox import (
+    _EMPTY,
+    _TIMED_OUT,
+    DEFAULT_PRIORITY,
+    Backpressure,
+    Kit,
+    Mailbox,
+    check_priority,
+    current_kit,
+    fail,
+    wake,
+)
+from ._telemetry import KernelTelemetry, Telemetry
+
+__all__ = [
+    "KernelState",
+    "RingKernel",
+    "RingKernelContext",
+    "RingKernelDefinition",
+    "RingKernelRuntime",
+    "get_ring_kernel",
+    "registered_ring_kernels",
+    "ring_kernel",
+]
+
+_CHECKPOINT_EVERY: Final = 64
+_perf_counter_ns = time.perf_counter_ns
+
+
+class KernelState(enum.Enum):
+    """Lifecycle state of a ring kernel (see the module documentation)."""
+
+    LAUNCHED = "launched"
+    ACTIVE = "active"
+    DEACTIVATED = "deactivated"
+    TERMINATING = "terminating"
+    TERMINATED = "terminated"
+    FAILED = "failed"
+
+
+_SEND_STATES: Final = frozenset({KernelState.LAUNCHED, KernelState.ACTIVE, KernelState.DEACTIVATED})
+_FINAL_STATES: Final = frozenset({KernelState.TERMINATED, KernelState.FAILED})
+_AS_ACTOR_STATE: Final = {
+    KernelState.LAUNCHED: ActorState.PAUSED,
+    KernelState.ACTIVE: ActorState.RUNNING,
+    KernelState.DEACTIVATED: ActorState.PAUSED,
+    KernelState.TERMINATING: ActorState.STOPPING,
+    KernelState.TERMINATED: ActorState.STOPPED,
+    KernelState.FAILED: ActorState.CRASHED,
+}
+
+KernelFunction = Callable[["RingKernelContext"], Awaitable[Any]]
+
+
+# --------------------------------------------------------------------------------------
+# Definitions and the decorator
+# --------------------------------------------------------------------------------------
+
+
+class RingKernelDefinition:
+    """A kernel function with its configuration, as made by :func:`ring_kernel`.
+
+    Calling it calls the function (useful in tests); ``RingKernelRuntime.launch(id)``
+    runs it as a kernel.
+    """
+
+    __slots__ = (
+        "__dict__",
+        "backpressure",
+        "block_size",
+        "func",
+        "grid_size",
+        "input_queue_size",
+        "input_type",
+        "kernel_id",
+        "output_queue_size",
+        "output_type",
+    )
+
+    def __init__(
+        self,
+        func: KernelFunction,
+        *,
+        kernel_id: str,
+        input_type: type | None = None,
+        output_type: type | None = None,
+        input_queue_size: int = 4096,
+        output_queue_size: int = 4096,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        grid_size: int = 1,
+        block_size: int = 256,
+    ) -> None:
+        if not callable(func):
+            raise TypeError(f"a ring kernel must be an async function, got {func!r}")
+        if not isinstance(kernel_id, str) or not kernel_id:
+            raise ValueError(f"kernel_id must be a non-empty string, got {kernel_id!r}")
+        for label, size in (("input", input_queue_size), ("output", output_queue_size)):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{label} queue size must be a positive int, got {size!r}")
+        if grid_size < 1 or block_size < 1:
+            raise ValueError(
+                f"grid_size and block_size must be >= 1, got {grid_size}, {block_size}"
+            )
+        for label, kind in (("input_type", input_type), ("output_type", output_type)):
+            if kind is not None and not isinstance(kind, type):
+                raise TypeError(f"{label} must be a class, got {kind!r}")
+        self.func = func
+        self.kernel_id = kernel_id
+        self.input_type = input_type
+        self.output_type = output_type
+        self.input_queue_size = input_queue_size
+        self.output_queue_size = output_queue_size
+        self.backpressure = Backpressure.coerce(backpressure)
+        self.grid_size = grid_size
+        self.block_size = block_size
+        functools.update_wrapper(self, func)
+
+    def __call__(self, ctx: RingKernelContext) -> Awaitable[Any]:
+        return self.func(ctx)
+
+    def __repr__(self) -> str:
+        return f"<RingKernelDefinition {self.kernel_id!r} queue={self.input_queue_size}>"
+
+
+_registry: dict[str, RingKernelDefinition] = {}
+
+
+def get_ring_kernel(kernel_id: str) -> RingKernelDefinition:
+    """Return the kernel registered under ``kernel_id`` by :func:`ring_kernel`.
+
+    Raises :class:`~pdc_core.KernelNotFoundError` listing the registered ids.
+    """
+    try:
+        return _registry[kernel_id]
+    except KeyError:
+        raise KernelNotFoundError(kernel_id, list(_registry)) from None
+
+
+def registered_ring_kernels() -> dict[str, RingKernelDefinition]:
+    """The kernels registered by :func:`ring_kernel`, by id (a copy)."""
+    return dict(_registry)
+
+
+@overload
+def ring_kernel(func: KernelFunction, /) -> RingKernelDefinition: ...
+
+
+@overload
+def ring_kernel(
+    func: None = None,
+    /,
+    *,
+    kernel_id: str | None = None,
+    input_type: type | None = None,
+    output_type: type | None = None,
+    queue_size: int = 4096,
+    input_queue_size: int | None = None,
+    output_queue_size: int | None = None,
+    backpressure: Backpressure | str = Backpressure.BLOCK,
+    grid_size: int = 1,
+    block_size: int = 256,
+    auto_register: bool = True,
+) -> Callable[[KernelFunction], RingKernelDefinition]: ...
+
+
+def ring_kernel(
+    func: KernelFunction | None = None,
+    /,
+    *,
+    kernel_id: str | None = None,
+    input_type: type | None = None,
+    output_type: type | None = None,
+    queue_size: int = 4096,
+    input_queue_size: int | None = None,
+    output_queue_size: int | None = None,
+    backpressure: Backpressure | str = Backpressure.BLOCK,
+    grid_size: int = 1,
+    block_size: int = 256,
+    auto_register: bool = True,
+) -> RingKernelDefinition | Callable[[KernelFunction], RingKernelDefinition]:
+    """Declare ``async def f(ctx)`` a ring kernel (PyDotCompute's decorator).
+
+    ``kernel_id`` defaults to the function's name. ``queue_size`` sizes both queues
+    unless ``input_queue_size``/``output_queue_size`` say otherwise. With
+    ``input_type``, ``runtime.send`` raises :class:`TypeError` for other messages; with
+    ``output_type``, so does ``ctx.send``. ``backpressure`` is the input queue's policy
+    (``"block"``, ``"raise"``/``"reject"``, ``"drop_oldest"``). ``grid_size`` and
+    ``block_size`` are recorded for device backends. The kernel is registered under
+    its id (replacing an earlier one) unless ``auto_register=False``.
+    """
+
+    def decorate(fn: KernelFunction) -> RingKernelDefinition:
+        definition = RingKernelDefinition(
+            fn,
+            kernel_id=kernel_id or str(getattr(fn, "__name__", "")),
+            input_type=input_type,
+            output_type=output_type,
+            input_queue_size=input_queue_size or queue_size,
+            output_queue_size=output_queue_size or queue_size,
+            backpressure=backpressure,
+            grid_size=grid_size,
+            block_size=block_size,
+        )
+        if auto_register:
+            _registry[definition.kernel_id] = definition
+        return definition
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+# --------------------------------------------------------------------------------------
+# The context given to the kernel function
+# --------------------------------------------------------------------------------------
+
+
+class RingKernelContext:
+    """What a kernel function receives as ``ctx``."""
+
+    __slots__ = ("_inbox", "_kernel", "_kit", "_outbox", "_record", "_telemetry")
+
+    def __init__(self, kernel: RingKernel) -> None:
+        self._kernel = kernel
+        self._inbox = kernel._inbox
+        self._outbox = kernel._outbox
+        self._kit = kernel._kit
+        self._telemetry = kernel._telemetry
+        self._record = kernel._telemetry.enabled
+
+    @property
+    def kernel_id(self) -> str:
+        """The kernel's id."""
+        return self._kernel._kernel_id
+
+    @property
+    def should_terminate(self) -> bool:
+        """True once the kernel is told to end: terminate drained its queue, or it was
+        cancelled. A loop ``while not ctx.should_terminate`` then exits."""
+        kernel = self._kernel
+        return kernel._interrupted or (self._inbox._closed and not self._inbox._size)
+
+    @property
+    def is_active(self) -> bool:
+        """True while messages are delivered (ACTIVE, and TERMINATING while draining)."""
+        state = self._kernel._state
+        return state is KernelState.ACTIVE or state is KernelState.TERMINATING
+
+    async def wait_active(self) -> None:
+        """Wait until the kernel is activated (or is terminating)."""
+        kernel = self._kernel
+        while kernel._state is KernelState.LAUNCHED or kernel._state is KernelState.DEACTIVATED:
+            waiter = self._kit.waiter()
+            kernel._active_waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                kernel._interrupted = True
+                raise
+
+    async def receive(self, timeout: float | None = None) -> Any:
+        """Return the next message (highest priority first, FIFO within a priority).
+
+        Waits while the queue is empty or the kernel is deactivated. Raises
+        :class:`~pdc_core.MessageTimeout` (a ``TimeoutError``) after ``timeout``
+        seconds, and :class:`~pdc_core.KernelTerminated` when the kernel is
+        terminating and its queue is drained.
+        """
+        inbox = self._inbox
+        ops = inbox._ops = inbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._checkpoint()
+        item = inbox._poll()
+        if item is _EMPTY:
+            item = await self._wait(timeout)
+        message, enqueued_ns = item
+        telemetry = self._telemetry
+        telemetry.messages_processed += 1
+        if self._record:
+            telemetry.delivered(message, enqueued_ns)
+        return message
+
+    async def _checkpoint(self) -> None:
+        try:
+            await self._kit.checkpoint()
+        except BaseException:
+            self._kernel._interrupted = True
+            raise
+
+    async def _wait(self, timeout: float | None) -> Any:
+        try:
+            return await self._inbox._wait_receive(self._kit, timeout)
+        except MailboxClosed:
+            raise KernelTerminated(
+                f"kernel {self._kernel._kernel_id!r} is terminating and its queue is drained",
+                actor_id=self._kernel._kernel_id,
+            ) from None
+        except Exception:
+            raise
+        except BaseException:
+            self._kernel._interrupted = True
+            raise
+
+    def receive_nowait(self) -> Any:
+        """Return the next message without waiting; raise ``anyio.WouldBlock`` if none."""
+        item = self._inbox._poll()
+        if item is _EMPTY:
+            raise anyio.WouldBlock
+        message, enqueued_ns = item
+        self._telemetry.messages_processed += 1
+        if self._record:
+            self._telemetry.delivered(message, enqueued_ns)
+        return message
+
+    async def receive_batch(self, max_count: int, timeout: float | None = None) -> list[Any]:
+        """Wait for at least one message, then return up to ``max_count`` of them."""
+        if max_count < 1:
+            raise ValueError(f"max_count must be at least 1, got {max_count}")
+        batch = [await self.receive(timeout)]
+        poll = self._inbox._poll
+        telemetry = self._telemetry
+        while len(batch) < max_count:
+            item = poll()
+            if item is _EMPTY:
+                break
+            message, enqueued_ns = item
+            telemetry.messages_processed += 1
+            if self._record:
+                telemetry.delivered(message, enqueued_ns)
+            batch.append(message)
+        return batch
+
+    async def send(self, message: Any) -> None:
+        """Emit ``message``.
+
+        A message whose ``correlation_id`` answers a pending ``ask`` resolves it
+        directly; any other goes to the output queue (read with
+        ``runtime.receive``), waiting while that queue is full.
+        """
+        kernel = self._kernel
+        output_type = kernel._output_type
+        if output_type is not None and not isinstance(message, output_type):
+            raise TypeError(
+                f"kernel {kernel._kernel_id!r} declares output_type="
+                f"{output_type.__name__}, but sent a {type(message).__name__}"
+            )
+        telemetry = self._telemetry
+        telemetry.messages_sent += 1
+        correlation_id = getattr(message, "correlation_id", None)
+        if correlation_id is not None:
+            if self._record:
+                telemetry.replied(correlation_id)
+            pending = kernel._pending
+            if pending:
+                entry = pending.pop(correlation_id, None)
+                if entry is not None:
+                    kernel._resolve(entry, message)
+                    return
+        priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        outbox = self._outbox
+        if (
+            outbox._size < outbox._capacity
+            and type(priority) is int
+            and 0 <= priority <= 255
+            and not outbox._closed
+        ):
+            outbox._push(message, priority)
+            ops = outbox._ops = outbox._ops + 1
+            if not ops % _CHECKPOINT_EVERY:
+                await self._checkpoint()
+            return
+        try:
+            await outbox.send(message, check_priority(priority))
+        except MailboxClosed:
+            raise KernelTerminated(
+                f"kernel {kernel._kernel_id!r} has stopped", actor_id=kernel._kernel_id
+            ) from None
+        except Exception:
+            raise
+        except BaseException:
+            kernel._interrupted = True
+            raise
+
+    def __repr__(self) -> str:
+        return f"<RingKernelContext {self.kernel_id!r} {self._kernel._state.name}>"
+
+
+# --------------------------------------------------------------------------------------
+# A launched kernel: handle (ActorRef) and runner (ActorRunner)
+# --------------------------------------------------------------------------------------
+
+
+class RingKernel(ActorRef[Any, Any]):
+    """A launched ring kernel: its state, queues, telemetry, and an actor handle.
+
+    ``runtime.launch`` returns it. Besides the runtime's methods (which take the
+    kernel id) it is an :class:`~pdc_core.ActorRef`: ``ask(request)`` sends the
+    request and returns the reply the kernel sends with
+    ``correlation_id=request.message_id``; ``pause``/``resume`` deactivate and
+    reactivate; ``stop`` terminates.
+    """
+
+    __slots__ = (
+        "_active_waiters",
+        "_definition",
+        "_finished",
+        "_inbox",
+        "_input_type",
+        "_interrupted",
+        "_kernel_id",
+        "_kit",
+        "_outbox",
+        "_output_type",
+        "_pending",
+        "_record",
+        "_runner",
+        "_state",
+        "_stop_waiters",
+        "_task",
+        "_telemetry",
+        "ctx",
+    )
+
+    def __init__(
+        self,
+        definition: RingKernelDefinition,
+        kit: Kit,
+        *,
+        telemetry: bool,
+    ) -> None:
+        self._definition = definition
+        self._kernel_id = definition.kernel_id
+        self._kit = kit
+        self._input_type = definition.input_type
+        self._output_type = definition.output_type
+        self._inbox: Mailbox[tuple[Any, int]] = Mailbox(
+            definition.input_queue_size,
+            backpressure=definition.backpressure,
+            name=f"{definition.kernel_id} input",
+            on_drop=self._on_drop,
+        )
+        self._outbox: Mailbox[Any] = Mailbox(
+            definition.output_queue_size, name=f"{definition.kernel_id} output"
+        )
+        self._inbox._kit = self._outbox._kit = kit
+        self._inbox.pause()
+        self._state = KernelState.LAUNCHED
+        self._telemetry = KernelTelemetry(definition.kernel_id, enabled=telemetry)
+        self._record = telemetry
+        self._pending: dict[Any, Any] = {}
+        self._active_waiters: list[Any] = []
+        self._stop_waiters: list[Any] = []
+        self._finished = False
+        self._interrupted = False
+        self._task: object = None
+        self.ctx = RingKernelContext(self)
+        self._runner = _RingKernelRunner(self)
+
+    # -- introspection ------------------------------------------------------------------
+
+    @property
+    def kernel_id(self) -> str:
+        """The kernel's id."""
+        return self._kernel_id
+
+    @property
+    def actor_id(self) -> str:
+        return self._kernel_id
+
+    @property
+    def kernel_state(self) -> KernelState:
+        """The ring-kernel lifecycle state."""
+        return self._state
+
+    @property
+    def state(self) -> ActorState:
+        """The lifecycle state in actor terms (see :attr:`kernel_state`)."""
+        return _AS_ACTOR_STATE[self._state]
+
+    @property
+    def definition(self) -> RingKernelDefinition:
+        """The definition this kernel was launched from."""
+        return self._definition
+
+    def telemetry(self) -> Telemetry:
+        """A snapshot of the kernel's telemetry (counts are kept even when disabled)."""
+        t = self._telemetry
+        inbox = self._inbox.statistics()
+        lat50, lat95, lat99 = t.latency.percentiles(50, 95, 99)
+        q50, q95, q99 = t.queue_wait.percentiles(50, 95, 99)
+        count = t.latency.count
+        return Telemetry(
+            kernel_id=self._kernel_id,
+            state=self._state.name,
+            messages_received=inbox.sent,
+            messages_processed=t.messages_processed,
+            messages_sent=t.messages_sent,
+            messages_dropped=inbox.dropped,
+            messages_rejected=inbox.rejected,
+            messages_discarded=inbox.discarded,
+            queue_depth=inbox.depth,
+            output_depth=len(self._outbox),
+            error_count=t.error_count,
+            last_error=t.last_error,
+            uptime_seconds=time.monotonic() - t.created,
+            active_seconds=t.active_seconds(),
+            latency_count=count,
+            avg_latency_ns=t.latency.total_ns / count if count else 0.0,
+            min_latency_ns=t.latency.min_ns,
+            max_latency_ns=t.latency.max_ns,
+            latency_p50_ns=lat50,
+            latency_p95_ns=lat95,
+            latency_p99_ns=lat99,
+            queue_wait_p50_ns=q50,
+            queue_wait_p95_ns=q95,
+            queue_wait_p99_ns=q99,
+        )
+
+    def statistics(self) -> ActorStatistics:
+        t = self._telemetry
+        return ActorStatistics(
+            actor_id=self._kernel_id,
+            state=self.state,
+            handled=t.messages_processed,
+            errors=t.error_count,
+            restarts=self._runner.restarts,
+            skipped=0,
+            mailbox=self._inbox.statistics(),
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def _state_error(self, operation: str, allowed: str) -> KernelStateError:
+        return KernelStateError(self._kernel_id, self._state.name, operation, allowed=allowed)
+
+    def _set_state(self, state: KernelState) -> None:
+        self._state = state
+        self._telemetry.set_active(state is KernelState.ACTIVE or state is KernelState.TERMINATING)
+        if state is not KernelState.LAUNCHED and state is not KernelState.DEACTIVATED:
+            waiters, self._active_waiters = self._active_waiters, []
+            for waiter in waiters:
+                wake(waiter)
+
+    async def activate(self) -> None:
+        """LAUNCHED -> ACTIVE: start delivering messages."""
+        if self._state is not KernelState.LAUNCHED:
+            raise self._state_error("activate", "LAUNCHED")
+        self._set_state(KernelState.ACTIVE)
+        self._inbox.resume()
+
+    async def deactivate(self) -> None:
+        """ACTIVE -> DEACTIVATED: pause delivery; messages keep queueing."""
+        if self._state is not KernelState.ACTIVE:
+            raise self._state_error("deactivate", "ACTIVE")
+        self._inbox.pause()
+        self._set_state(KernelState.DEACTIVATED)
+
+    async def reactivate(self) -> None:
+        """DEACTIVATED -> ACTIVE: resume delivery."""
+        if self._state is not KernelState.DEACTIVATED:
+            raise self._state_error("reactivate", "DEACTIVATED")
+        self._set_state(KernelState.ACTIVE)
+        self._inbox.resume()
+
+    def _request_terminate(self) -> None:
+        if self._finished or self._state is KernelState.TERMINATING:
+            return
+        self._set_state(KernelState.TERMINATING)
+        self._inbox.close()
+        self._inbox.resume()
+
+    def _force_terminate(self) -> None:
+        self._interrupted = True
+        self._inbox.discard()
+        scope = self._runner.cancel_scope
+        if scope is not None:
+            scope.cancel()
+
+    async def terminate(self, timeout: float = 5.0) -> None:
+        """Drain the queue (up to ``timeout`` seconds), then stop the kernel.
+
+        Returns once the kernel has stopped. Messages still queued after the timeout
+        are discarded (counted in the telemetry) and the kernel is cancelled.
+        Idempotent. Called from inside the kernel, it requests termination and
+        returns at once.
+        """
+        if self._finished:
+            return
+        self._request_terminate()
+        if self._task is not None and self._task is self._kit.current_task():
+            return
+        with anyio.move_on_after(timeout):
+            await self.wait()
+        if not self._finished:
+            self._force_terminate()
+            await self.wait()
+
+    async def wait(self) -> None:
+        if self._finished:
+            return
+        waiter = self._kit.waiter()
+        self._stop_waiters.append(waiter)
+        await waiter
+
+    # -- messages -----------------------------------------------------------------------
+
+    async def send(
+        self, message: Any, *, timeout: float | None = None, priority: int | None = None
+    ) -> None:
+        """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``)."""
+        state = self._state
+        if state not in _SEND_STATES:
+            raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED")
+        input_type = self._input_type
+        if input_type is not None and not isinstance(message, input_type):
+            raise TypeError(
+                f"kernel {self._kernel_id!r} accepts {input_type.__name__} messages, "
+                f"got {type(message).__name__}"
+            )
+        if priority is None:
+            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        item = (message, _perf_counter_ns() if self._record else 0)
+        inbox = self._inbox
+        if (
+            inbox._size < inbox._capacity
+            and type(priority) is int
+            and 0 <= priority <= 255
+            and not inbox._closed
+        ):
+            inbox._push(item, priority)
+            ops = inbox._ops = inbox._ops + 1
+            if not ops % _CHECKPOINT_EVERY:
+                await self._kit.checkpoint()
+            return
+        priority = check_priority(priority)
+        try:
+            if timeout is None:
+                await inbox.send(item, priority)
+                return
+            with anyio.move_on_after(timeout) as scope:
+                await inbox.send(item, priority)
+            if scope.cancelled_caught:
+                raise MessageTimeout(
+                    f"kernel {self._kernel_id!r}: input queue still full after {timeout} s"
+                )
+        except MailboxClosed:
+            raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED") from None
+
+    async def receive(self, timeout: float | None = None) -> Any:
+        """Return the next message from the kernel's output queue."""
+        outbox = self._outbox
+        ops = outbox._ops = outbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._kit.checkpoint()
+        item = outbox._poll()
+        if item is not _EMPTY:
+            return item
+        if self._finished:
+            raise self._state_error("receive from", "any state but TERMINATED and FAILED")
+        try:
+            return await outbox._wait_receive(self._kit, timeout)
+        except MailboxClosed:
+            raise self._state_error("receive from", "any state but TERMINATED and FAILED") from None
+
+    async def tell(self, message: Any, *, priority: int | None = None) -> None:
+        await self.send(message, priority=priority)
+
+    def _resolve(self, entry: Any, reply: Any) -> None:
+        if entry.__class__ is tuple:
+            cell, index = entry
+            if cell.waiter.done():
+                return
+            cell.results[index] = reply
+            cell.remaining -= 1
+            if not cell.remaining:
+                cell.waiter.set_result(cell.results)
+        elif not entry.done():
+            entry.set_result(reply)
+
+    @staticmethod
+    def _message_id(message: Any) -> Any:
+        message_id = getattr(message, "message_id", None)
+        if message_id is None:
+            raise TypeError(
+                "ask needs a message with a message_id (a pdc Message such as Request), "
+                f"got {type(message).__name__}"
+            )
+        return message_id
+
+    async def ask(
+        self, message: Any, *, priority: int | None = None, timeout: float | None = None
+    ) -> Any:
+        """Send ``message`` and return the kernel's reply correlated with it."""
+        message_id = self._message_id(message)
+        waiter = self._kit.waiter()
+        pending = self._pending
+        pending[message_id] = waiter
+        try:
+            await self.send(message, priority=priority)
+            result = await self._kit.wait(waiter, timeout)
+        finally:
+            if pending.get(message_id) is waiter:
+                del pending[message_id]
+        if result is _TIMED_OUT:
+            raise MessageTimeout(f"kernel {self._kernel_id!r} did not reply within {timeout} s")
+        return result
+
+    async def tell_many(self, messages: Iterable[Any], *, priority: int | None = None) -> None:
+        for message in messages:
+            await self.send(message, priority=priority)
+
+    async def ask_many(
+        self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
+    ) -> list[Any]:
+        batch = list(messages)
+        if not batch:
+            return []
+        ids = [self._message_id(message) for message in batch]
+        cell = _Batch(self._kit.waiter(), len(batch))
+        pending = self._pending
+        for index, message_id in enumerate(ids):
+            pending[message_id] = (cell, index)
+        try:
+            for message in batch:
+                await self.send(message, priority=priority)
+            result = await self._kit.wait(cell.waiter, timeout)
+        finally:
+            for message_id in ids:
+                entry = pending.get(message_id)
+                if entry is not None and entry.__class__ is tuple and entry[0] is cell:
+                    del pending[message_id]
+        if result is _TIMED_OUT:
+            raise MessageTimeout(
+                f"kernel {self._kernel_id!r} did not reply to a batch of {len(batch)} "
+                f"within {timeout} s"
+            )
+        return list(result)
+
+    async def pause(self) -> None:
+        await self.deactivate()
+
+    async def resume(self) -> None:
+        if self._state is KernelState.LAUNCHED:
+            await self.activate()
+        else:
+            await self.reactivate()
+
+    async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        if not drain and not self._finished:
+            self._request_terminate()
+            self._force_terminate()
+        await self.terminate(timeout=5.0 if timeout is None else timeout)
+
+    def _on_drop(self, item: tuple[Any, int]) -> None:
+        message_id = getattr(item[0], "message_id", None)
+        entry = self._pending.pop(message_id, None) if message_id is not None else None
+        if entry is not None:
+            from ._exceptions import MessageDropped
+
+            error = MessageDropped(
+                f"request to kernel {self._kernel_id!r} was dropped by its full input queue"
+            )
+            fail(entry[0].waiter if entry.__class__ is tuple else entry, error)
+
+    def _finalize(self, error: BaseException | None) -> None:
+        self._finished = True
+        failure: Callable[[], ActorStopped]
+        if isinstance(error, ActorCrashed):
+            self._set_state(KernelState.FAILED)
+            crash = error
+
+            def failure() -> ActorStopped:
+                return ActorCrashed(self._kernel_id, crash.cause)
+
+        else:
+            self._set_state(KernelState.TERMINATED)
+
+            def failure() -> ActorStopped:
+                return ActorStopped(
+                    f"kernel {self._kernel_id!r} terminated before replying",
+                    actor_id=self._kernel_id,
+                )
+
+        self._inbox.close()
+        self._inbox.discard()
+        self._outbox.close()
+        pending, self._pending = self._pending, {}
+        for entry in pending.values():
+            fail(entry[0].waiter if entry.__class__ is tuple else entry, failure())
+        waiters, self._stop_waiters = self._stop_waiters, []
+        for waiter in waiters:
+            wake(waiter)
+
+    def __repr__(self) -> str:
+        return f"<RingKernel {self._kernel_id!r} {self._state.name}>"
+
+
+class _RingKernelRunner(ActorRunner):
+    """Runs a ring kernel's function as an actor of the runtime's nursery."""
+
+    def __init__(self, kernel: RingKernel) -> None:
+        self._kernel = kernel
+        self.restarts = 0
+
+    @property
+    def ref(self) -> RingKernel:
+        return self._kernel
+
+    async def run(self, started: Callable[[], None]) -> None:
+        kernel = self._kernel
+        kernel._task = kernel._kit.current_task()
+        kernel._interrupted = False
+        started()
+        try:
+            await kernel._definition.func(kernel.ctx)
+        except KernelTerminated:
+            if kernel._state is not KernelState.TERMINATING:
+                raise
+        except Exception as exc:
+            kernel._telemetry.error(exc)
+            raise
+
+    def on_crash(self, error: Exception, *, restarting: bool) -> None:
+        if restarting:
+            self.restarts += 1
+
+    def finalize(self, error: BaseException | None) -> None:
+        self._kernel._finalize(error)
+
+
+# --------------------------------------------------------------------------------------
+# The runtime
+# --------------------------------------------------------------------------------------
+
+
+class RingKernelRuntime:
+    """Launches ring kernels and routes messages to them (PyDotCompute's runtime).
+
+    Use it as an async context manager; kernels live no longer than the block. On a
+    normal exit every live kernel is terminated (draining its queue, at most
+    ``shutdown_timeout`` seconds in all); if the block raises, they are cancelled.
+    ``use_uvloop`` and ``use_eager_tasks`` are accepted for compatibility and ignored:
+    the event loop is the caller's choice.
+    """
+
+    def __init__(
+        self,
+        *,
+        enable_telemetry: bool = True,
+        shutdown_timeout: float = 5.0,
+        use_uvloop: bool = False,
+        use_eager_tasks: bool = False,
+    ) -> None:
+        self._enable_telemetry = enable_telemetry
+        self._shutdown_timeout = shutdown_timeout
+        self._kernels: dict[str, RingKernel] = {}
+        self._nursery: ActorNursery | None = None
+        self._active = False
+
+    async def __aenter__(self) -> RingKernelRuntime:
+        if self._nursery is not None:
+            raise LifecycleError("a RingKernelRuntime can be entered only once")
+        self._nursery = open_nursery()
+        await self._nursery.__aenter__()
+        self._active = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._nursery is not None
+        if exc is None:
+            try:
+                await self.shutdown(self._shutdown_timeout)
+            except BaseException as error:
+                self._active = False
+                if not await self._nursery.__aexit__(type(error), error, error.__traceback__):
+                    raise
+                return False
+        self._active = False
+        return await self._nursery.__aexit__(exc_type, exc, tb)
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the runtime is running (inside its ``async with`` block)."""
+        return self._active
+
+    @property
+    def kernel_ids(self) -> list[str]:
+        """Ids of the kernels launched in this runtime (terminated ones included)."""
+        return list(self._kernels)
+
+    @property
+    def kernel_states(self) -> dict[str, KernelState]:
+        """Each launched kernel's state, by id."""
+        return {kernel_id: kernel._state for kernel_id, kernel in self._kernels.items()}
+
+    def get_kernel(self, kernel_id: str) -> RingKernel:
+        """The :class:`RingKernel` launched under ``kernel_id``.
+
+        Raises :class:`~pdc_core.KernelNotFoundError` listing the known ids.
+        """
+        try:
+            return self._kernels[kernel_id]
+        except KeyError:
+            raise KernelNotFoundError(kernel_id, list(self._kernels)) from None
+
+    def get_kernel_state(self, kernel_id: str) -> KernelState:
+        """The state of the kernel launched under ``kernel_id``."""
+        return self.get_kernel(kernel_id)._state
+
+    async def launch(
+        self,
+        kernel_id: str,
+        kernel_func: KernelFunction | RingKernelDefinition | None = None,
+        *,
+        input_type: type | None = None,
+        output_type: type | None = None,
+        queue_size: int | None = None,
+        backpressure: Backpressure | str | None = None,
+        restart: RestartPolicy | None = None,
+    ) -> RingKernel:
+        """Phase 1: start the kernel, with delivery paused (state LAUNCHED).
+
+        Without ``kernel_func``, the kernel registered under ``kernel_id`` by
+        ``@ring_kernel`` is used (:class:`~pdc_core.KernelNotFoundError` lists the
+        registered ids if there is none). Keyword arguments override the registered
+        configuration. Launching an id that is still live raises
+        :class:`~pdc_core.KernelAlreadyExistsError`; a terminated one is replaced.
+        Returns once the kernel task is running.
+        """
+        if not self._active or self._nursery is None:
+            raise LifecycleError(
+                "the runtime is not running: use `async with RingKernelRuntime() as runtime:`"
+            )
+        existing = self._kernels.get(kernel_id)
+        if existing is not None and existing._state not in _FINAL_STATES:
+            raise KernelAlreadyExistsError(
+                f"kernel {kernel_id!r} is already launched (state {existing._state.name}); "
+                "terminate it before launching it again"
+            )
+        definition = self._definition(
+            kernel_id, kernel_func, input_type, output_type, queue_size, backpressure
+        )
+        kernel = RingKernel(definition, current_kit(), telemetry=self._enable_telemetry)
+        self._kernels[kernel_id] = kernel
+        try:
+            await self._nursery.start_actor(kernel._runner, restart=restart)
+        except BaseException:
+            if self._kernels.get(kernel_id) is kernel:
+                del self._kernels[kernel_id]
+            raise
+        return kernel
+
+    @staticmethod
+    def _definition(
+        kernel_id: str,
+        kernel_func: KernelFunction | RingKernelDefinition | None,
+        input_type: type | None,
+        output_type: type | None,
+        queue_size: int | None,
+        backpressure: Backpressure | str | None,
+    ) -> RingKernelDefinition:
+        if kernel_func is None:
+            base = get_ring_kernel(kernel_id)
+        elif isinstance(kernel_func, RingKernelDefinition):
+            base = kernel_func
+        else:
+            base = RingKernelDefinition(kernel_func, kernel_id=kernel_id)
+        if (
+            base.kernel_id == kernel_id
+            and input_type is None
+            and output_type is None
+            and queue_size is None
+            and backpressure is None
+        ):
+            return base
+        return RingKernelDefinition(
+            base.func,
+            kernel_id=kernel_id,
+            input_type=input_type or base.input_type,
+            output_type=output_type or base.output_type,
+            input_queue_size=queue_size or base.input_queue_size,
+            output_queue_size=queue_size or base.output_queue_size,
+            backpressure=backpressure or base.backpressure,
+            grid_size=base.grid_size,
+            block_size=base.block_size,
+        )
+
+    async def activate(self, kernel_id: str) -> None:
+        """Phase 2: LAUNCHED -> ACTIVE, start delivering messages."""
+        await self.get_kernel(kernel_id).activate()
+
+    async def deactivate(self, kernel_id: str) -> None:
+        """ACTIVE -> DEACTIVATED: pause delivery (messages keep queueing)."""
+        await self.get_kernel(kernel_id).deactivate()
+
+    async def reactivate(self, kernel_id: str) -> None:
+        """DEACTIVATED -> ACTIVE: resume delivery."""
+        await self.get_kernel(kernel_id).reactivate()
+
+    async def terminate(self, kernel_id: str, timeout: float = 5.0) -> None:
+        """Drain the kernel's queue for up to ``timeout`` seconds, then stop it."""
+        await self.get_kernel(kernel_id).terminate(timeout)
+
+    async def shutdown(self, timeout: float = 5.0) -> None:
+        """Terminate every live kernel, draining them for ``timeout`` seconds in all."""
+        live = [kernel for kernel in self._kernels.values() if not kernel._finished]
+        for kernel in live:
+            kernel._request_terminate()
+        with anyio.move_on_after(timeout):
+            for kernel in live:
+                await kernel.wait()
+        for kernel in live:
+            if not kernel._finished:
+                kernel._force_terminate()
+        for kernel in live:
+            await kernel.wait()
+
+    async def send(
+        self,
+        kernel_id: str,
+        message: Any,
+        *,
+        timeout: float | None = None,
+        priority: int | None = None,
+    ) -> None:
+        """Put ``message`` in the kernel's input queue.
+
+        Its priority is ``priority`` or else the message's own ``priority`` (default
+        128); out of 0..255 is a :class:`ValueError`. When the queue is full the
+        kernel's backpressure policy applies (``timeout`` bounds a blocking wait,
+        raising :class:`~pdc_core.MessageTimeout`). Raises
+        :class:`~pdc_core.KernelNotFoundError`, :class:`~pdc_core.KernelStateError`
+        (not LAUNCHED, ACTIVE or DEACTIVATED) or :class:`TypeError` (not the kernel's
+        ``input_type``).
+        """
+        kernel = self._kernels.get(kernel_id)
+        if kernel is None:
+            raise KernelNotFoundError(kernel_id, list(self._kernels))
+        await kernel.send(message, timeout=timeout, priority=priority)
+
+    async def receive(self, kernel_id: str, *, timeout: float | None = None) -> Any:
+        """Return the next message from the kernel's output queue.
+
+        Raises :class:`~pdc_core.MessageTimeout` (a ``TimeoutError``) after
+        ``timeout`` seconds, and :class:`~pdc_core.KernelStateError` once the kernel
+        has stopped and its output queue is empty.
+        """
+        kernel = self._kernels.get(kernel_id)
+        if kernel is None:
+            raise KernelNotFoundError(kernel_id, list(self._kernels))
+        return await kernel.receive(timeout)
+
+    async def ask(self, kernel_id: str, message: Any, *, timeout: float | None = None) -> Any:
+        """Send ``message`` and return the kernel's reply with its ``correlation_id``."""
+        return await self.get_kernel(kernel_id).ask(message, timeout=timeout)
+
+    async def send_and_receive(
+        self, kernel_id: str, message: Any, *, timeout: float | None = None
+    ) -> Any:
+        """PyDotCompute's name for :meth:`ask` (here the reply is matched by id)."""
+        return await self.ask(kernel_id, message, timeout=timeout)
+
+    def get_telemetry(self, kernel_id: str) -> Telemetry | None:
+        """A snapshot of the kernel's telemetry, or None if telemetry is disabled."""
+        kernel = self.get_kernel(kernel_id)
+        if not self._enable_telemetry:
+            return None
+        return kernel.telemetry()
+
+    def get_all_telemetry(self) -> dict[str, Telemetry]:
+        """Telemetry of every launched kernel (empty if telemetry is disabled)."""
+        if not self._enable_telemetry:
+            return {}
+        return {kernel_id: k.telemetry() for kernel_id, k in self._kernels.items()}
+
+    def get_summary(self) -> dict[str, object]:
+        """Totals over all kernels."""
+        all_telemetry = [k.telemetry() for k in self._kernels.values()]
+        return {
+            "kernel_count": len(all_telemetry),
+            "total_messages_processed": sum(t.messages_processed for t in all_telemetry),
+            "total_messages_dropped": sum(t.messages_dropped for t in all_telemetry),
+            "total_errors": sum(t.error_count for t in all_telemetry),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<RingKernelRuntime active={self._active} kernels={len(self._kernels)} "
+            f"telemetry={self._enable_telemetry}>"
+        )
