@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from typing import Any
@@ -95,6 +96,20 @@ def test_closing_stops_the_worker_and_refuses_more_work() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         stream.submit(lambda: None)
     stream.close()  # idempotent
+
+
+def test_a_forgotten_stream_does_not_leak_its_thread() -> None:
+    metal = metal_backend()
+    before = _stream_threads()
+    stream = metal.create_stream()
+    stream.submit(lambda: mx.ones(3)).result(timeout=10)
+    assert _stream_threads() == before + 1
+    del stream
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while _stream_threads() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _stream_threads() == before
 
 
 def test_wrong_stream_and_event_types_are_named() -> None:

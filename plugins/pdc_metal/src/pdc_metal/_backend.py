@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import abc
 import os
+import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, ClassVar
@@ -132,7 +134,8 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         #: The MLX device work runs on (``mx.gpu`` with Metal, else ``mx.cpu``).
         self.mlx_device: Any = mx.gpu if self.is_metal else mx.cpu
         self._default_stream: MetalStream | None = None
-        self._streams: list[MetalStream] = []
+        self._streams: weakref.WeakSet[MetalStream] = weakref.WeakSet()
+        self._streams_lock = threading.Lock()
 
     # -- discovery ------------------------------------------------------------------
 
@@ -386,8 +389,8 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
 
     def create_stream(self) -> MetalStream:
         stream = MetalStream(self)
-        self._streams = [s for s in self._streams if not s.closed]
-        self._streams.append(stream)
+        with self._streams_lock:
+            self._streams.add(stream)
         return stream
 
     def create_event(self) -> MetalEvent:
@@ -396,13 +399,23 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
     @property
     def default_stream(self) -> MetalStream:
         """The stream :meth:`submit` and :meth:`run_async` use when given none."""
-        if self._default_stream is None or self._default_stream.closed:
-            self._default_stream = self.create_stream()
-        return self._default_stream
+        with self._streams_lock:
+            stream = self._default_stream
+        if stream is None or stream.closed:
+            fresh = self.create_stream()
+            with self._streams_lock:
+                if self._default_stream is None or self._default_stream.closed:
+                    self._default_stream = fresh
+                stream = self._default_stream
+            if stream is not fresh:
+                fresh.close()
+        return stream
 
     def synchronize(self) -> None:
         """Wait for every stream of this backend and MLX's default stream of this thread."""
-        for stream in list(self._streams):
+        with self._streams_lock:
+            streams = list(self._streams)
+        for stream in streams:
             if not stream.closed:
                 stream.synchronize()
         self._mx.synchronize(self.mlx_device)

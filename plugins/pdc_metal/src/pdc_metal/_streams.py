@@ -41,6 +41,7 @@ def _worker(work: queue.SimpleQueue[_Work | None], device: Any) -> None:
             if item is _STOP:
                 break
             item()
+            del item  # holds the stream: keep it collectable while the worker waits
     mx.synchronize(mlx_stream)
 
 
