@@ -8,6 +8,7 @@ it cannot run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from pdc_core import Backend, hookimpl
 
@@ -18,6 +19,7 @@ from ._kernels import CudaKernel
 from ._launch import LaunchConfig, auto_block_size, launch_config
 from ._nvrtc import compile_to_ptx
 from ._properties import CudaDeviceProperties
+from ._ring_source import CudaRingBody, compile_ring_kernel_ptx, render_ring_kernel
 from ._streams import CudaEvent, CudaStream
 from ._version import __version__
 
@@ -28,17 +30,31 @@ __all__ = [
     "CudaEvent",
     "CudaKernel",
     "CudaProbe",
+    "CudaResidentKernel",
+    "CudaRingBody",
     "CudaStream",
     "LaunchConfig",
     "NvrtcUnavailable",
     "__version__",
     "auto_block_size",
+    "compile_ring_kernel_ptx",
     "compile_to_ptx",
     "diagnose",
     "launch_config",
     "pdc_register_backends",
     "probe",
+    "render_ring_kernel",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # The resident-kernel handle needs pdc_core's persistent-kernel machinery; load it
+    # on first use so importing the plugin stays cheap.
+    if name == "CudaResidentKernel":
+        from ._persistent import CudaResidentKernel
+
+        return CudaResidentKernel
+    raise AttributeError(f"module 'pdc_cuda' has no attribute {name!r}")
 
 
 @hookimpl

@@ -10,7 +10,7 @@ import contextlib
 import threading
 import weakref
 from collections.abc import Iterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -34,6 +34,12 @@ from ._launch import Dims, LaunchConfig
 from ._memory import DevicePool, device_pointer, is_pinned, mapped_empty, pinned_empty
 from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
 from ._streams import CudaEvent, CudaStream
+
+if TYPE_CHECKING:
+    from pdc_core._persistent import PersistentKernel
+    from pdc_core._ring import RingMemory
+
+    from ._persistent import CudaResidentKernel
 
 __all__ = ["CudaBackend"]
 
@@ -444,7 +450,18 @@ class CudaBackend(Backend):
             raise TypeError(f"{kernel!r} was not compiled by {self!r}")
         kernel.launch(grid, block, args, stream=stream, shared_mem=shared_mem)
 
-    def launch_persistent_kernel(self, kernel: Any, rings: Any) -> Any:
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> CudaResidentKernel:
+        """Launch ``kernel``'s resident ring loop once, on its own non-blocking stream.
+
+        Options: ``threads`` (block size), ``backoff_min_ns``/``backoff_max_ns`` (idle
+        polling back-off), ``allow_watchdog`` (launch even on a device with a display
+        watchdog), ``compile_options``. Raises :class:`~pdc_core.CapabilityError` before
+        launching on a device that cannot map host memory, is older than compute
+        capability 7.0 or has a display watchdog; :class:`~pdc_cuda.CudaCompileError`
+        with NVRTC's log when the body does not compile.
+        """
         from ._persistent import launch_persistent_kernel
 
-        return launch_persistent_kernel(self, kernel, rings)
+        return launch_persistent_kernel(self, kernel, rings, **options)

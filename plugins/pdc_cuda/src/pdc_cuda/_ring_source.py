@@ -120,8 +120,11 @@ def render_ring_kernel(
     body: CudaRingBody | str,
     request_dtype: npt.DTypeLike,
     reply_dtype: npt.DTypeLike,
+    state_dtype: npt.DTypeLike | None = None,
 ) -> str:
     """The complete CUDA C source of the resident kernel for ``body`` and two record dtypes.
+
+    With ``state_dtype`` the body takes a third argument, ``pdc_state* state``.
 
     Raises ``TypeError`` when a dtype has no exact C layout (see
     :func:`pdc_cuda._codegen.c_struct`) and ``ValueError`` for a malformed body.
@@ -130,11 +133,19 @@ def render_ring_kernel(
         body = CudaRingBody(body)
     request = c_struct(np.dtype(request_dtype), "pdc_request")
     reply = c_struct(np.dtype(reply_dtype), "pdc_reply")
+    if state_dtype is None:
+        state_source = "struct pdc_state { unsigned char _pdc_unused; };  // no state"
+        state_arg = ""
+    else:
+        state_source = c_struct(np.dtype(state_dtype), "pdc_state").source
+        state_arg = ", state"
     replacements = {
         "@@OFFSETS@@": _constants(),
         "@@PRELUDE@@": PRELUDE,
         "@@REQUEST_STRUCT@@": request.source,
         "@@REPLY_STRUCT@@": reply.source,
+        "@@STATE_STRUCT@@": state_source,
+        "@@STATE_ARG@@": state_arg,
         "@@REQUEST_LAYOUT_CHECK@@": request.layout_check("pdc_request_layout_mismatch"),
         "@@REPLY_LAYOUT_CHECK@@": reply.layout_check("pdc_reply_layout_mismatch"),
         "@@BACKOFF_MIN_NS@@": f"{body.backoff_min_ns}u",
@@ -165,6 +176,7 @@ def compile_ring_kernel_ptx(
     body: CudaRingBody | str,
     request_dtype: npt.DTypeLike,
     reply_dtype: npt.DTypeLike,
+    state_dtype: npt.DTypeLike | None = None,
     *,
     arch: str = DEFAULT_ARCH,
     options: tuple[str, ...] = ("-std=c++17",),
@@ -174,7 +186,7 @@ def compile_ring_kernel_ptx(
     Raises :class:`~pdc_cuda.CudaCompileError` (with NVRTC's log, line numbers of the
     body's own file) and :class:`~pdc_cuda.NvrtcUnavailable`.
     """
-    source = render_ring_kernel(body, request_dtype, reply_dtype)
+    source = render_ring_kernel(body, request_dtype, reply_dtype, state_dtype)
     return compile_to_ptx(
         source,
         options=options,

@@ -1,7 +1,7 @@
 // pdc resident ring kernel: the library's loop around a user's CUDA C device function.
 //
-// Rendered by pdc_cuda._persistent.render_ring_kernel(): every @@NAME@@ below is
-// replaced before NVRTC sees the source. The control-block offsets come from
+// Rendered by pdc_cuda._ring_source.render_ring_kernel(): every marker below (a name
+// between double at-signs) is replaced before NVRTC sees the source. The offsets come from
 // pdc_core._ring.Offset, so the layout has one source of truth (docs/ring-protocol.md).
 //
 // One thread block serves one ring region. Thread 0 polls the host-written words with
@@ -23,6 +23,7 @@ typedef unsigned int pdc_u32;
 @@PRELUDE@@
 @@REQUEST_STRUCT@@
 @@REPLY_STRUCT@@
+@@STATE_STRUCT@@
 @@REQUEST_LAYOUT_CHECK@@
 @@REPLY_LAYOUT_CHECK@@
 
@@ -32,7 +33,10 @@ typedef unsigned int pdc_u32;
 
 // ---- the user's device function ------------------------------------------------------
 // Contract: __device__ int @@BODY@@(const pdc_request& request, pdc_reply& reply);
-// called once per request, by one thread; return 0 on success, or an error code
+// or, for a kernel with state, ...(const pdc_request&, pdc_reply&, pdc_state* state),
+// where state points to the kernel's device-resident state array (shared by all the
+// threads: update it with atomics). Called once per request, by one thread of the
+// block, requests of a batch in parallel; return 0 on success, or an error code
 // (1 = generic body error, 256 and up = codes of your own) to crash the kernel: the
 // host then raises PersistentKernelError, surfaced to callers as ActorCrashed.
 #line 1 "@@BODY_FILENAME@@"
@@ -105,7 +109,8 @@ enum Command : pdc_u32 { WORK = 0, EXIT = 1 };
 
 }  // namespace pdc
 
-extern "C" __global__ void __launch_bounds__(1024) pdc_ring_kernel(unsigned char* region) {
+extern "C" __global__ void __launch_bounds__(1024) pdc_ring_kernel(unsigned char* region,
+                                                                  pdc_state* state) {
     using namespace pdc;
     // Written by thread 0 only while the rest of the block waits at a barrier; read by
     // everyone between the two barriers of an iteration.
@@ -241,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(1024) pdc_ring_kernel(unsigned char
             reinterpret_cast<const pdc_request*>(region + s_in_ring) + first % s_in_cap;
         pdc_reply* replies = reinterpret_cast<pdc_reply*>(region + s_out_ring) + s_out % s_out_cap;
         for (pdc_u64 i = threadIdx.x; i < count; i += blockDim.x) {
-            const int code = @@BODY@@(requests[i], replies[i]);
+            const int code = @@BODY@@(requests[i], replies[i]@@STATE_ARG@@);
             if (code != 0) {
                 // Shared-memory CAS (block scope): never on the mapped region.
                 if (atomicCAS(&s_error, 0u, static_cast<pdc_u32>(code)) == 0u) {

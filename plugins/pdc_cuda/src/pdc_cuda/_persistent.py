@@ -1,0 +1,225 @@
+"""The resident ring kernel on CUDA: launch, watch, stop.
+
+``CudaBackend.launch_persistent_kernel(kernel, rings, **options)`` (the contract of
+:meth:`pdc_core.Backend.launch_persistent_kernel`) renders ``ring_kernel.cu`` around
+the kernel's CUDA body, compiles it with NVRTC, and launches it **once**, one thread
+block, on a fresh non-blocking stream, pointed at the ring region the core allocated
+in mapped pinned memory. From then on a message costs host stores and loads into
+that memory; the core's :class:`~pdc_core.PersistentKernelSession` does the host side
+of the protocol.
+
+Before launching it refuses, with :class:`~pdc_core.CapabilityError`, a device that
+cannot map host memory, one older than compute capability 7.0 (``__nanosleep``), and
+one with a display watchdog (``kernelExecTimeoutEnabled``, which kills long kernels)
+unless ``allow_watchdog=True``. While the kernel is resident the backend waits for no
+whole-device event (see :class:`~pdc_cuda.CudaBackend`). Stopping is the protocol's
+stop word; :attr:`CudaResidentKernel.exited` polls ``stream.done`` (never blocks), and
+a kernel that does not stop in time is reported by the core as
+:class:`~pdc_core.KernelStopTimeout` -- CUDA cannot kill one kernel, so its memory is
+then kept and the process's CUDA context has to go.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from pdc_core import CapabilityError
+from pdc_core._persistent import DeviceSource, PersistentKernel, ResidentKernel
+from pdc_core._ring import RingMemory
+
+from ._ring_source import KERNEL_NAME, CudaRingBody, render_ring_kernel
+
+if TYPE_CHECKING:
+    from ._backend import CudaBackend
+    from ._kernels import CudaKernel
+    from ._streams import CudaStream
+
+__all__ = ["LAUNCH_OPTIONS", "CudaResidentKernel", "launch_persistent_kernel", "ring_body"]
+
+#: Launch options accepted by ``open_persistent_kernel(..., **options)`` on CUDA.
+LAUNCH_OPTIONS = frozenset(
+    {"threads", "backoff_min_ns", "backoff_max_ns", "allow_watchdog", "compile_options"}
+)
+
+#: Oldest compute capability with ``__nanosleep`` and system-scope acquire/release.
+MIN_COMPUTE_CAPABILITY = (7, 0)
+
+
+def ring_body(
+    kernel: PersistentKernel, options: dict[str, Any]
+) -> tuple[CudaRingBody, tuple[str, ...]]:
+    """The :class:`CudaRingBody` and compiler options for ``kernel`` on CUDA.
+
+    The kernel's ``cuda`` body may be a :class:`~pdc_core.DeviceSource` (or a string,
+    which the core turns into one) or a :class:`CudaRingBody`. Launch ``options``
+    override the body's ``threads`` and back-off; unknown options raise ``TypeError``
+    naming them.
+    """
+    unknown = sorted(set(options) - LAUNCH_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"unknown CUDA launch option(s) {', '.join(unknown)}; the cuda backend accepts "
+            f"{', '.join(sorted(LAUNCH_OPTIONS))}"
+        )
+    source = kernel.body_for("cuda")
+    compile_options: tuple[str, ...] = ()
+    if isinstance(source, DeviceSource):
+        body = CudaRingBody(source.source, body_name=source.entry)
+        compile_options = tuple(source.options)
+    elif isinstance(source, CudaRingBody):
+        body = source
+    else:
+        raise TypeError(
+            f"the cuda body of persistent kernel {kernel.name!r} must be CUDA C source (a str or "
+            f"DeviceSource) or a CudaRingBody, not {type(source).__name__}"
+        )
+    changes: dict[str, Any] = {"max_batch": min(body.max_batch, kernel.max_batch)}
+    for name in ("threads", "backoff_min_ns", "backoff_max_ns"):
+        if name in options:
+            changes[name] = options[name]
+    if (
+        "threads" not in options
+        and body.threads == CudaRingBody.__dataclass_fields__["threads"].default
+    ):
+        # No more threads than a batch can use (at least one warp).
+        changes["threads"] = min(body.threads, max(32, -(-kernel.max_batch // 32) * 32))
+    body = replace(body, **changes)
+    extra = options.get("compile_options", ())
+    if isinstance(extra, str):
+        raise TypeError("compile_options must be a sequence of strings, not one string")
+    return body, (*compile_options, *tuple(extra))
+
+
+def check_device(backend: CudaBackend, allow_watchdog: bool) -> None:
+    """Raise :class:`CapabilityError` unless the device can host a resident ring kernel."""
+    props = backend.properties
+    where = f"{backend.qualified_name} ({props.name})"
+    backend.require_mapped_memory("run a resident ring kernel")
+    if (props.major, props.minor) < MIN_COMPUTE_CAPABILITY:
+        raise CapabilityError(
+            f"{where} has compute capability {props.compute_capability}; the resident ring "
+            "kernel needs 7.0 or newer (__nanosleep, system-scope acquire/release)"
+        )
+    if props.kernel_exec_timeout_enabled and not allow_watchdog:
+        raise CapabilityError(
+            f"{where} has a display watchdog (kernelExecTimeoutEnabled): it kills a kernel "
+            "that runs for more than a few seconds, so a resident kernel would die. Use a GPU "
+            "without a display, or pass allow_watchdog=True to try anyway"
+        )
+
+
+def region_device_address(backend: CudaBackend, memory: RingMemory) -> int:
+    """The device address of the ring region (start of the owner's allocation + offset)."""
+    owner = memory.owner if isinstance(memory.owner, np.ndarray) else memory.base
+    base = backend.device_pointer(owner)
+    return base + (memory.address - int(owner.ctypes.data))
+
+
+class CudaResidentKernel(ResidentKernel):
+    """One resident ring kernel on a CUDA device (what ``launch_persistent_kernel`` returns).
+
+    ``wake`` does nothing: the kernel polls the control block itself. ``exited``
+    queries the stream without blocking; a fault of the kernel's execution (an illegal
+    address in the body, ...) makes it ``exited`` with :attr:`failure` set, which the
+    core reports as a crash.
+    """
+
+    def __init__(
+        self,
+        backend: CudaBackend,
+        kernel: PersistentKernel,
+        memory: RingMemory,
+        compiled: CudaKernel,
+        stream: CudaStream,
+        state: Any,
+        config: CudaRingBody,
+    ) -> None:
+        super().__init__(backend, kernel, memory)
+        self.cuda_backend = backend
+        self.compiled = compiled
+        self.stream = stream
+        self.state_array = state
+        self.config = config
+        self._failure: BaseException | None = None
+        self._exited = False
+        self._released = False
+
+    def wake(self) -> None:
+        """Nothing to do: the kernel polls ``IN_HEAD``/``STOP``/``PAUSE`` itself."""
+
+    @property
+    def exited(self) -> bool:
+        if self._exited:
+            return True
+        try:
+            done = bool(self.stream.cupy.done)
+        except Exception as exc:  # CUDARuntimeError: the kernel's execution failed
+            self._failure = exc
+            done = True
+        if done:
+            self._exited = True
+            self.cuda_backend._resident.discard(self)
+        return done
+
+    @property
+    def failure(self) -> BaseException | None:
+        self.exited  # noqa: B018 - refreshes _failure
+        return self._failure
+
+    def read_state(self) -> npt.NDArray[Any] | None:
+        """A host copy of the device-resident state (copied on a side stream, never
+        waiting for the device); consistent while paused or after the stop."""
+        if self.state_array is None:
+            return None
+        backend = self.cuda_backend
+        side = backend.create_stream()
+        try:
+            host = backend.to_host(self.state_array, stream=side)
+            side.synchronize()
+            return np.array(host, copy=True)
+        finally:
+            side.close()
+
+    def release(self) -> None:
+        """Drop the stream, the state and the compiled module (the core owns the rings)."""
+        if self._released:
+            return
+        self._released = True
+        self.cuda_backend._resident.discard(self)
+        self.stream.close()
+        self.state_array = None
+
+
+def launch_persistent_kernel(
+    backend: CudaBackend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+) -> CudaResidentKernel:
+    """Compile and launch ``kernel``'s resident loop on ``rings``; see the module docs."""
+    if not isinstance(kernel, PersistentKernel):
+        raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
+    if not isinstance(rings, RingMemory):
+        raise TypeError(f"expected the RingMemory the core allocated, not {type(rings).__name__}")
+    body, compile_options = ring_body(kernel, dict(options))
+    check_device(backend, bool(options.get("allow_watchdog", False)))
+    state_dtype = kernel.state.dtype if kernel.state is not None else None
+    source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype)
+    compiled = backend.compile_kernel(source, KERNEL_NAME, compile_options)
+    threads = min(body.threads, compiled.max_threads_per_block)
+    address = region_device_address(backend, rings)
+    state = None
+    if kernel.state is not None:
+        state = backend.to_device(np.ascontiguousarray(kernel.state))
+    stream = backend.create_stream()
+    resident = CudaResidentKernel(backend, kernel, rings, compiled, stream, state, body)
+    state_arg = state if state is not None else np.uint64(0)
+    try:
+        backend._resident.add(resident)
+        compiled.launch((1,), (threads,), (np.uint64(address), state_arg), stream=stream)
+    except BaseException:
+        backend._resident.discard(resident)
+        stream.close()
+        raise
+    return resident

@@ -1,0 +1,258 @@
+"""The resident kernel's CUDA C, rendered and compiled to PTX without a GPU.
+
+The NVRTC tests need an NVRTC library and a Python binding for it (CuPy's, or
+cuda-bindings'); where none loads they skip with the exact reason
+(``pip install 'pdc-cuda[nvrtc]'`` provides it). No driver or GPU is ever needed.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+from pdc_cuda import (
+    CudaCompileError,
+    CudaRingBody,
+    NvrtcUnavailable,
+    compile_ring_kernel_ptx,
+    compile_to_ptx,
+    render_ring_kernel,
+)
+from pdc_cuda._codegen import PRELUDE, c_struct
+from pdc_cuda._nvrtc import find_nvrtc
+
+from pdc_core._ring import ERROR_MESSAGE_SIZE, RING_MAGIC, ErrorCode, Offset, StopMode
+
+REQUEST = np.dtype([("id", "<u8"), ("x", "<f4"), ("tag", "u1")], align=True)
+REPLY = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+ECHO = """
+__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
+    reply.id = request.id;
+    reply.y = 2.0 * request.x;
+    return request.tag == 255 ? 256 + request.tag : 0;
+}
+"""
+
+
+def _nvrtc_reason() -> str | None:
+    try:
+        find_nvrtc()
+    except NvrtcUnavailable as exc:
+        return str(exc)
+    return None
+
+
+NVRTC_MISSING = _nvrtc_reason()
+needs_nvrtc = pytest.mark.skipif(
+    NVRTC_MISSING is not None, reason=f"NVRTC cannot be loaded: {NVRTC_MISSING}"
+)
+
+
+# -- rendering (pure Python) ---------------------------------------------------------------
+
+
+def test_every_marker_is_filled_and_constants_come_from_the_protocol():
+    source = render_ring_kernel(ECHO, REQUEST, REPLY)
+    assert "@@" not in source
+    for offset in Offset:
+        assert f"#define PDC_OFF_{offset.name} {int(offset)}ull" in source
+    for mode in StopMode:
+        assert f"#define PDC_STOP_{mode.name} {int(mode)}u" in source
+    assert f"#define PDC_ERROR_PROTOCOL {int(ErrorCode.PROTOCOL)}u" in source
+    assert f"#define PDC_RING_MAGIC {RING_MAGIC}u" in source
+    assert f"#define PDC_ERROR_MESSAGE_SIZE {ERROR_MESSAGE_SIZE}u" in source
+    assert "struct pdc_request {" in source
+    assert "struct pdc_reply {" in source
+    assert 'extern "C" __global__' in source
+    assert "pdc_body(requests[i], replies[i])" in source
+
+
+def test_line_directives_point_at_the_body_and_the_template():
+    source = render_ring_kernel(CudaRingBody(ECHO, filename="echo.cu"), REQUEST, REPLY)
+    lines = source.split("\n")
+    body_start = lines.index('#line 1 "echo.cu"')
+    assert (
+        lines[body_start + 1 : body_start + 1 + len(ECHO.split("\n")) - 1] == ECHO.split("\n")[:-1]
+    )
+    (after,) = [i for i, line in enumerate(lines) if line.endswith('"pdc_ring_kernel.cu"')]
+    number = int(re.match(r"#line (\d+) ", lines[after]).group(1))
+    assert number == after + 2  # the directive names the number of the line after it
+
+
+def test_state_adds_a_third_argument():
+    state = np.dtype([("count", "<u8")])
+    source = render_ring_kernel(
+        ECHO.replace("pdc_reply& reply)", "pdc_reply& reply, pdc_state* state)"),
+        REQUEST,
+        REPLY,
+        state,
+    )
+    assert "struct pdc_state {" in source
+    assert "pdc_body(requests[i], replies[i], state)" in source
+
+
+def test_body_options_reach_the_source():
+    body = CudaRingBody(
+        ECHO.replace("pdc_body", "echo"),
+        body_name="echo",
+        max_batch=7,
+        backoff_min_ns=0,
+        backoff_max_ns=1024,
+    )
+    source = render_ring_kernel(body, REQUEST, REPLY)
+    assert "#define PDC_MAX_BATCH 7ull" in source
+    assert "#define PDC_BACKOFF_MIN_NS 0u" in source
+    assert "#define PDC_BACKOFF_MAX_NS 1024u" in source
+    assert "echo(requests[i], replies[i])" in source
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"source": ""}, "needs CUDA C source"),
+        ({"source": "int x;"}, "does not mention its body function 'pdc_body'"),
+        ({"source": ECHO, "body_name": "not valid"}, "C identifier"),
+        ({"source": ECHO, "threads": 0}, "threads must be an int in 1..1024"),
+        ({"source": ECHO, "threads": 2048}, "threads must be an int in 1..1024"),
+        ({"source": ECHO, "max_batch": 0}, "max_batch must be a positive int"),
+        ({"source": ECHO, "backoff_min_ns": 500, "backoff_max_ns": 100}, "larger than"),
+        ({"source": ECHO, "backoff_max_ns": -1}, "backoff_max_ns must be an int"),
+        ({"source": ECHO, "filename": 'a"b.cu'}, "#line directive"),
+    ],
+)
+def test_bad_bodies_are_named(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        CudaRingBody(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("dtype", "match"),
+    [
+        (np.dtype([("a", "u1"), ("b", "<u8")]), "at byte 1, not a multiple of its 8-byte"),
+        (np.dtype([("a", "<u8"), ("b", "u1")]).newbyteorder(">"), "big-endian"),
+        (np.dtype([("class", "<u4")]), "C\\+\\+ keyword"),
+        (np.dtype([("_pdc_x", "<u4")]), "reserved"),
+        (np.dtype([("u", "U4")]), "no CUDA C equivalent"),
+        (
+            np.dtype({"names": ["a"], "formats": ["<u4"], "offsets": [0], "itemsize": 6}),
+            "not a multiple of its 4-byte alignment",
+        ),
+    ],
+)
+def test_layouts_c_cannot_express_are_refused(dtype, match):
+    with pytest.raises(TypeError, match=match):
+        render_ring_kernel(ECHO, dtype, REPLY)
+
+
+# -- the C layout matches NumPy's (checked with the host C++ compiler) ----------------------
+
+LAYOUTS = [
+    REQUEST,
+    REPLY,
+    np.dtype("<f8"),
+    np.dtype(
+        [
+            ("id", "<u8"),
+            ("value", "<f4"),
+            ("flag", "u1"),
+            ("name", "S5"),
+            ("v", "<f8", (3,)),
+            ("p", np.dtype([("x", "<f4"), ("y", "<i2")], align=True)),
+            ("c", "<c8"),
+            ("z", "<c16"),
+            ("h", "<f2"),
+            ("raw", "V3"),
+        ],
+        align=True,
+    ),
+]
+
+
+@pytest.mark.parametrize("dtype", LAYOUTS, ids=lambda d: str(d)[:40])
+def test_generated_structs_have_numpys_layout(dtype, tmp_path):
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no host C++ compiler (c++, g++ or clang++) to check struct layouts")
+    struct = c_struct(dtype, "rec")
+    prints = "\n".join(
+        f'    std::printf("{name} %zu\\n", offsetof(rec, {name}));' for name, _ in struct.offsets
+    )
+    program = (
+        "#include <cstddef>\n#include <cstdio>\n" + PRELUDE + struct.source + "\nint main() {\n"
+        '    std::printf("sizeof %zu\\n", sizeof(rec));\n' + prints + "\n}\n"
+    )
+    (tmp_path / "layout.cpp").write_text(program)
+    subprocess.run(
+        [compiler, "-std=c++17", "-o", str(tmp_path / "layout"), str(tmp_path / "layout.cpp")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    output = subprocess.run(
+        [str(tmp_path / "layout")], check=True, capture_output=True, text=True, timeout=30
+    ).stdout.split("\n")
+    assert output[0] == f"sizeof {dtype.itemsize}"
+    expected = [f"{name} {offset}" for name, offset in struct.offsets]
+    assert output[1 : 1 + len(expected)] == expected
+
+
+# -- NVRTC: the template and a body compile to PTX, with the memory orders we need ----------
+
+
+@needs_nvrtc
+def test_ring_kernel_compiles_to_ptx_with_system_scope_ordering():
+    ptx = compile_ring_kernel_ptx(ECHO, REQUEST, REPLY)
+    assert ".entry pdc_ring_kernel(" in ptx
+    assert "ld.acquire.sys" in ptx  # polling IN_HEAD / OUT_TAIL
+    assert "st.release.sys" in ptx  # publishing OUT_HEAD, IN_TAIL, flags
+    assert "fence.acq_rel.sys" in ptx  # per-thread fences around the batch
+    assert "nanosleep" in ptx  # idle back-off
+    assert "bar.sync" in ptx  # the block's barriers
+    # No read-modify-write on the mapped region (only the block-local shared CAS).
+    assert not re.search(r"\batom\.(global|sys)", ptx)
+    assert not re.search(r"\batom\.[a-z.]*sys", ptx)
+
+
+@needs_nvrtc
+def test_ring_kernel_with_state_compiles():
+    body = """
+__device__ int pdc_body(const pdc_request& request, pdc_reply& reply, pdc_state* state) {
+    unsigned long long seen = atomicAdd(&state->count, 1ull);
+    reply.id = request.id;
+    reply.y = static_cast<double>(seen);
+    return 0;
+}
+"""
+    ptx = compile_ring_kernel_ptx(body, REQUEST, REPLY, np.dtype([("count", "<u8")]))
+    assert "atom.global.add.u64" in ptx  # the body's own atomic on device memory
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("arch", ["compute_70", "compute_80", "compute_90"])
+def test_every_supported_architecture(arch):
+    assert ".entry pdc_ring_kernel(" in compile_ring_kernel_ptx(ECHO, REQUEST, REPLY, arch=arch)
+
+
+@needs_nvrtc
+def test_a_body_that_does_not_compile_reports_its_own_lines():
+    broken = (
+        "__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {\n"
+        "    reply.missing = 1;\n    return 0;\n}\n"
+    )
+    with pytest.raises(CudaCompileError) as caught:
+        compile_ring_kernel_ptx(CudaRingBody(broken, filename="mine.cu"), REQUEST, REPLY)
+    error = caught.value
+    assert 'mine.cu(2): error: class "pdc_reply" has no member "missing"' in error.log
+    assert "the resident ring kernel failed to compile with NVRTC" in str(error)
+    assert isinstance(error, ValueError)
+
+
+@needs_nvrtc
+def test_plain_kernels_compile_and_errors_carry_the_log():
+    ptx = compile_to_ptx('extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2; }')
+    assert ".entry k(" in ptx
+    with pytest.raises(CudaCompileError, match="expected a"):
+        compile_to_ptx('extern "C" __global__ void k() { int x = ; }')
