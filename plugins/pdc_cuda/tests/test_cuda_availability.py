@@ -212,3 +212,21 @@ def test_diagnose_available():
 )
 def test_format_cuda_version(version, text):
     assert format_cuda_version(version) == text
+
+
+def test_the_benchmark_refuses_without_a_gpu():
+    from pathlib import Path
+
+    availability = cuda_availability()
+    if availability.available:
+        pytest.skip("a CUDA GPU is available here: the benchmark would run")
+    script = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda_ring.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"the cuda backend is unavailable here: {availability.reason}" in result.stderr
