@@ -7,6 +7,8 @@ import sys
 import textwrap
 
 import pytest
+
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_test_support import cuda_availability
 from pdc_cuda import CudaBackend, CudaProbe, diagnose
 from pdc_cuda._availability import format_cuda_version

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_test_support import requires_gpu
 from pdc_cuda import CudaCompileError, CudaRingBody
 

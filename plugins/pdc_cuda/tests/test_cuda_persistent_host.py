@@ -1,5 +1,6 @@
 """Host-side logic of the resident CUDA kernel, with fake devices and streams (no GPU)."""
 
+# ruff: noqa: E402 - pdc_cuda is imported after the skip guard above it
 from __future__ import annotations
 
 import weakref
@@ -10,16 +11,17 @@ import pytest
 
 from pdc_core import CapabilityError
 
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 persistent = pytest.importorskip("pdc_core._persistent")
-from pdc_cuda import CudaDeviceProperties, CudaRingBody  # noqa: E402
-from pdc_cuda._persistent import (  # noqa: E402
+from pdc_cuda import CudaDeviceProperties, CudaRingBody
+from pdc_cuda._persistent import (
     CudaResidentKernel,
     check_device,
     region_device_address,
     ring_body,
 )
 
-from pdc_core._ring import Offset, RingLayout, RingMemory  # noqa: E402
+from pdc_core._ring import Offset, RingLayout, RingMemory
 
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
 REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from pdc_cuda import CudaDeviceProperties
 
 #: What CuPy 14 built for CUDA 12 returns for an H100 (abridged; name is bytes).

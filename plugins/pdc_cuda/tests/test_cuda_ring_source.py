@@ -13,6 +13,8 @@ import subprocess
 
 import numpy as np
 import pytest
+
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from pdc_cuda import (
     CudaCompileError,
     CudaRingBody,
