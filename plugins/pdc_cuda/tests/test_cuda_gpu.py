@@ -22,8 +22,11 @@ from pdc_core import (
     UnifiedBuffer,
 )
 from pdc_core.testing import BackendConformance
+from pdc_core.testing.pytest_plugin import anyio_backend  # noqa: F401 - asyncio and trio
 
-pytestmark = [pytest.mark.cuda, requires_gpu()]
+# anyio runs the async tests under asyncio and trio even when this directory is run
+# alone (the pdc pytest plugin is loaded by the top-level tests/conftest.py only).
+pytestmark = [pytest.mark.cuda, requires_gpu(), pytest.mark.anyio]
 
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
 REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)
