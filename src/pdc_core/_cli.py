@@ -188,9 +188,39 @@ def _add_json(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
 
 
+def _add_demo(parser: argparse.ArgumentParser) -> None:
+    from . import _demo
+
+    _demo.add_arguments(parser)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from . import _demo
+
+    return _demo.run(args)
+
+
+def _add_bench(parser: argparse.ArgumentParser) -> None:
+    from . import _bench
+
+    _bench.add_arguments(parser)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from . import _bench
+
+    return _bench.run(args)
+
+
 COMMANDS: dict[str, Command] = {
     "info": Command("show backends, devices and versions", _add_json, _run_info),
     "plugins": Command("list installed plugins and their hooks", _add_json, _run_plugins),
+    "demo": Command(
+        "streaming anomaly detection through actors (the main job)", _add_demo, _run_demo
+    ),
+    "bench": Command(
+        "latency and throughput benchmarks, with an optional plot", _add_bench, _run_bench
+    ),
 }
 
 

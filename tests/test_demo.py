@@ -1,0 +1,123 @@
+"""``pdc demo``: the pipeline, its options, and a clean stop on Ctrl-C / cancellation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import anyio
+import numpy as np
+import pytest
+
+from pdc_core._cli import main
+from pdc_core._demo import DemoConfig, DemoResult, run_demo, synthetic_stream
+
+
+async def test_pipeline_finds_exactly_the_planted_anomalies() -> None:
+    result = await run_demo(DemoConfig(messages=5000, backend="cpu", seed=3))
+    summary = result.summary()
+    assert summary["messages_processed"] == summary["messages_sent"] == 5000
+    assert summary["anomalies_planted"] == 5
+    assert summary["anomalies_match"] is True
+    assert summary["latency_p50_us"] is not None
+    assert summary["interrupted"] is False
+
+
+def test_stream_is_deterministic_and_plants_spikes() -> None:
+    config = DemoConfig(messages=2000, seed=7)
+    first = [frames.copy() for _, frames in synthetic_stream(config)]
+    second = [frames for _, frames in synthetic_stream(config)]
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
+    frames = np.concatenate(first)
+    deviation = np.max(np.abs(frames - np.median(frames, axis=1, keepdims=True)), axis=1)
+    assert set(np.flatnonzero(deviation > 8.0)) == set(config.planted().tolist())
+
+
+def test_bad_config() -> None:
+    with pytest.raises(ValueError, match="messages"):
+        DemoConfig(messages=0)
+
+
+async def test_cancelling_the_demo_leaves_partial_results_and_nothing_running() -> None:
+    tasks_before = len(anyio.get_running_tasks())
+    threads_before = threading.active_count()
+    result = DemoResult(backend="cpu:0", async_backend="test")
+    with anyio.move_on_after(0.2):
+        await run_demo(DemoConfig(messages=10_000_000, backend="cpu"), result)
+    assert result.interrupted
+    assert 0 < result.sent < 10_000_000
+    assert result.processed <= result.sent
+    summary = result.summary()
+    assert summary["interrupted"] is True
+    assert summary["anomalies_match"] is True  # compared over the frames processed
+    assert len(anyio.get_running_tasks()) == tasks_before
+    assert threading.active_count() == threads_before
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_cli_json(async_backend: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(
+        ["demo", "--messages", "3000", "--json", "--async-backend", async_backend, "--seed", "1"]
+    )
+    summary = json.loads(capsys.readouterr().out)
+    assert status == 0
+    assert summary["async_backend"] == async_backend
+    assert summary["messages_processed"] == 3000
+    assert summary["anomalies_match"] is True
+
+
+def test_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--messages", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert "exact match" in out
+    assert "p99" in out
+
+
+def test_unknown_backend_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--backend", "nope", "--messages", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nope'" in err
+    assert "'cpu'" in err
+
+
+@pytest.mark.parametrize("argv", [["--messages", "0"], ["--async-backend", "curio"], ["--bogus"]])
+def test_bad_options_exit_2(argv: list[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["demo", *argv])
+    assert info.value.code == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pdc_core",
+            "demo",
+            "--json",
+            "--messages",
+            "50000000",
+            "--async-backend",
+            async_backend,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    summary = json.loads(out)
+    assert summary["interrupted"] is True
+    assert 0 < summary["messages_sent"] < 50_000_000
