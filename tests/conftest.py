@@ -57,10 +57,15 @@ def install_plugins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
 
 
 @pytest.fixture
+def example_backend_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make ``pdc_example_backend`` (from ``examples/``) importable, as if installed."""
+    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
+
+
+@pytest.fixture
 def example_backend(
-    install_plugins: InstallPlugins, monkeypatch: pytest.MonkeyPatch
+    install_plugins: InstallPlugins, example_backend_importable: None
 ) -> pdc_core.Backend:
     """The example third-party backend from ``examples/`` (a simulated discrete device)."""
-    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
     install_plugins("pdc-example-backend", {"example": "pdc_example_backend"})
     return pdc_core.get_backend("example")

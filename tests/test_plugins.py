@@ -72,10 +72,7 @@ def pdc_register_backends(register):
 
 
 @pytest.fixture
-def third_party(install_plugins, monkeypatch):
-    from conftest import EXAMPLE_BACKEND_SRC
-
-    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
+def third_party(install_plugins, example_backend_importable):
     install_plugins(
         "pdc-thirdparty", {"thirdparty": "pdc_thirdparty"}, {"pdc_thirdparty": THIRD_PARTY}
     )
@@ -161,10 +158,7 @@ def test_known_but_missing_backend_names_the_distribution(monkeypatch):
         pdc_core.reload_plugins()
 
 
-def test_unavailable_backend_says_why(install_plugins, monkeypatch):
-    from conftest import EXAMPLE_BACKEND_SRC
-
-    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
+def test_unavailable_backend_says_why(install_plugins, example_backend_importable):
     install_plugins("pdc-ghost", {"ghost": "pdc_ghost"}, {"pdc_ghost": UNAVAILABLE})
     with pytest.raises(BackendUnavailable, match="no ghost device attached"):
         get_backend("ghost")

@@ -128,10 +128,7 @@ class TestDiscreteDeviceStateMachine:
             UnifiedBuffer((2,), backend=example_backend).__cuda_array_interface__  # noqa: B018
 
 
-def test_pinned_without_the_capability_is_refused(install_plugins, monkeypatch):
-    from conftest import EXAMPLE_BACKEND_SRC
-
-    monkeypatch.syspath_prepend(str(EXAMPLE_BACKEND_SRC))
+def test_pinned_without_the_capability_is_refused(install_plugins, example_backend_importable):
     source = """
 from pdc_example_backend import ExampleBackend
 from pdc_core import Capability, hookimpl
