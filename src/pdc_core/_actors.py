@@ -83,6 +83,7 @@ from ._mailbox import (
     current_kit,
     fail,
     wake,
+    woken_value,
 )
 
 __all__ = [
@@ -464,7 +465,9 @@ class _MailboxActorRef(ActorRef[M, R]):
             and type(priority) is int
             and 0 <= priority <= 255
         ):
-            mailbox._push((message, None, -1), priority)
+            envelope = (message, None, -1)
+            if mailbox._taker is None or not mailbox._handoff(envelope):
+                mailbox._push(envelope, priority)
             mailbox._ops += 1
             if not mailbox._ops % _CHECKPOINT_EVERY:
                 await self._kit.checkpoint()
@@ -485,10 +488,14 @@ class _MailboxActorRef(ActorRef[M, R]):
             and type(priority) is int
             and 0 <= priority <= 255
         ):
-            mailbox._push((message, waiter, -1), priority)
+            envelope = (message, waiter, -1)
+            if mailbox._taker is None or not mailbox._handoff(envelope):
+                mailbox._push(envelope, priority)
         else:
             await self._enqueue((message, waiter, -1), check_priority(priority))
-        result = await kit.wait(waiter, timeout)
+        if timeout is not None:
+            kit.arm(waiter, timeout)
+        result = await waiter
         if result is _TIMED_OUT:
             raise MessageTimeout(f"actor {self._actor_id!r} did not reply within {timeout} s")
         return cast(R, result)
@@ -532,12 +539,11 @@ class _MailboxActorRef(ActorRef[M, R]):
         envelopes = [(m, cell, i) for i, m in enumerate(batch)]
         if timeout is None:
             await self._send_batch(envelopes, prio)
-            result = await kit.wait(cell.waiter, None)
         else:
-            deadline = kit.now() + timeout
+            kit.arm(cell.waiter, timeout)
             with anyio.move_on_after(timeout):
                 await self._send_batch(envelopes, prio)
-            result = await kit.wait(cell.waiter, max(0.0, deadline - kit.now()))
+        result = await cell.waiter
         if result is _TIMED_OUT:
             raise MessageTimeout(
                 f"actor {self._actor_id!r} did not reply to a batch of {len(batch)} "
@@ -676,7 +682,6 @@ class _MailboxActor(ActorRunner):
         kit = self._kit
         handle = actor.handle
         poll = mailbox._poll
-        receivers = mailbox._receivers
         new_waiter = kit.waiter
         count = 0
         item: Any = None
@@ -687,13 +692,16 @@ class _MailboxActor(ActorRunner):
                     if mailbox._closed and not mailbox._size and not mailbox._ctrl:
                         return True
                     waiter = new_waiter()
-                    receivers.append(waiter)
+                    mailbox._taker = waiter
                     try:
-                        await waiter
+                        item = await waiter
                     except BaseException:
-                        mailbox._abandon_receiver(waiter)
+                        if mailbox._taker is waiter:
+                            mailbox._taker = None
+                        item = woken_value(waiter)
                         raise
-                    continue
+                    if item is None:
+                        continue
                 if item.__class__ is tuple:
                     message, sink, index = item
                     if sink is None:

@@ -46,7 +46,7 @@ import operator
 import weakref
 from bisect import insort
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, cast
@@ -224,6 +224,18 @@ def wake(waiter: Waiter, value: Any = None) -> bool:
     return True
 
 
+def woken_value(waiter: Waiter) -> Any:
+    """The value ``waiter`` was resolved with, or None if it has none (yet)."""
+    if isinstance(waiter, asyncio.Future):
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+            return waiter.result()
+        return None
+    trio_waiter = cast("_TrioWaiter", waiter)
+    if trio_waiter.state == _DONE and trio_waiter.exception() is None:
+        return trio_waiter.outcome.value
+    return None
+
+
 def fail(waiter: Waiter, error: BaseException) -> bool:
     """Resolve ``waiter`` with ``error``; False if it was already done (or abandoned)."""
     if waiter.done():
@@ -238,17 +250,17 @@ def fail(waiter: Waiter, error: BaseException) -> bool:
 class Kit(Protocol):
     """The few event-loop operations the mailbox and actors need, per event loop.
 
-    ``waiter()`` makes a :class:`Waiter`. Awaiting ``wait(waiter, timeout)`` returns
-    the waiter's value, raises its error, or returns ``_TIMED_OUT`` once ``timeout``
-    seconds have passed (``None``: no timeout). ``woken(waiter)`` says whether a
-    waiter that ended with an exception had been resolved with a value first (so the
-    wake-up can be passed on).
+    ``waiter()`` makes a :class:`Waiter`. ``arm(waiter, timeout)`` makes it resolve to
+    ``_TIMED_OUT`` after ``timeout`` seconds unless resolved before (it is then
+    awaited as usual; nothing needs undoing if it is resolved first).
+    ``woken(waiter)`` says whether a waiter that ended with an exception had been
+    resolved with a value first (so the wake-up can be passed on).
     """
 
     name: str
     waiter: Callable[[], Waiter]
 
-    def wait(self, waiter: Waiter, timeout: float | None) -> Awaitable[Any]: ...
+    def arm(self, waiter: Waiter, timeout: float) -> None: ...
 
     def woken(self, waiter: Waiter) -> bool: ...
 
@@ -274,14 +286,16 @@ class _Timer:
         self._heap: list[tuple[float, int, Any]] = []
         self._seq = itertools.count()
         self._wake_at = math.inf
-        self.stale = 0
+        self._compact_at = 1024
 
     def add(self, deadline: float, waiter: Any) -> None:
         heap = self._heap
-        if self.stale > 1024 and self.stale * 2 > len(heap):
+        if len(heap) >= self._compact_at:
+            # Drop the entries of waiters already resolved; doing it only when the heap
+            # has doubled since the last time keeps the cost O(1) per wait.
             heap[:] = [entry for entry in heap if not entry[2].done()]
             heapq.heapify(heap)
-            self.stale = 0
+            self._compact_at = max(1024, 2 * len(heap))
         heapq.heappush(heap, (deadline, next(self._seq), waiter))
         if deadline < self._wake_at:
             self._wake_at = deadline
@@ -328,12 +342,6 @@ class _AsyncioTimer(_Timer):
             self._handle = self._loop.call_at(self._wake_at, self._fire)
 
 
-def _retrieve(fut: asyncio.Future[Any]) -> None:
-    """Mark an error set on a future whose waiter was cancelled as retrieved."""
-    if fut.done() and not fut.cancelled():
-        fut.exception()
-
-
 class _AsyncioKit:
     """Waiters are plain ``asyncio.Future`` objects of one loop, awaited directly."""
 
@@ -345,26 +353,13 @@ class _AsyncioKit:
         self._loop = loop
         self._timer = _AsyncioTimer(loop)
 
-    def wait(self, waiter: Waiter, timeout: float | None) -> Awaitable[Any]:
-        if timeout is None:
-            return waiter
-        return self._wait_timeout(cast("asyncio.Future[Any]", waiter), timeout)
-
-    async def _wait_timeout(self, waiter: asyncio.Future[Any], timeout: float) -> Any:
+    def arm(self, waiter: Waiter, timeout: float) -> None:
         if waiter.done():
-            return waiter.result()
+            return
         if timeout <= 0:
             waiter.set_result(_TIMED_OUT)
-            return _TIMED_OUT
-        timer = self._timer
-        timer.add(self._loop.time() + timeout, waiter)
-        try:
-            return await waiter
-        except asyncio.CancelledError:
-            _retrieve(waiter)
-            raise
-        finally:
-            timer.stale += 1
+        else:
+            self._timer.add(self._loop.time() + timeout, waiter)
 
     @staticmethod
     def woken(waiter: Waiter) -> bool:
@@ -409,24 +404,14 @@ class _TrioWaiter:
 
     def __init__(self) -> None:
         self.state = _PENDING
-        self.task: Any = None
         self.outcome: Any = None
 
     def done(self) -> bool:
         return self.state >= _DONE
 
     def set_result(self, value: Any, /) -> None:
-        self._resolve(_Value(value))
-
-    def set_exception(self, error: BaseException, /) -> None:
-        self._resolve(_Error(error))
-
-    def exception(self) -> BaseException | None:
-        error = getattr(self.outcome, "error", None)
-        return error if isinstance(error, BaseException) else None
-
-    def _resolve(self, result: Any) -> None:
         state = self.state
+        result = _Value(value)
         if state == _WAITING:
             self.state = _DONE
             self.outcome = result
@@ -436,6 +421,23 @@ class _TrioWaiter:
             self.outcome = result
         else:
             raise RuntimeError("waiter is already resolved")
+
+    def set_exception(self, error: BaseException, /) -> None:
+        state = self.state
+        result = _Error(error)
+        if state == _WAITING:
+            self.state = _DONE
+            self.outcome = result
+            _trio_reschedule(self.task, result)
+        elif state == _PENDING:
+            self.state = _DONE
+            self.outcome = result
+        else:
+            raise RuntimeError("waiter is already resolved")
+
+    def exception(self) -> BaseException | None:
+        error = getattr(self.outcome, "error", None)
+        return error if isinstance(error, BaseException) else None
 
     def _abort(self, raise_cancel: Any) -> Any:
         self.state = _GONE
@@ -456,11 +458,7 @@ class _TrioTimer(_Timer):
         self._started = False
 
     def _expire(self, waiter: _TrioWaiter) -> None:
-        if waiter.state == _WAITING:
-            waiter.state = _GONE
-            _trio_reschedule(waiter.task, _Value(_TIMED_OUT))
-        else:
-            waiter.state = _GONE
+        waiter.set_result(_TIMED_OUT)
 
     def _rearm(self, deadline: float) -> None:
         if self._scope is not None:
@@ -510,25 +508,13 @@ class _TrioKit:
             self._timer_var.set(timer)
         return timer
 
-    def wait(self, waiter: Waiter, timeout: float | None) -> Awaitable[Any]:
-        if timeout is None:
-            return waiter
-        return self._wait_timeout(cast(_TrioWaiter, waiter), timeout)
-
-    async def _wait_timeout(self, waiter: _TrioWaiter, timeout: float) -> Any:
-        if waiter.state == _DONE:
-            return waiter.outcome.unwrap()
+    def arm(self, waiter: Waiter, timeout: float) -> None:
+        if waiter.done():
+            return
         if timeout <= 0:
-            waiter.state = _GONE
-            return _TIMED_OUT
-        timer = self._timer()
-        waiter.task = _trio_current_task()
-        waiter.state = _WAITING
-        timer.add(self._trio.current_time() + timeout, waiter)
-        try:
-            return await _trio_wait_rescheduled(waiter._abort)
-        finally:
-            timer.stale += 1
+            waiter.set_result(_TIMED_OUT)
+        else:
+            self._timer().add(self._trio.current_time() + timeout, waiter)
 
     @staticmethod
     def woken(waiter: Waiter) -> bool:
@@ -618,6 +604,7 @@ class Mailbox(Generic[T]):
         "_receivers",
         "_senders",
         "_size",
+        "_taker",
     )
 
     def __init__(
@@ -641,6 +628,7 @@ class Mailbox(Generic[T]):
         self._size = 0
         self._ctrl: deque[Control] = deque()
         self._receivers: deque[Any] = deque()
+        self._taker: Any = None
         self._senders: deque[Any] = deque()
         self._kit: Kit | None = None
         self._paused = False
@@ -705,7 +693,7 @@ class Mailbox(Generic[T]):
             discarded=c.discarded,
             control_sent=c.control_sent,
             senders_waiting=len(self._senders),
-            receivers_waiting=len(self._receivers),
+            receivers_waiting=len(self._receivers) + (self._taker is not None),
             paused=self._paused,
             closed=self._closed,
         )
@@ -728,7 +716,22 @@ class Mailbox(Generic[T]):
         c.sent += 1
         if size > c.peak:
             c.peak = size
-        if self._receivers and not self._paused:
+        if (self._receivers or self._taker is not None) and not self._paused:
+            self._wake_receiver()
+
+    def _requeue(self, item: T, priority: int) -> None:
+        """Put back, first in its priority, an item whose receiver was cancelled after
+        it was handed over (asyncio can cancel a task whose wake-up is pending). The
+        mailbox may hold ``capacity + 1`` messages until it is received."""
+        lane = self._lanes[priority]
+        if lane is None:
+            lane = self._lanes[priority] = deque()
+        if not lane:
+            insort(self._prios, priority)
+        lane.appendleft(item)
+        self._size += 1
+        self._counts.received -= 1
+        if (self._receivers or self._taker is not None) and not self._paused:
             self._wake_receiver()
 
     def _pop(self) -> T:
@@ -756,13 +759,38 @@ class Mailbox(Generic[T]):
         return bool(self._ctrl) or (self._size > 0 and not self._paused)
 
     def _wake_receiver(self) -> None:
+        taker = self._taker
+        if taker is not None:
+            self._taker = None
+            if not taker.done():
+                taker.set_result(None)
+                return
         receivers = self._receivers
-        if receivers:
-            while receivers:
-                waiter = receivers.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    return
+        while receivers:
+            waiter = receivers.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _handoff(self, item: T) -> bool:
+        """Hand ``item`` straight to the waiting taker; False if there is none.
+
+        An actor's loop waits as the mailbox's single *taker* when nothing is
+        deliverable; while it does (and the mailbox is neither paused nor closed)
+        nothing is queued, so a new message can skip the queue without breaking the
+        priority or FIFO order. It is counted as sent and received.
+        """
+        taker = self._taker
+        if taker is None or self._paused or self._closed or item is None:
+            return False
+        self._taker = None
+        if taker.done():
+            return False
+        taker.set_result(item)
+        c = self._counts
+        c.sent += 1
+        c.received += 1
+        return True
 
     def _abandon_receiver(self, waiter: Any) -> None:
         """A receiver's wait ended by an exception: pass on a wake-up it may have had."""
@@ -959,7 +987,7 @@ class Mailbox(Generic[T]):
         c.sent += n
         if size > c.peak:
             c.peak = size
-        if self._receivers and not self._paused:
+        if (self._receivers or self._taker is not None) and not self._paused:
             self._wake_receiver()
         return stop
 
@@ -972,7 +1000,7 @@ class Mailbox(Generic[T]):
             raise TypeError(f"control messages must be Control instances, got {message!r}")
         self._ctrl.append(message)
         self._counts.control_sent += 1
-        if self._receivers:
+        if self._receivers or self._taker is not None:
             self._wake_receiver()
 
     # -- receiving ----------------------------------------------------------------------
@@ -1018,8 +1046,10 @@ class Mailbox(Generic[T]):
                 raise self._closed_error()
             waiter = kit.waiter()
             self._receivers.append(waiter)
+            if remaining is not None:
+                kit.arm(waiter, remaining)
             try:
-                result = await kit.wait(waiter, remaining)
+                result = await waiter
             except BaseException:
                 self._abandon_receiver(waiter)
                 raise
@@ -1103,7 +1133,8 @@ class Mailbox(Generic[T]):
         if not self._paused:
             return
         self._paused = False
-        for _ in range(min(self._size, len(self._receivers))):
+        waiting = len(self._receivers) + (self._taker is not None)
+        for _ in range(min(self._size, waiting)):
             self._wake_receiver()
 
     def close(self) -> None:
@@ -1118,7 +1149,7 @@ class Mailbox(Generic[T]):
         while self._senders:
             self._wake_sender()
         if not self._size:
-            while self._receivers:
+            while self._receivers or self._taker is not None:
                 self._wake_receiver()
 
     def discard(self) -> list[T]:
@@ -1139,6 +1170,6 @@ class Mailbox(Generic[T]):
         while self._senders:
             self._wake_sender()
         if self._closed:
-            while self._receivers:
+            while self._receivers or self._taker is not None:
                 self._wake_receiver()
         return out

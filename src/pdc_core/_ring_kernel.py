@@ -59,7 +59,7 @@ from __future__ import annotations
 import enum
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, Final, overload
 
@@ -97,6 +97,7 @@ from ._mailbox import (
     current_kit,
     fail,
     wake,
+    woken_value,
 )
 from ._telemetry import KernelTelemetry, Telemetry
 
@@ -113,6 +114,13 @@ __all__ = [
 
 _CHECKPOINT_EVERY: Final = 64
 _perf_counter_ns = time.perf_counter_ns
+#: One message in this many is timed for the latency percentiles (counts are exact).
+_SAMPLE_EVERY: Final = 8
+
+
+def _priority_of(message: Any) -> int:
+    priority = getattr(message, "priority", DEFAULT_PRIORITY)
+    return priority if type(priority) is int and 0 <= priority <= 255 else DEFAULT_PRIORITY
 
 
 class KernelState(enum.Enum):
@@ -126,7 +134,7 @@ class KernelState(enum.Enum):
     FAILED = "failed"
 
 
-_SEND_STATES: Final = frozenset({KernelState.LAUNCHED, KernelState.ACTIVE, KernelState.DEACTIVATED})
+_RECEIVE_STATES: Final = "LAUNCHED, ACTIVE, DEACTIVATED, TERMINATING"
 _FINAL_STATES: Final = frozenset({KernelState.TERMINATED, KernelState.FAILED})
 _AS_ACTOR_STATE: Final = {
     KernelState.LAUNCHED: ActorState.PAUSED,
@@ -360,11 +368,23 @@ class RingKernelContext:
             await self._checkpoint()
         item = inbox._poll()
         if item is _EMPTY:
-            item = await self._wait(timeout)
+            if timeout is None and inbox._taker is None and not inbox._closed:
+                # The common wait, inlined: park as the inbox's taker.
+                waiter = self._kit.waiter()
+                inbox._taker = waiter
+                try:
+                    item = await waiter
+                except BaseException as exc:
+                    self._abandon(waiter, exc)
+                    raise
+                if item is None:
+                    item = await self._wait(None)
+            else:
+                item = await self._wait(timeout)
         message, enqueued_ns = item
         telemetry = self._telemetry
         telemetry.messages_processed += 1
-        if self._record:
+        if enqueued_ns:
             telemetry.delivered(message, enqueued_ns)
         return message
 
@@ -375,19 +395,64 @@ class RingKernelContext:
             self._kernel._interrupted = True
             raise
 
-    async def _wait(self, timeout: float | None) -> Any:
-        try:
-            return await self._inbox._wait_receive(self._kit, timeout)
-        except MailboxClosed:
-            raise KernelTerminated(
-                f"kernel {self._kernel._kernel_id!r} is terminating and its queue is drained",
-                actor_id=self._kernel._kernel_id,
-            ) from None
-        except Exception:
-            raise
-        except BaseException:
+    def _terminated(self) -> KernelTerminated:
+        kernel_id = self._kernel._kernel_id
+        return KernelTerminated(
+            f"kernel {kernel_id!r} is terminating and its queue is drained", actor_id=kernel_id
+        )
+
+    def _abandon(self, waiter: Any, exc: BaseException) -> None:
+        """The taker's wait ended with ``exc``: give up the slot, keep what was handed."""
+        inbox = self._inbox
+        if inbox._taker is waiter:
+            inbox._taker = None
+        handed = woken_value(waiter)
+        if handed is not None and handed is not _TIMED_OUT:
+            self._kernel._lost(handed)
+        if not isinstance(exc, Exception):
             self._kernel._interrupted = True
-            raise
+
+    async def _wait(self, timeout: float | None) -> Any:
+        """Wait for the next item as the inbox's taker (handed messages directly)."""
+        inbox = self._inbox
+        kit = self._kit
+        if inbox._taker is not None:  # another task of this kernel is receiving
+            try:
+                return await inbox._wait_receive(kit, timeout)
+            except MailboxClosed:
+                raise self._terminated() from None
+            except Exception:
+                raise
+            except BaseException:
+                self._kernel._interrupted = True
+                raise
+        deadline = None if timeout is None else kit.now() + timeout
+        remaining = timeout
+        while True:
+            if inbox._closed and not inbox._size:
+                raise self._terminated()
+            waiter = kit.waiter()
+            inbox._taker = waiter
+            if remaining is not None:
+                kit.arm(waiter, remaining)
+            try:
+                result = await waiter
+            except BaseException as exc:
+                self._abandon(waiter, exc)
+                raise
+            if result is _TIMED_OUT:
+                if inbox._taker is waiter:
+                    inbox._taker = None
+                raise MessageTimeout(
+                    f"kernel {self._kernel._kernel_id!r} received nothing within {timeout} s"
+                )
+            if result is not None:
+                return result
+            item = inbox._poll()
+            if item is not _EMPTY:
+                return item
+            if deadline is not None:
+                remaining = max(0.0, deadline - kit.now())
 
     def receive_nowait(self) -> Any:
         """Return the next message without waiting; raise ``anyio.WouldBlock`` if none."""
@@ -396,7 +461,7 @@ class RingKernelContext:
             raise anyio.WouldBlock
         message, enqueued_ns = item
         self._telemetry.messages_processed += 1
-        if self._record:
+        if enqueued_ns:
             self._telemetry.delivered(message, enqueued_ns)
         return message
 
@@ -413,7 +478,7 @@ class RingKernelContext:
                 break
             message, enqueued_ns = item
             telemetry.messages_processed += 1
-            if self._record:
+            if enqueued_ns:
                 telemetry.delivered(message, enqueued_ns)
             batch.append(message)
         return batch
@@ -436,7 +501,7 @@ class RingKernelContext:
         telemetry.messages_sent += 1
         correlation_id = getattr(message, "correlation_id", None)
         if correlation_id is not None:
-            if self._record:
+            if telemetry._inflight:
                 telemetry.replied(correlation_id)
             pending = kernel._pending
             if pending:
@@ -452,7 +517,8 @@ class RingKernelContext:
             and 0 <= priority <= 255
             and not outbox._closed
         ):
-            outbox._push(message, priority)
+            if outbox._taker is None or not outbox._handoff(message):
+                outbox._push(message, priority)
             ops = outbox._ops = outbox._ops + 1
             if not ops % _CHECKPOINT_EVERY:
                 await self._checkpoint()
@@ -697,7 +763,11 @@ class RingKernel(ActorRef[Any, Any]):
     ) -> None:
         """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``)."""
         state = self._state
-        if state not in _SEND_STATES:
+        if (
+            state is not KernelState.ACTIVE
+            and state is not KernelState.LAUNCHED
+            and state is not KernelState.DEACTIVATED
+        ):
             raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED")
         input_type = self._input_type
         if input_type is not None and not isinstance(message, input_type):
@@ -707,15 +777,18 @@ class RingKernel(ActorRef[Any, Any]):
             )
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
-        item = (message, _perf_counter_ns() if self._record else 0)
         inbox = self._inbox
+        # Latency is sampled: one message in _SAMPLE_EVERY carries its enqueue time.
+        sampled = self._record and not inbox._counts.sent % _SAMPLE_EVERY
+        item = (message, _perf_counter_ns() if sampled else 0)
         if (
             inbox._size < inbox._capacity
             and type(priority) is int
             and 0 <= priority <= 255
             and not inbox._closed
         ):
-            inbox._push(item, priority)
+            if inbox._taker is None or not inbox._handoff(item):
+                inbox._push(item, priority)
             ops = inbox._ops = inbox._ops + 1
             if not ops % _CHECKPOINT_EVERY:
                 await self._kit.checkpoint()
@@ -744,11 +817,44 @@ class RingKernel(ActorRef[Any, Any]):
         if item is not _EMPTY:
             return item
         if self._finished:
-            raise self._state_error("receive from", "any state but TERMINATED and FAILED")
-        try:
-            return await outbox._wait_receive(self._kit, timeout)
-        except MailboxClosed:
-            raise self._state_error("receive from", "any state but TERMINATED and FAILED") from None
+            raise self._state_error("receive from", _RECEIVE_STATES)
+        if outbox._taker is not None:  # another task is receiving: wait in line
+            try:
+                return await outbox._wait_receive(self._kit, timeout)
+            except MailboxClosed:
+                raise self._state_error("receive from", _RECEIVE_STATES) from None
+        kit = self._kit
+        deadline = None if timeout is None else kit.now() + timeout
+        remaining = timeout
+        while True:
+            waiter = kit.waiter()
+            outbox._taker = waiter
+            if remaining is not None:
+                kit.arm(waiter, remaining)
+            try:
+                result = await waiter
+            except BaseException:
+                if outbox._taker is waiter:
+                    outbox._taker = None
+                handed = woken_value(waiter)
+                if handed is not None and handed is not _TIMED_OUT:
+                    outbox._requeue(handed, _priority_of(handed))
+                raise
+            if result is _TIMED_OUT:
+                if outbox._taker is waiter:
+                    outbox._taker = None
+                raise MessageTimeout(
+                    f"nothing received from kernel {self._kernel_id!r} within {timeout} s"
+                )
+            if result is not None:
+                return result
+            item = outbox._poll()
+            if item is not _EMPTY:
+                return item
+            if outbox._closed and not outbox._size:
+                raise self._state_error("receive from", _RECEIVE_STATES)
+            if deadline is not None:
+                remaining = max(0.0, deadline - kit.now())
 
     async def tell(self, message: Any, *, priority: int | None = None) -> None:
         await self.send(message, priority=priority)
@@ -785,7 +891,9 @@ class RingKernel(ActorRef[Any, Any]):
         pending[message_id] = waiter
         try:
             await self.send(message, priority=priority)
-            result = await self._kit.wait(waiter, timeout)
+            if timeout is not None:
+                self._kit.arm(waiter, timeout)
+            result = await waiter
         finally:
             if pending.get(message_id) is waiter:
                 del pending[message_id]
@@ -811,7 +919,9 @@ class RingKernel(ActorRef[Any, Any]):
         try:
             for message in batch:
                 await self.send(message, priority=priority)
-            result = await self._kit.wait(cell.waiter, timeout)
+            if timeout is not None:
+                self._kit.arm(cell.waiter, timeout)
+            result = await cell.waiter
         finally:
             for message_id in ids:
                 entry = pending.get(message_id)
@@ -838,6 +948,20 @@ class RingKernel(ActorRef[Any, Any]):
             self._request_terminate()
             self._force_terminate()
         await self.terminate(timeout=5.0 if timeout is None else timeout)
+
+    def _lost(self, item: tuple[Any, int]) -> None:
+        """A message handed to the kernel was never received (the kernel was cancelled)."""
+        counts = self._inbox._counts
+        counts.received -= 1
+        counts.discarded += 1
+        message_id = getattr(item[0], "message_id", None)
+        entry = self._pending.pop(message_id, None) if message_id is not None else None
+        if entry is not None:
+            error = ActorStopped(
+                f"kernel {self._kernel_id!r} was cancelled before receiving the request",
+                actor_id=self._kernel_id,
+            )
+            fail(entry[0].waiter if entry.__class__ is tuple else entry, error)
 
     def _on_drop(self, item: tuple[Any, int]) -> None:
         message_id = getattr(item[0], "message_id", None)
@@ -1108,15 +1232,15 @@ class RingKernelRuntime:
         for kernel in live:
             await kernel.wait()
 
-    async def send(
+    def send(
         self,
         kernel_id: str,
         message: Any,
         *,
         timeout: float | None = None,
         priority: int | None = None,
-    ) -> None:
-        """Put ``message`` in the kernel's input queue.
+    ) -> Coroutine[Any, Any, None]:
+        """Put ``message`` in the kernel's input queue (``await runtime.send(...)``).
 
         Its priority is ``priority`` or else the message's own ``priority`` (default
         128); out of 0..255 is a :class:`ValueError`. When the queue is full the
@@ -1129,10 +1253,12 @@ class RingKernelRuntime:
         kernel = self._kernels.get(kernel_id)
         if kernel is None:
             raise KernelNotFoundError(kernel_id, list(self._kernels))
-        await kernel.send(message, timeout=timeout, priority=priority)
+        # Returning the kernel's coroutine (rather than awaiting it here) saves a
+        # coroutine layer per message; `await runtime.send(...)` reads the same.
+        return kernel.send(message, timeout=timeout, priority=priority)
 
-    async def receive(self, kernel_id: str, *, timeout: float | None = None) -> Any:
-        """Return the next message from the kernel's output queue.
+    def receive(self, kernel_id: str, *, timeout: float | None = None) -> Coroutine[Any, Any, Any]:
+        """Return the next message from the kernel's output queue (``await`` it).
 
         Raises :class:`~pdc_core.MessageTimeout` (a ``TimeoutError``) after
         ``timeout`` seconds, and :class:`~pdc_core.KernelStateError` once the kernel
@@ -1141,7 +1267,7 @@ class RingKernelRuntime:
         kernel = self._kernels.get(kernel_id)
         if kernel is None:
             raise KernelNotFoundError(kernel_id, list(self._kernels))
-        return await kernel.receive(timeout)
+        return kernel.receive(timeout)
 
     async def ask(self, kernel_id: str, message: Any, *, timeout: float | None = None) -> Any:
         """Send ``message`` and return the kernel's reply with its ``correlation_id``."""

@@ -1,0 +1,158 @@
+"""Small helpers shared by the benchmark scripts: percentiles, tables, environment.
+
+Generic on purpose (no pdc import): any benchmark may use them.
+
+* :func:`percentile` / :func:`summarize` -- percentiles of timing samples, computed the
+  way NumPy's default (linear interpolation) does, without needing NumPy.
+* :func:`table` -- a Markdown table (paste-able into ``docs/benchmarks.md``).
+* :func:`environment` -- Python, OS, CPU count and the versions of named packages.
+* :func:`ratio` -- a ratio formatted for a table.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import metadata
+
+__all__ = [
+    "Summary",
+    "environment",
+    "gc_paused",
+    "percentile",
+    "ratio",
+    "summarize",
+    "table",
+    "timed",
+]
+
+
+def percentile(sorted_samples: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0..100) of already sorted samples (linear interpolation)."""
+    if not sorted_samples:
+        raise ValueError("no samples")
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be in 0..100, got {q}")
+    pos = (len(sorted_samples) - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_samples) - 1)
+    return float(sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo))
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Percentiles of a set of samples, in the samples' unit."""
+
+    count: int
+    mean: float
+    p50: float
+    p90: float
+    p99: float
+    minimum: float
+    maximum: float
+
+    def scaled(self, factor: float) -> Summary:
+        """The same summary with every value multiplied by ``factor`` (unit change)."""
+        return Summary(
+            self.count,
+            self.mean * factor,
+            self.p50 * factor,
+            self.p90 * factor,
+            self.p99 * factor,
+            self.minimum * factor,
+            self.maximum * factor,
+        )
+
+
+def summarize(samples: Iterable[float]) -> Summary:
+    """Summarize timing samples (any unit)."""
+    data = sorted(samples)
+    if not data:
+        raise ValueError("no samples")
+    return Summary(
+        count=len(data),
+        mean=sum(data) / len(data),
+        p50=percentile(data, 50),
+        p90=percentile(data, 90),
+        p99=percentile(data, 99),
+        minimum=data[0],
+        maximum=data[-1],
+    )
+
+
+def ratio(numerator: float, denominator: float, digits: int = 2) -> str:
+    """``numerator / denominator`` formatted, or ``n/a`` when it cannot be computed."""
+    if not denominator or math.isnan(numerator) or math.isnan(denominator):
+        return "n/a"
+    return f"{numerator / denominator:.{digits}f}"
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> str:
+    """A Markdown table. ``align`` is one letter per column: ``l`` or ``r`` (default l)."""
+    rendered = [[str(cell) for cell in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in rendered:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    align = align.ljust(len(headers), "l")
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            cell.rjust(widths[i]) if align[i] == "r" else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "| " + " | ".join(
+        ("-" * (w - 1) + ":") if align[i] == "r" else "-" * w for i, w in enumerate(widths)
+    ) + " |"
+    return "\n".join([line(list(headers)), rule, *(line(row) for row in rendered)])
+
+
+def environment(packages: Iterable[str] = ()) -> dict[str, str]:
+    """Python, platform, CPU count and installed versions of ``packages``."""
+    info = {
+        "python": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": str(os.cpu_count()),
+    }
+    for name in packages:
+        try:
+            info[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            info[name] = "not installed"
+    return info
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Collect garbage, then keep the collector off for the block."""
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def timed(fn: Callable[[], object]) -> float:
+    """Seconds taken by one call of ``fn``."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def command_line() -> str:
+    """The command that ran this benchmark, for the record."""
+    return " ".join(["python", *sys.argv])
