@@ -8,6 +8,7 @@ a device, run inside actor nurseries under asyncio or trio. Backends (``cpu``,
 
 from __future__ import annotations
 
+from . import cuda
 from ._actors import (
     Actor,
     ActorNursery,
@@ -51,6 +52,7 @@ from ._exceptions import (
     PoolError,
     PoolLimitError,
 )
+from ._kernel import Kernel, LaunchConfig, auto_block_size, kernel, launch_config
 from ._mailbox import (
     Backpressure,
     Control,
@@ -96,6 +98,13 @@ __all__ = [
     "available_backends",
     "get_backend",
     "get_memory_pool",
+    # kernels
+    "Kernel",
+    "LaunchConfig",
+    "auto_block_size",
+    "cuda",
+    "kernel",
+    "launch_config",
     "hookimpl",
     "list_plugins",
     "normalize_shape_dtype",

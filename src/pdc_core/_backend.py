@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -55,8 +55,11 @@ class Capability(enum.StrEnum):
     UNIFIED_MEMORY = "unified_memory"
     #: Copies that run on a stream and return before they finish.
     ASYNC_COPIES = "async_copies"
-    #: Compiling and launching kernels from source.
+    #: Compiling and launching kernels from source (``compile_kernel``, ``launch_kernel``).
     KERNELS = "kernels"
+    #: Running kernel bodies written in Python (``run_python_kernel``): numba.cuda-style
+    #: bodies on cpu (simulated) and cuda (numba-cuda), MLX-operation bodies on metal.
+    PYTHON_KERNELS = "python_kernels"
     #: Running a persistent kernel fed through ring buffers.
     PERSISTENT_KERNELS = "persistent_kernels"
     #: Device arrays implement ``__cuda_array_interface__``.
@@ -331,6 +334,52 @@ class Backend(abc.ABC):
         """Compile ``source`` and return the kernel ``name`` in a launchable form."""
         self.require(Capability.KERNELS, "compile kernels")
         raise NotImplementedError(f"{type(self).__name__}.compile_kernel")
+
+    def launch_kernel(
+        self,
+        kernel: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        stream: Stream | None = None,
+    ) -> None:
+        """Launch ``kernel`` (from :meth:`compile_kernel`) over ``grid`` x ``block`` threads.
+
+        ``grid`` and ``block`` are validated (x, y, z) triples; ``args`` are this
+        backend's device arrays and NumPy scalars, in the kernel's parameter order;
+        ``shared_mem`` is the byte size of dynamic shared memory. Without a ``stream``
+        the call returns once the kernel has completed (errors raised here); with one
+        the launch is queued on it and may still be running on return.
+        """
+        self.require(Capability.KERNELS, "launch kernels")
+        raise NotImplementedError(f"{type(self).__name__}.launch_kernel")
+
+    def run_python_kernel(
+        self,
+        body: Callable[..., Any],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        stream: Stream | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Run the Python kernel ``body`` over ``grid`` x ``block`` threads.
+
+        How the body runs is the backend's: ``cpu`` simulates numba.cuda-style bodies
+        (:func:`pdc_core.cuda.simulate`), ``cuda`` compiles them with numba-cuda
+        (:func:`pdc_core.cuda.to_numba`), ``metal`` runs bodies written with MLX
+        operations on the MLX device. ``args``, ``shared_mem`` and ``stream`` are as for
+        :meth:`launch_kernel`, completion likewise. ``options`` come from
+        ``@kernel(options={...})``; a backend uses the keys it knows (``cpu_mode`` on
+        cpu, ``numba.cuda.jit`` keywords such as ``fastmath`` on cuda) and ignores the
+        others, so one kernel runs on every backend.
+        """
+        self.require(Capability.PYTHON_KERNELS, "run Python kernel bodies")
+        raise NotImplementedError(f"{type(self).__name__}.run_python_kernel")
 
     def launch_persistent_kernel(self, kernel: Any, rings: Any) -> Any:
         """Start ``kernel`` (a persistent-kernel spec) resident on ``rings``."""

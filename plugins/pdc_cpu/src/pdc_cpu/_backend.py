@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import weakref
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -57,7 +58,7 @@ class CpuBackend(Backend):
     distribution: ClassVar[str] = "pdc-cpu"
     priority: ClassVar[int] = 0
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES}
+        {Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES, Capability.PYTHON_KERNELS}
     )
 
     def __init__(self, device: int = 0) -> None:
@@ -144,3 +145,34 @@ class CpuBackend(Backend):
         """Wait for every stream of this backend (work off a stream runs synchronously)."""
         for stream in list(self._streams):
             stream.synchronize()
+
+    def run_python_kernel(
+        self,
+        body: Callable[..., Any],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        stream: Stream | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Simulate the numba.cuda-style ``body`` on the host (:func:`pdc_core.cuda.simulate`).
+
+        ``options["cpu_mode"]`` picks the strategy (``"auto"``, ``"lanes"``,
+        ``"threads"``). With a ``stream`` the simulation runs on its worker thread, after
+        the work queued before it.
+        """
+        from pdc_core.cuda import simulate
+
+        mode = (options or {}).get("cpu_mode", "auto")
+
+        def run() -> None:
+            simulate(body, grid, block, args, shared_mem=shared_mem, mode=mode)
+
+        if stream is None:
+            run()
+        elif isinstance(stream, CpuStream):
+            stream.submit(run)
+        else:
+            raise TypeError(f"the cpu backend needs a cpu stream, not {stream!r}")

@@ -1,0 +1,831 @@
+"""``@kernel``: functions launched over a grid of threads, on whichever backend runs them.
+
+A kernel has a body — a Python function in numba.cuda style (``i = cuda.grid(1)``) or
+CUDA C source (:meth:`kernel.source <_KernelDecorator.source>`) — and an optional
+launch configuration. Calling it launches it::
+
+    @kernel(block=(256,))
+    def scale(data, out):
+        i = cuda.grid(1)
+        if i < len(data):
+            out[i] = data[i] * 2
+
+    scale(data, out)              # grid covers len(data), block 256, waits for completion
+    scale[grid, block](data, out) # numba's explicit form
+    await scale.launch_async(data, out)
+
+The launch configuration comes from :func:`launch_config`: without a block, the
+seeds' table picks one from the problem size; the grid always covers the problem
+(``ceil(size / block)`` per dimension). The problem size is ``size=`` when given,
+else the shape of the first array argument (its leading dimensions: as many as the
+block has, or up to three).
+
+Where it runs: the ``backend=`` of the launch, else of the decorator, else the backend
+of the stream or of the :class:`~pdc_core.UnifiedBuffer` arguments (they must agree),
+else the default backend. Python bodies need :attr:`Capability.PYTHON_KERNELS`
+(``cpu``: simulated, see :mod:`pdc_core.cuda`; ``cuda``: numba-cuda; ``metal``: MLX
+operations), source needs :attr:`Capability.KERNELS` (``cuda``).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import math
+import re
+import threading
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, overload
+
+import anyio
+import numpy as np
+
+from ._backend import Backend, Capability, Stream
+from ._buffer import UnifiedBuffer
+from ._exceptions import CapabilityError
+from ._kernel_sim import (
+    DEFAULT_MAX_THREADS_PER_BLOCK,
+    MAX_BLOCK_DIMS,
+    MAX_GRID_DIMS,
+    dim3,
+    dims,
+)
+
+__all__ = ["Kernel", "LaunchConfig", "auto_block_size", "kernel", "launch_config"]
+
+Dims = int | Sequence[int]
+
+#: The seeds' table of threads per block, as (largest problem size, threads).
+BLOCK_SIZE_TABLE: Final = ((64, 64), (999, 128), (100_000, 256))
+#: Threads per block above the table's last size.
+LARGE_BLOCK_SIZE: Final = 512
+
+
+def auto_block_size(size: int) -> int:
+    """Threads per block for a problem of ``size`` elements (the seeds' table).
+
+    ========================  ===============
+    elements                  threads / block
+    ========================  ===============
+    0 to 64                   64
+    65 to 999 (< 1 K)         128
+    1,000 to 100,000          256
+    more than 100,000         512
+    ========================  ===============
+
+    Small problems get small blocks so that even a few hundred elements spread over
+    several multiprocessors; 256 threads (8 warps) is the usual sweet spot; very large
+    problems get 512 to halve the number of blocks.
+    """
+    if isinstance(size, bool) or not isinstance(size, int | np.integer):
+        raise TypeError(f"size must be an int, not {size!r}")
+    if size < 0:
+        raise ValueError(f"size must not be negative, got {size}")
+    for largest, threads in BLOCK_SIZE_TABLE:
+        if size <= largest:
+            return threads
+    return LARGE_BLOCK_SIZE
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """A grid of blocks and a block of threads, with the same number of dimensions (1-3)."""
+
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+
+    @property
+    def ndim(self) -> int:
+        return len(self.block)
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def blocks(self) -> int:
+        return math.prod(self.grid)
+
+    @property
+    def threads(self) -> int:
+        """Threads launched: at least the problem size, rounded up to whole blocks."""
+        return self.blocks * self.threads_per_block
+
+    @property
+    def empty(self) -> bool:
+        """True when the problem is empty: nothing is launched."""
+        return self.blocks == 0
+
+    @property
+    def grid3(self) -> tuple[int, int, int]:
+        return dim3(self.grid)
+
+    @property
+    def block3(self) -> tuple[int, int, int]:
+        return dim3(self.block)
+
+
+def _problem_size(size: Any) -> tuple[int, ...]:
+    if isinstance(size, UnifiedBuffer) or _is_array(size):
+        shape = tuple(int(extent) for extent in size.shape)
+        if not shape:
+            raise ValueError("a 0-dimensional array has no size to launch over; give size=")
+        if len(shape) > 3:
+            raise ValueError(
+                f"an array of shape {shape} has {len(shape)} dimensions; a launch covers at "
+                "most 3: give size= or a block"
+            )
+        return shape
+    if isinstance(size, bool) or not isinstance(size, int | np.integer | Sequence):
+        raise TypeError(f"size must be an int, a tuple of up to 3 ints or an array, not {size!r}")
+    if isinstance(size, str | bytes):
+        raise TypeError(f"size must be an int, a tuple of up to 3 ints or an array, not {size!r}")
+    return dims(size, "size", allow_zero=True)
+
+
+def _pow2_floor(value: int) -> int:
+    return 1 << (value.bit_length() - 1)
+
+
+def _pow2_ceil(value: int) -> int:
+    return 1 if value <= 1 else 1 << (value - 1).bit_length()
+
+
+def _auto_block(sizes: tuple[int, ...], max_threads: int) -> tuple[int, ...]:
+    threads = min(auto_block_size(math.prod(sizes)), _pow2_floor(max_threads))
+    if len(sizes) == 1:
+        return (threads,)
+    block = [1] * len(sizes)
+    caps = [min(_pow2_ceil(extent), MAX_BLOCK_DIMS[axis]) for axis, extent in enumerate(sizes)]
+    product = 1
+    grown = True
+    while product < threads and grown:
+        grown = False
+        for axis in range(len(sizes)):
+            if product < threads and block[axis] < caps[axis]:
+                block[axis] *= 2
+                product *= 2
+                grown = True
+    return tuple(block)
+
+
+def _check_block(block: tuple[int, ...], max_threads: int) -> None:
+    for axis, (extent, limit) in enumerate(zip(block, MAX_BLOCK_DIMS, strict=False)):
+        if extent > limit:
+            raise ValueError(
+                f"block {block}: dimension {'xyz'[axis]} is {extent}; CUDA allows at most {limit}"
+            )
+    threads = math.prod(block)
+    if threads > max_threads:
+        raise ValueError(
+            f"block {block} has {threads} threads; the device allows at most {max_threads} "
+            "per block"
+        )
+
+
+def _check_grid(grid: tuple[int, ...], block: tuple[int, ...]) -> None:
+    if len(grid) != len(block):
+        raise ValueError(
+            f"grid {grid} has {len(grid)} dimension(s) but block {block} has {len(block)}"
+        )
+    for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID_DIMS, strict=False)):
+        if extent > limit:
+            raise ValueError(
+                f"grid {grid}: dimension {'xyz'[axis]} is {extent} blocks, over the limit "
+                f"{limit}; use larger blocks or a grid-stride loop"
+            )
+
+
+def launch_config(
+    size: Any,
+    block: Dims | None = None,
+    *,
+    max_threads_per_block: int = DEFAULT_MAX_THREADS_PER_BLOCK,
+) -> LaunchConfig:
+    """The grid and block covering a problem of ``size`` elements.
+
+    ``size`` is an int, a tuple of 1 to 3 ints, or an array (its shape). Without
+    ``block``, a 1-D problem gets :func:`auto_block_size` threads; a 2-D or 3-D problem
+    gets as many threads in total (by its element count), spread in powers of two over
+    its dimensions, x first, never wider than a dimension needs — (16, 16) for
+    100 x 100, (32, 16) for 1000 x 1000, (8, 8, 8) for 64 x 64 x 64. The grid is
+    ``ceil(size / block)`` per dimension; a zero-sized problem gives an empty grid.
+
+    Raises ``TypeError`` for a size or block that is not made of ints, and
+    ``ValueError`` naming the value for a negative size, a zero or negative block
+    dimension, more than ``max_threads_per_block`` threads (1024 on CUDA devices), a
+    block over CUDA's per-dimension limits (1024, 1024, 64), a block with another
+    number of dimensions than the size, or a grid over the device's limits.
+    """
+    sizes = _problem_size(size)
+    if isinstance(max_threads_per_block, bool) or not isinstance(max_threads_per_block, int):
+        raise TypeError(f"max_threads_per_block must be an int, not {max_threads_per_block!r}")
+    if max_threads_per_block < 1:
+        raise ValueError(f"max_threads_per_block must be positive, not {max_threads_per_block}")
+    if block is None:
+        blocks = _auto_block(sizes, max_threads_per_block)
+    else:
+        blocks = dims(block, "block")
+        if len(blocks) != len(sizes):
+            raise ValueError(
+                f"block {blocks} has {len(blocks)} dimension(s) but size {sizes} has {len(sizes)}"
+            )
+    _check_block(blocks, max_threads_per_block)
+    grid = tuple(-(-extent // threads) for extent, threads in zip(sizes, blocks, strict=True))
+    _check_grid(grid, blocks)
+    return LaunchConfig(grid=grid, block=blocks)
+
+
+# --------------------------------------------------------------------------------------
+# arguments
+
+
+def _is_array(value: Any) -> bool:
+    if isinstance(value, np.ndarray):
+        return True
+    if isinstance(value, type | np.generic) or not isinstance(getattr(value, "shape", None), tuple):
+        return False
+    return any(
+        hasattr(value, attribute)
+        for attribute in ("__cuda_array_interface__", "__dlpack__", "__array_interface__")
+    )
+
+
+_SCALARS = (bool, int, float, complex, np.generic)
+
+
+def _resolve_backend(backend: Backend | str | None) -> Backend:
+    if isinstance(backend, Backend):
+        return backend
+    from ._registry import get_backend
+
+    return get_backend(backend)
+
+
+_MAX_THREADS: dict[str, int] = {}
+
+
+def _max_threads(backend: Backend) -> int:
+    cached = _MAX_THREADS.get(backend.qualified_name)
+    if cached is None:
+        try:
+            value = backend.device_info.properties.get("maxThreadsPerBlock")
+        except Exception:  # a backend without device properties keeps CUDA's limit
+            value = None
+        valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
+        cached = int(value) if valid else DEFAULT_MAX_THREADS_PER_BLOCK  # type: ignore[arg-type]
+        _MAX_THREADS[backend.qualified_name] = cached
+    return cached
+
+
+# --------------------------------------------------------------------------------------
+# kernels
+
+_GLOBAL_FUNCTION = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*\Z")
+_CPU_MODES: Final = ("auto", "lanes", "threads")
+
+
+class Kernel:
+    """A kernel: a body plus an optional launch configuration. Made by :data:`kernel`.
+
+    Calling it (``k(*args, grid=, block=, size=, stream=, backend=, shared_mem=)``)
+    launches it over the grid and, without a ``stream``, returns once it has
+    completed; with a stream it returns once the launch is queued (synchronize the
+    stream before reading results). Arguments are positional; keywords are launch
+    options. ``k[grid, block]`` (and ``k[grid, block, stream, shared_mem]``) gives
+    numba's launch form. :meth:`launch_async` waits without blocking the event loop.
+
+    Arguments may be NumPy arrays (written in place; on a backend with separate device
+    memory they are copied to the device and back, around the launch),
+    :class:`~pdc_core.UnifiedBuffer` (its ``.device`` view: state tracking stays
+    right), the backend's own device arrays, and scalars.
+    """
+
+    def __init__(
+        self,
+        body: Callable[..., Any] | None = None,
+        *,
+        source: str | None = None,
+        name: str | None = None,
+        block: Dims | None = None,
+        grid: Dims | None = None,
+        backend: Backend | str | None = None,
+        options: Mapping[str, Any] | Sequence[str] | None = None,
+    ) -> None:
+        if (body is None) == (source is None):
+            raise TypeError("a Kernel needs exactly one of a Python body and a source")
+        self._lock = threading.Lock()
+        self._compiled: dict[str, Any] = {}
+        self._signature: inspect.Signature | None = None
+        self._body: types.FunctionType | None = None
+        self._source: str | None = None
+        self._python_options: Mapping[str, Any] = {}
+        self._compile_options: tuple[str, ...] = ()
+        if body is not None:
+            if isinstance(body, Kernel):
+                raise TypeError(f"{body!r} is already a kernel")
+            if not isinstance(body, types.FunctionType):
+                raise TypeError(f"a kernel body must be a Python function, not {body!r}")
+            if inspect.iscoroutinefunction(body) or inspect.isasyncgenfunction(body):
+                raise TypeError(
+                    f"kernel body {body.__qualname__} is an async function; a kernel body is "
+                    "a plain def run by every thread"
+                )
+            if inspect.isgeneratorfunction(body):
+                raise TypeError(f"kernel body {body.__qualname__} is a generator function")
+            self._body = body
+            self._signature = inspect.signature(body)
+            if options is not None and not isinstance(options, Mapping):
+                raise TypeError(
+                    "options of a Python kernel are a mapping handed to the backend "
+                    f"(such as {{'cpu_mode': 'threads'}} or {{'fastmath': True}}), not {options!r}"
+                )
+            self._python_options = dict(options or {})
+            mode = self._python_options.get("cpu_mode", "auto")
+            if mode not in _CPU_MODES:
+                raise ValueError(f"cpu_mode must be one of {', '.join(_CPU_MODES)}, not {mode!r}")
+            self.name = name if name is not None else body.__name__
+            functools.update_wrapper(self, body)
+        else:
+            assert source is not None
+            if not isinstance(source, str) or not source.strip():
+                raise TypeError(f"kernel source must be a non-empty string, not {source!r}")
+            if options is None:
+                options = ()
+            if isinstance(options, str | bytes | Mapping) or not all(
+                isinstance(option, str) for option in options
+            ):
+                raise TypeError(
+                    f"options of a source kernel are compiler flags (a tuple of str), not "
+                    f"{options!r}"
+                )
+            self._source = source
+            self._compile_options = tuple(options)
+            self.name = self._entry_point(source, name)
+        if not isinstance(self.name, str) or not self.name:
+            raise TypeError(f"a kernel name must be a non-empty string, not {self.name!r}")
+        self.block: tuple[int, ...] | None = None
+        if block is not None:
+            self.block = dims(block, "block")
+            _check_block(self.block, DEFAULT_MAX_THREADS_PER_BLOCK)
+        self.grid: tuple[int, ...] | None = None
+        if grid is not None:
+            self.grid = dims(grid, "grid")
+            if self.block is not None:
+                _check_grid(self.grid, self.block)
+        if backend is not None and not isinstance(backend, Backend | str):
+            raise TypeError(
+                f"backend must be a name such as 'cuda:1' or a Backend, not {backend!r}"
+            )
+        self.backend = backend
+
+    @staticmethod
+    def _entry_point(source: str, name: str | None) -> str:
+        found = _GLOBAL_FUNCTION.findall(source)
+        if name is None:
+            if len(found) != 1:
+                listing = ", ".join(found) or "none"
+                raise ValueError(
+                    f"give name= to say which __global__ function of the source to launch "
+                    f"(found: {listing})"
+                )
+            return str(found[0])
+        if not isinstance(name, str) or not _IDENTIFIER.match(name):
+            raise ValueError(f"kernel name {name!r} is not a C identifier")
+        return name
+
+    # -- description ---------------------------------------------------------------------
+
+    @property
+    def py_func(self) -> types.FunctionType | None:
+        """The Python body (None for a source kernel), as numba's dispatchers call it."""
+        return self._body
+
+    @property
+    def source(self) -> str | None:
+        """The CUDA C source (None for a Python kernel)."""
+        return self._source
+
+    @property
+    def options(self) -> Mapping[str, Any] | tuple[str, ...]:
+        """Backend options (Python kernel) or compiler flags (source kernel)."""
+        return self._python_options if self._body is not None else self._compile_options
+
+    def __repr__(self) -> str:
+        kind = "python" if self._body is not None else "source"
+        block = f" block={self.block}" if self.block is not None else ""
+        grid = f" grid={self.grid}" if self.grid is not None else ""
+        return f"<Kernel {self.name!r} ({kind}){block}{grid}>"
+
+    # -- launching -----------------------------------------------------------------------
+
+    def __call__(
+        self,
+        *args: Any,
+        grid: Dims | None = None,
+        block: Dims | None = None,
+        size: Any = None,
+        stream: Stream | None = None,
+        backend: Backend | str | None = None,
+        shared_mem: int = 0,
+    ) -> None:
+        """Launch over the grid; see the class documentation."""
+        self._launch(args, grid, block, size, stream, backend, shared_mem)
+
+    launch = __call__
+
+    def __getitem__(self, config: Any) -> ConfiguredKernel:
+        """numba's form: ``k[grid, block]``, ``k[grid, block, stream]``,
+        ``k[grid, block, stream, shared_mem]`` (a stream of 0 is no stream)."""
+        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            raise TypeError(
+                "launch with kernel[grid, block], kernel[grid, block, stream] or "
+                f"kernel[grid, block, stream, shared_mem], not kernel[{config!r}]"
+            )
+        grid, block, *rest = config
+        stream = rest[0] if rest else None
+        if isinstance(stream, int) and not isinstance(stream, bool) and stream == 0:
+            stream = None
+        shared_mem = rest[1] if len(rest) > 1 else 0
+        return ConfiguredKernel(self, dims(grid, "grid"), dims(block, "block"), stream, shared_mem)
+
+    async def launch_async(
+        self,
+        *args: Any,
+        grid: Dims | None = None,
+        block: Dims | None = None,
+        size: Any = None,
+        stream: Stream | None = None,
+        backend: Backend | str | None = None,
+        shared_mem: int = 0,
+    ) -> None:
+        """Launch, then wait for completion without blocking the event loop.
+
+        Without a ``stream`` the launch runs on a new stream of the backend (on the cpu
+        backend: a worker thread), closed afterwards. With one, the launch is queued on
+        it and the whole stream is awaited; errors of work on the stream are raised
+        here. If the waiting task is cancelled, the kernel (which cannot be interrupted)
+        is still awaited, shielded, before the cancellation propagates: no launch
+        outlives the call.
+        """
+        chosen = self._choose_backend(args, stream, backend)
+        own = stream is None
+        queue = chosen.create_stream() if stream is None else stream
+        try:
+            self._launch(args, grid, block, size, queue, chosen, shared_mem)
+            await _wait_shielded_on_cancel(queue)
+            queue.synchronize()
+        finally:
+            if own:
+                queue.close()
+
+    def config_for(
+        self,
+        *args: Any,
+        grid: Dims | None = None,
+        block: Dims | None = None,
+        size: Any = None,
+        backend: Backend | str | None = None,
+    ) -> LaunchConfig:
+        """The launch configuration a launch with these arguments would use."""
+        chosen = self._choose_backend(args, None, backend)
+        return self._config(args, grid, block, size, chosen)
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _choose_backend(
+        self, args: tuple[Any, ...], stream: Stream | None, backend: Backend | str | None
+    ) -> Backend:
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(
+                f"stream must be a pdc Stream (backend.create_stream()), not {stream!r}"
+            )
+        candidates: list[tuple[str, Backend]] = []
+        if backend is not None:
+            resolved = _resolve_backend(backend)
+            candidates.append((f"backend= names {resolved.qualified_name}", resolved))
+        elif self.backend is not None:
+            resolved = _resolve_backend(self.backend)
+            candidates.append((f"the kernel's backend is {resolved.qualified_name}", resolved))
+        if stream is not None:
+            candidates.append((f"the stream is on {stream.backend.qualified_name}", stream.backend))
+        for position, arg in enumerate(args):
+            if isinstance(arg, UnifiedBuffer):
+                where = arg.backend.qualified_name
+                candidates.append(
+                    (f"argument {position} (a UnifiedBuffer) is on {where}", arg.backend)
+                )
+        if not candidates:
+            return _resolve_backend(None)
+        first, chosen = candidates[0]
+        for other, candidate in candidates[1:]:
+            if candidate.qualified_name != chosen.qualified_name:
+                raise ValueError(
+                    f"kernel {self.name!r} cannot run on two backends: {first}, but {other}"
+                )
+        return chosen
+
+    def _config(
+        self,
+        args: tuple[Any, ...],
+        grid: Dims | None,
+        block: Dims | None,
+        size: Any,
+        backend: Backend,
+    ) -> LaunchConfig:
+        max_threads = _max_threads(backend)
+        block_dims = dims(block, "block") if block is not None else self.block
+        grid_dims = dims(grid, "grid") if grid is not None else self.grid
+        if grid_dims is not None:
+            if block_dims is None:
+                sizes = self._sizes(args, size, len(grid_dims))
+                block_dims = _auto_block(sizes, max_threads)
+            _check_block(block_dims, max_threads)
+            _check_grid(grid_dims, block_dims)
+            return LaunchConfig(grid=grid_dims, block=block_dims)
+        ndim = len(block_dims) if block_dims is not None else None
+        return launch_config(
+            self._sizes(args, size, ndim), block_dims, max_threads_per_block=max_threads
+        )
+
+    def _sizes(self, args: tuple[Any, ...], size: Any, ndim: int | None) -> tuple[int, ...]:
+        if size is not None:
+            sizes = _problem_size(size)
+        else:
+            shape: tuple[int, ...] | None = None
+            for arg in args:
+                if isinstance(arg, UnifiedBuffer) or _is_array(arg):
+                    candidate = tuple(int(extent) for extent in arg.shape)
+                    if candidate:
+                        shape = candidate
+                        break
+            if shape is None:
+                raise ValueError(
+                    f"kernel {self.name!r} has no array argument to size the launch by; "
+                    "give size= or grid="
+                )
+            sizes = shape[: ndim if ndim is not None else 3]
+        if ndim is not None:
+            if len(sizes) > ndim:
+                raise ValueError(
+                    f"kernel {self.name!r}: size {sizes} has {len(sizes)} dimensions but the "
+                    f"block has {ndim}"
+                )
+            sizes = sizes + (1,) * (ndim - len(sizes))
+        return sizes
+
+    def _check_capability(self, backend: Backend) -> None:
+        if self._body is not None:
+            needed, action = Capability.PYTHON_KERNELS, "run kernel bodies written in Python"
+            hint = ""
+        else:
+            needed, action = Capability.KERNELS, "compile and launch kernel source"
+            hint = (
+                " CUDA C source runs on the cuda backend (pip install pdc-cuda); write the "
+                "body in Python (numba.cuda style) to run it on every backend."
+            )
+        if not backend.has(needed):
+            declared = ", ".join(sorted(backend.capabilities)) or "none"
+            raise CapabilityError(
+                f"kernel {self.name!r} cannot run on the {backend.qualified_name} backend: it "
+                f"has no {needed.value} capability, so it cannot {action} (it declares: "
+                f"{declared}).{hint}"
+            )
+
+    def _convert(
+        self, args: tuple[Any, ...], backend: Backend, stream: Stream | None
+    ) -> tuple[tuple[Any, ...], list[tuple[Any, np.ndarray[Any, Any]]]]:
+        unified = backend.has(Capability.UNIFIED_MEMORY)
+        converted: list[Any] = []
+        copy_back: list[tuple[Any, np.ndarray[Any, Any]]] = []
+        for position, arg in enumerate(args):
+            where = f"argument {position} of kernel {self.name!r}"
+            if isinstance(arg, UnifiedBuffer):
+                converted.append(arg.device)
+            elif isinstance(arg, np.ndarray):
+                if unified:
+                    converted.append(arg)
+                    continue
+                if not arg.flags.c_contiguous:
+                    raise ValueError(
+                        f"{where} is a non-contiguous NumPy array; the {backend.name} backend "
+                        "copies NumPy arguments to the device and back, which needs "
+                        "np.ascontiguousarray(...)"
+                    )
+                device = backend.to_device(arg, stream=stream)
+                converted.append(device)
+                if arg.flags.writeable:
+                    copy_back.append((device, arg))
+            elif isinstance(arg, _SCALARS):
+                converted.append(arg)
+            elif isinstance(arg, tuple):
+                if not all(isinstance(item, _SCALARS) for item in arg):
+                    raise TypeError(f"{where} is a tuple of non-scalars; pass arrays separately")
+                converted.append(arg)
+            elif isinstance(arg, list | dict | set | str | bytes):
+                raise TypeError(
+                    f"{where} is a {type(arg).__name__}; pass a NumPy array (np.asarray(...)), "
+                    "a UnifiedBuffer, a device array or a scalar"
+                )
+            elif hasattr(arg, "__cuda_array_interface__") and unified:
+                raise TypeError(
+                    f"{where} is a CUDA device array ({type(arg).__name__}) but the "
+                    f"{backend.name} backend computes on host memory; pass a NumPy array or "
+                    "run on the cuda backend"
+                )
+            elif unified and hasattr(arg, "__array_interface__"):
+                converted.append(np.asarray(arg))
+            elif _is_array(arg):
+                converted.append(arg)  # a device array of the backend: it checks its own
+            else:
+                raise TypeError(
+                    f"{where} is a {type(arg).__name__}; pass a NumPy array, a UnifiedBuffer, "
+                    "a device array or a scalar"
+                )
+        return tuple(converted), copy_back
+
+    def _compiled_for(self, backend: Backend) -> Any:
+        key = backend.qualified_name
+        with self._lock:
+            compiled = self._compiled.get(key)
+            if compiled is None:
+                assert self._source is not None
+                compiled = backend.compile_kernel(self._source, self.name, self._compile_options)
+                self._compiled[key] = compiled
+        return compiled
+
+    def _launch(
+        self,
+        args: tuple[Any, ...],
+        grid: Dims | None,
+        block: Dims | None,
+        size: Any,
+        stream: Stream | None,
+        backend: Backend | str | None,
+        shared_mem: int,
+    ) -> None:
+        chosen = self._choose_backend(args, stream, backend)
+        self._check_capability(chosen)
+        if isinstance(shared_mem, bool) or not isinstance(shared_mem, int | np.integer):
+            raise TypeError(f"shared_mem must be a number of bytes, not {shared_mem!r}")
+        if shared_mem < 0:
+            raise ValueError(f"shared_mem must not be negative, got {shared_mem}")
+        if self._signature is not None:
+            try:
+                self._signature.bind(*args)
+            except TypeError as exc:
+                raise TypeError(
+                    f"kernel {self.name}{self._signature} called with {len(args)} "
+                    f"argument(s): {exc}"
+                ) from None
+        config = self._config(args, grid, block, size, chosen)
+        if config.empty:
+            return
+        converted, copy_back = self._convert(args, chosen, stream)
+        if self._body is not None:
+            chosen.run_python_kernel(
+                self._body,
+                config.grid3,
+                config.block3,
+                converted,
+                shared_mem=int(shared_mem),
+                stream=stream,
+                options=self._python_options,
+            )
+        else:
+            chosen.launch_kernel(
+                self._compiled_for(chosen),
+                config.grid3,
+                config.block3,
+                converted,
+                shared_mem=int(shared_mem),
+                stream=stream,
+            )
+        for device, host in copy_back:
+            chosen.to_host(device, out=host, stream=stream)
+
+
+class ConfiguredKernel:
+    """A kernel with a fixed grid and block: what ``kernel[grid, block]`` returns."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        grid: tuple[int, ...],
+        block: tuple[int, ...],
+        stream: Stream | None,
+        shared_mem: int,
+    ) -> None:
+        self.kernel = kernel
+        self.grid = grid
+        self.block = block
+        self.stream = stream
+        self.shared_mem = shared_mem
+
+    def __repr__(self) -> str:
+        return f"{self.kernel!r}[{self.grid}, {self.block}]"
+
+    def __call__(self, *args: Any) -> None:
+        """Launch; returns after completion unless a stream was given."""
+        self.kernel(
+            *args, grid=self.grid, block=self.block, stream=self.stream, shared_mem=self.shared_mem
+        )
+
+    async def launch_async(self, *args: Any) -> None:
+        """Launch and wait without blocking the event loop (see :meth:`Kernel.launch_async`)."""
+        await self.kernel.launch_async(
+            *args, grid=self.grid, block=self.block, stream=self.stream, shared_mem=self.shared_mem
+        )
+
+
+async def _wait_shielded_on_cancel(stream: Stream) -> None:
+    try:
+        await stream.wait()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await stream.wait()
+        raise
+
+
+class _KernelDecorator:
+    """``@kernel``, ``@kernel(block=(256,), grid=None, backend=None, name=None, options=None)``
+    and ``kernel.source(...)``: see :class:`Kernel`."""
+
+    @overload
+    def __call__(self, body: Callable[..., Any], /) -> Kernel: ...
+
+    @overload
+    def __call__(
+        self,
+        /,
+        *,
+        block: Dims | None = None,
+        grid: Dims | None = None,
+        backend: Backend | str | None = None,
+        name: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Callable[[Callable[..., Any]], Kernel]: ...
+
+    def __call__(
+        self,
+        body: Callable[..., Any] | None = None,
+        /,
+        *,
+        block: Dims | None = None,
+        grid: Dims | None = None,
+        backend: Backend | str | None = None,
+        name: str | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> Kernel | Callable[[Callable[..., Any]], Kernel]:
+        """Make a Python function a kernel, with an optional fixed block and grid.
+
+        ``block`` and ``grid`` are ints or tuples of up to three ints; without a block
+        one is chosen per launch from the problem size (:func:`launch_config`).
+        ``backend`` pins the kernel to a backend. ``options`` go to the backend's
+        ``run_python_kernel``: ``{"cpu_mode": "auto" | "lanes" | "threads"}`` on the cpu
+        backend (see :func:`pdc_core.cuda.simulate`), ``numba.cuda.jit`` keywords on
+        cuda.
+        """
+        if body is not None:
+            if not callable(body) or isinstance(body, tuple | list | int):
+                raise TypeError(
+                    f"@kernel takes a function; give a block as @kernel(block={body!r})"
+                )
+            return Kernel(body, block=block, grid=grid, backend=backend, name=name, options=options)
+
+        def decorate(function: Callable[..., Any]) -> Kernel:
+            return Kernel(
+                function, block=block, grid=grid, backend=backend, name=name, options=options
+            )
+
+        return decorate
+
+    def source(
+        self,
+        source: str,
+        *,
+        name: str | None = None,
+        block: Dims | None = None,
+        grid: Dims | None = None,
+        backend: Backend | str | None = None,
+        options: Sequence[str] = (),
+    ) -> Kernel:
+        """A kernel from CUDA C source, compiled on first launch per device.
+
+        ``name`` is the ``extern "C" __global__`` function to launch (optional when the
+        source defines exactly one); ``options`` are compiler flags (NVRTC's, such as
+        ``("-O3", "--use_fast_math")``). Compiled with the backend's ``compile_kernel``
+        and launched with its ``launch_kernel``: pass arguments in the C function's
+        order, scalars as NumPy scalars of the C type (``np.int32(n)`` for ``int n``),
+        and ``size=`` or ``grid=`` when the first array does not give the problem size.
+        """
+        return Kernel(
+            source=source, name=name, block=block, grid=grid, backend=backend, options=options
+        )
+
+
+#: The kernel decorator: ``@kernel``, ``@kernel(block=(256,))``, ``kernel.source(src)``.
+kernel: Final = _KernelDecorator()
