@@ -406,14 +406,19 @@ _STOP: Final = _Stop()
 
 
 class _Batch:
-    """The reply cell shared by the requests of one ``ask_many``."""
+    """The reply cell shared by the requests of one ``ask_many``.
 
-    __slots__ = ("remaining", "results", "waiter")
+    ``ordered`` is True when all its requests went into one priority lane in order, so
+    a run of them received together can be answered with one slice assignment.
+    """
 
-    def __init__(self, waiter: Any, n: int) -> None:
+    __slots__ = ("ordered", "remaining", "results", "waiter")
+
+    def __init__(self, waiter: Any, n: int, *, ordered: bool = False) -> None:
         self.waiter = waiter
         self.remaining = n
         self.results: list[Any] = [None] * n
+        self.ordered = ordered
 
 
 def _fail_envelope(envelope: Any, error: BaseException) -> None:
@@ -535,7 +540,7 @@ class _MailboxActorRef(ActorRef[M, R]):
             return []
         prio = self._priorities(batch, priority)
         kit = self._kit
-        cell = _Batch(kit.waiter(), len(batch))
+        cell = _Batch(kit.waiter(), len(batch), ordered=isinstance(prio, int))
         envelopes = [(m, cell, i) for i, m in enumerate(batch)]
         if timeout is None:
             await self._send_batch(envelopes, prio)
@@ -736,52 +741,88 @@ class _MailboxActor(ActorRunner):
     async def _serve_batches(self, actor: Actor[Any, Any]) -> bool:
         """Hand every waiting message (up to max_batch) to ``handle_batch`` at once."""
         mailbox = self._mailbox
+        handle_batch = actor.handle_batch
+        max_batch = self._max_batch
         items: list[Any] = []
         try:
             while True:
                 try:
-                    items = await mailbox.receive_many(self._max_batch)
+                    items = await mailbox.receive_many(max_batch)
                 except MailboxClosed:
                     return True
-                stop = False
-                live: list[Any] = []
-                for item in items:
-                    if item.__class__ is not tuple:
-                        stop = stop or item is _STOP
-                        continue
-                    sink = item[1]
-                    if (
-                        sink is None
-                        or (item[2] < 0 and not sink.done())
-                        or (item[2] >= 0 and not sink.waiter.done())
-                    ):
-                        live.append(item)
+                first = items[0]
+                last = items[-1]
+                n = len(items)
+                if (
+                    first.__class__ is tuple
+                    and last.__class__ is tuple
+                    and first[2] >= 0
+                    and first[1] is last[1]
+                    and last[2] - first[2] == n - 1
+                    and first[1].ordered
+                ):
+                    # A run of one ask_many's requests, in order: one call, one slice.
+                    cell = first[1]
+                    if cell.waiter.done():
+                        self.skipped += n
                     else:
-                        self.skipped += 1
-                items = live
-                if live:
-                    replies = await actor.handle_batch([item[0] for item in live])
-                    if len(replies) != len(live):
-                        raise ValueError(
-                            f"handle_batch returned {len(replies)} replies for {len(live)} messages"
-                        )
-                    for (_message, sink, index), reply in zip(live, replies, strict=True):
-                        if sink is None:
-                            continue
-                        if index < 0:
-                            wake(sink, reply)
-                        else:
-                            sink.results[index] = reply
-                            sink.remaining -= 1
-                            if not sink.remaining:
-                                wake(sink.waiter, sink.results)
-                    self.handled += len(live)
-                items = []
-                if stop:
+                        replies = await handle_batch([item[0] for item in items])
+                        if len(replies) != n:
+                            raise ValueError(
+                                f"handle_batch returned {len(replies)} replies for {n} messages"
+                            )
+                        start = first[2]
+                        cell.results[start : start + n] = replies
+                        cell.remaining -= n
+                        self.handled += n
+                        if not cell.remaining:
+                            wake(cell.waiter, cell.results)
+                    items = []
+                    continue
+                if await self._handle_mixed(handle_batch, items):
                     return True
+                items = []
         except BaseException:
             self._inflight = items
             raise
+
+    async def _handle_mixed(
+        self, handle_batch: Callable[[list[Any]], Awaitable[list[Any]]], items: list[Any]
+    ) -> bool:
+        """Handle a batch of tells, asks, batch parts and control; True on a stop."""
+        stop = False
+        live: list[Any] = []
+        for item in items:
+            if item.__class__ is not tuple:
+                stop = stop or item is _STOP
+                continue
+            sink = item[1]
+            if (
+                sink is None
+                or (item[2] < 0 and not sink.done())
+                or (item[2] >= 0 and not sink.waiter.done())
+            ):
+                live.append(item)
+            else:
+                self.skipped += 1
+        if live:
+            replies = await handle_batch([item[0] for item in live])
+            if len(replies) != len(live):
+                raise ValueError(
+                    f"handle_batch returned {len(replies)} replies for {len(live)} messages"
+                )
+            for (_message, sink, index), reply in zip(live, replies, strict=True):
+                if sink is None:
+                    continue
+                if index < 0:
+                    wake(sink, reply)
+                else:
+                    sink.results[index] = reply
+                    sink.remaining -= 1
+                    if not sink.remaining:
+                        wake(sink.waiter, sink.results)
+            self.handled += len(live)
+        return stop
 
     def _fail_inflight(self, error: Callable[[], BaseException]) -> None:
         inflight, self._inflight = self._inflight, None

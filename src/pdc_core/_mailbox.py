@@ -741,11 +741,18 @@ class Mailbox(Generic[T]):
         item = lane.popleft()
         if not lane:
             prios.pop()
-        self._size -= 1
+        size = self._size = self._size - 1
         self._counts.received += 1
         if self._senders:
             self._wake_sender()
+        if not size and self._closed:
+            self._wake_all_receivers()
         return item
+
+    def _wake_all_receivers(self) -> None:
+        """Closed and empty: every waiting receiver must find out."""
+        while self._receivers or self._taker is not None:
+            self._wake_receiver()
 
     def _poll(self) -> Any:
         """Take the next deliverable item, control first, or return ``_EMPTY``."""
@@ -1092,6 +1099,8 @@ class Mailbox(Generic[T]):
             senders = self._senders
             for _ in range(min(taken, len(senders))):
                 self._wake_sender()
+            if not self._size and self._closed:
+                self._wake_all_receivers()
         return out
 
     async def receive_many(self, max_items: int, timeout: float | None = None) -> list[T | Control]:
@@ -1149,8 +1158,7 @@ class Mailbox(Generic[T]):
         while self._senders:
             self._wake_sender()
         if not self._size:
-            while self._receivers or self._taker is not None:
-                self._wake_receiver()
+            self._wake_all_receivers()
 
     def discard(self) -> list[T]:
         """Remove and return every queued data message, counting them as discarded.
@@ -1170,6 +1178,5 @@ class Mailbox(Generic[T]):
         while self._senders:
             self._wake_sender()
         if self._closed:
-            while self._receivers or self._taker is not None:
-                self._wake_receiver()
+            self._wake_all_receivers()
         return out
