@@ -535,3 +535,41 @@ def test_vectorised_execution_is_fast() -> None:
     assert stats.mode == "lanes"
     np.testing.assert_array_equal(out, data * data + 1)
     assert elapsed < 2.0, f"a million simple threads took {elapsed:.2f} s"
+
+
+# -- per-thread values that must not leak into single-value semantics -------------------------
+
+
+def everyone_writes_everything(out: Any) -> None:
+    i = cuda.grid(1)
+    out[:] = i * 10  # a race: run one by one, the last thread wins
+
+
+def everyone_agrees(out: Any) -> None:
+    i = cuda.grid(1)
+    out[0] = i - i + 7  # per-thread values that agree: no race
+
+
+def test_per_thread_values_stored_at_one_place() -> None:
+    stats, (out,) = both_ways(everyone_writes_everything, 1, 8, np.zeros(8, np.int64))
+    np.testing.assert_array_equal(out, 70)
+    assert "same place" in stats.fallbacks[0]
+    stats, (out,) = both_ways(everyone_agrees, 1, 8, np.zeros(8, np.int64))
+    assert stats.mode == "lanes"
+    assert out[0] == 7
+
+
+def introspects(data: Any, out: Any) -> None:
+    i = cuda.grid(1)
+    if isinstance(data[i], float):  # float64 scalars are floats; per-thread values are not
+        out[i] = 1
+    print(f"t{i}:{data[i]:.1f}")
+
+
+def test_type_introspection_and_formatting_see_one_thread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _, (_, out) = both_ways(introspects, 1, 4, np.arange(4.0), np.zeros(4))
+    np.testing.assert_array_equal(out, 1)
+    printed = capsys.readouterr().out.split()
+    assert printed == ["t0:0.0", "t1:1.0", "t2:2.0", "t3:3.0"] * 2  # vectorised, per thread

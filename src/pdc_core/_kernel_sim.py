@@ -299,6 +299,12 @@ class Lanes(NDArrayOperatorsMixin):
     def item(self) -> Any:
         return self._single().item()
 
+    def __str__(self) -> str:
+        return str(self._single())
+
+    def __format__(self, spec: str) -> str:
+        return format(self._single(), spec)
+
     def __round__(self, ndigits: int | None = None) -> Lanes:
         if ndigits is None:
             if self.v.dtype.kind in "fc":
@@ -521,6 +527,12 @@ class _LaneArray:
         components = _lane_index(index, self.a.ndim)
         target = index if components is None else components
         stored = _store_value(value)
+        if components is None and isinstance(value, Lanes):
+            # every thread stores to the same place: fine if they agree, else a race
+            # whose per-thread outcome (the last thread's value) NumPy would not give
+            if not _uniform(value.v):
+                raise _Unsupported("threads store different values at the same place")
+            stored = value.v[0]
         self.run.log.record(self.a, target)
         self.a[target] = stored
 
@@ -1191,6 +1203,18 @@ def _lane_float(value: Any = 0.0) -> Any:
     return float(value)
 
 
+def _lane_isinstance(value: Any, kinds: Any) -> bool:
+    if isinstance(value, Lanes | _LaneArray | _LaneShared):
+        raise _Unsupported("isinstance() of a per-thread value or a wrapped array")
+    return isinstance(value, kinds)
+
+
+def _lane_type(*args: Any) -> Any:
+    if len(args) == 1 and isinstance(args[0], Lanes | _LaneArray | _LaneShared):
+        raise _Unsupported("type() of a per-thread value or a wrapped array")
+    return type(*args)
+
+
 def _lane_print_for(run: _ChunkRun) -> Callable[..., None]:
     def lane_print(
         *args: Any,
@@ -1363,6 +1387,8 @@ class _Rebinder:
                 "int": _lane_int,
                 "float": _lane_float,
                 "print": _lane_print_for(run),
+                "isinstance": _lane_isinstance,
+                "type": _lane_type,
             }
 
     def substitute(self, value: Any, module: str) -> Any:
