@@ -675,15 +675,26 @@ def _state() -> _ThreadState | _LaneState:
 class _ThreadState:
     """What one simulated thread sees (threads strategy)."""
 
-    __slots__ = ("barrier", "block", "block_rel", "locals", "run", "thread")
+    __slots__ = ("barrier", "base", "block", "block_rel", "locals", "run", "thread")
 
-    def __init__(self, run: _ChunkRun, block_rel: int, thread_lin: int) -> None:
+    def __init__(self, run: _ChunkRun) -> None:
         self.run = run
-        self.block_rel = block_rel
-        self.block = run.unravel_block(run.first_block + block_rel)
-        self.thread = run.unravel_thread(thread_lin)
-        self.locals: dict[Any, npt.NDArray[Any]] = {}
         self.barrier: _BlockBarrier | None = None
+        self.block_rel = -1
+        self.block: tuple[np.int64, ...] = ()
+        self.base: tuple[np.int64, ...] = ()
+        self.thread: tuple[np.int64, ...] = ()
+        self.locals: dict[Any, npt.NDArray[Any]] | None = None
+
+    def move(self, block_rel: int, thread: tuple[np.int64, ...]) -> None:
+        """Become thread ``thread`` of block ``block_rel`` (states are reused: it is cheaper)."""
+        if block_rel != self.block_rel:
+            run = self.run
+            self.block_rel = block_rel
+            self.block = run.unravel_block(run.first_block + block_rel)
+            self.base = tuple(b * d for b, d in zip(self.block, run.block_np, strict=True))
+        self.thread = thread
+        self.locals = None
 
     def thread_idx(self, axis: int) -> Any:
         return self.thread[axis]
@@ -692,9 +703,9 @@ class _ThreadState:
         return self.block[axis]
 
     def grid(self, ndim: int) -> Any:
-        bdim = self.run.block_np
-        coords = tuple(self.block[a] * bdim[a] + self.thread[a] for a in range(ndim))
-        return coords[0] if ndim == 1 else coords
+        if ndim == 1:
+            return self.base[0] + self.thread[0]
+        return tuple(self.base[a] + self.thread[a] for a in range(ndim))
 
     def laneid(self) -> Any:
         return self.run.thread_linear(self.thread) % warpsize
@@ -703,6 +714,8 @@ class _ThreadState:
         return self.run.shared_storage(key, shape, dtype)[self.block_rel]
 
     def local_array(self, shape: tuple[int, ...], dtype: np.dtype[Any], key: Any) -> Any:
+        if self.locals is None:
+            self.locals = {}
         array = self.locals.get(key)
         if array is None:
             array = self.locals[key] = np.zeros(shape, dtype)
@@ -1551,6 +1564,7 @@ class _ChunkRun:
         self.dynamic: npt.NDArray[np.uint8] | None = None
         self.lock = threading.Lock()
         self.atomic_lock = threading.Lock()
+        self._thread_table: list[tuple[np.int64, np.int64, np.int64]] | None = None
 
     # -- geometry --------------------------------------------------------------------------
 
@@ -1561,6 +1575,12 @@ class _ChunkRun:
     def unravel_thread(self, linear: int) -> tuple[np.int64, np.int64, np.int64]:
         bx, by, _ = self.block3
         return (np.int64(linear % bx), np.int64(linear // bx % by), np.int64(linear // (bx * by)))
+
+    def thread_table(self) -> list[tuple[np.int64, np.int64, np.int64]]:
+        """``unravel_thread`` of every thread of a block, made once per chunk."""
+        if self._thread_table is None:
+            self._thread_table = [self.unravel_thread(t) for t in range(self.threads_per_block)]
+        return self._thread_table
 
     def thread_linear(self, thread: tuple[Any, ...]) -> Any:
         bx, by, _ = self.block3
@@ -1728,19 +1748,21 @@ class _ChunkRun:
         body = launch.thread_body
         args = launch.args
         previous = getattr(_tls, "state", None)
+        threads = self.thread_table()
+        state = _ThreadState(self)
+        _tls.state = state
         try:
             for block_rel, thread_lin in zip(
                 lanes.block_rel.tolist(), lanes.thread_lin.tolist(), strict=True
             ):
-                state = _ThreadState(self, block_rel, thread_lin)
-                _tls.state = state
-                launch.thread_calls += 1
+                state.move(block_rel, threads[thread_lin])
                 try:
                     body(*args)
                 except Exception as exc:
                     _annotate(exc, launch, state)
                     raise
         finally:
+            launch.thread_calls += lanes.n
             _tls.state = previous
 
     def _run_threaded(self) -> None:
@@ -1749,12 +1771,14 @@ class _ChunkRun:
         abort = threading.Event()
         barriers = [_BlockBarrier(threads, abort) for _ in range(self.blocks)]
         errors: list[BaseException] = []
+        table = self.thread_table()
 
         def worker(thread_lin: int) -> None:
             for block_rel in range(self.blocks):
                 if abort.is_set():
                     return
-                state = _ThreadState(self, block_rel, thread_lin)
+                state = _ThreadState(self)
+                state.move(block_rel, table[thread_lin])
                 state.barrier = barriers[block_rel]
                 _tls.state = state
                 try:
