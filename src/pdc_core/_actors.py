@@ -50,6 +50,7 @@ from __future__ import annotations
 import enum
 import inspect
 import itertools
+import math
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
@@ -421,6 +422,17 @@ class _Batch:
         self.ordered = ordered
 
 
+async def _cancellation_first() -> None:
+    """If the calling task is being cancelled, raise its cancellation.
+
+    When a nursery is cancelled its actors may stop before the cancellation reaches a
+    task that was sending to them; that task must end by its cancellation, not by an
+    ``ActorStopped`` that only says the actor went first.
+    """
+    if anyio.current_effective_deadline() == -math.inf:
+        await anyio.sleep_forever()
+
+
 def _fail_envelope(envelope: Any, error: BaseException) -> None:
     sink = envelope[1]
     if sink is None:
@@ -458,6 +470,7 @@ class _MailboxActorRef(ActorRef[M, R]):
         try:
             await self._mailbox.send(envelope, priority)
         except MailboxClosed:
+            await _cancellation_first()
             raise self._stopped_error() from None
 
     async def tell(self, message: M, *, priority: int | None = None) -> None:
@@ -500,7 +513,11 @@ class _MailboxActorRef(ActorRef[M, R]):
             await self._enqueue((message, waiter, -1), check_priority(priority))
         if timeout is not None:
             kit.arm(waiter, timeout)
-        result = await waiter
+        try:
+            result = await waiter
+        except ActorStopped:
+            await _cancellation_first()
+            raise
         if result is _TIMED_OUT:
             raise MessageTimeout(f"actor {self._actor_id!r} did not reply within {timeout} s")
         return cast(R, result)
@@ -523,6 +540,7 @@ class _MailboxActorRef(ActorRef[M, R]):
                 for envelope, p in zip(envelopes, prio, strict=True):
                     await self._mailbox.send(envelope, p)
         except MailboxClosed:
+            await _cancellation_first()
             raise self._stopped_error() from None
 
     async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
@@ -548,7 +566,11 @@ class _MailboxActorRef(ActorRef[M, R]):
             kit.arm(cell.waiter, timeout)
             with anyio.move_on_after(timeout):
                 await self._send_batch(envelopes, prio)
-        result = await cell.waiter
+        try:
+            result = await cell.waiter
+        except ActorStopped:
+            await _cancellation_first()
+            raise
         if result is _TIMED_OUT:
             raise MessageTimeout(
                 f"actor {self._actor_id!r} did not reply to a batch of {len(batch)} "
