@@ -448,8 +448,9 @@ def test_backends_without_python_kernels() -> None:
         name: ClassVar[str] = "sourceonly"
         capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.KERNELS})
 
-    with pytest.raises(CapabilityError, match="no python_kernels capability"):
+    with pytest.raises(CapabilityError, match="no python_kernels capability") as caught:
         increment(np.zeros(4), backend=SourceOnly())
+    assert "Backends here that can: cpu (pass backend=...)" in str(caught.value)
 
     class Minimal(Backend):
         """The contract's defaults refuse both kinds of kernels."""

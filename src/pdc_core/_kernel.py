@@ -589,6 +589,15 @@ class Kernel:
             )
         if not backend.has(needed):
             declared = ", ".join(sorted(backend.capabilities)) or "none"
+            from ._registry import available_backends
+
+            able = [
+                info.name
+                for info in available_backends()
+                if info.availability.available and needed in info.capabilities
+            ]
+            if able:
+                hint += f" Backends here that can: {', '.join(able)} (pass backend=...)."
             raise CapabilityError(
                 f"kernel {self.name!r} cannot run on the {backend.qualified_name} backend: it "
                 f"has no {needed.value} capability, so it cannot {action} (it declares: "
