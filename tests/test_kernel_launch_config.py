@@ -182,6 +182,8 @@ def test_kernel_block_is_validated_when_decorating() -> None:
 def test_kernel_without_an_array_needs_a_size() -> None:
     with pytest.raises(ValueError, match="size= or grid="):
         _scale.config_for(3, 4)
+    with pytest.raises(ValueError, match=r"give block= \(or size=\)"):
+        _add_one.config_for(3, grid=(2, 2))
     with pytest.raises(ValueError, match="grid"):
         _scale(np.zeros(4), np.zeros(4), grid=0)
 

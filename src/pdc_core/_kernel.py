@@ -541,7 +541,7 @@ class Kernel:
         grid_dims = dims(grid, "grid") if grid is not None else self.grid
         if grid_dims is not None:
             if block_dims is None:
-                sizes = self._sizes(args, size, len(grid_dims))
+                sizes = self._sizes(args, size, len(grid_dims), missing="block= (or size=)")
                 block_dims = _auto_block(sizes, max_threads)
             _check_block(block_dims, max_threads)
             _check_grid(grid_dims, block_dims)
@@ -551,7 +551,9 @@ class Kernel:
             self._sizes(args, size, ndim), block_dims, max_threads_per_block=max_threads
         )
 
-    def _sizes(self, args: tuple[Any, ...], size: Any, ndim: int | None) -> tuple[int, ...]:
+    def _sizes(
+        self, args: tuple[Any, ...], size: Any, ndim: int | None, missing: str = "size= or grid="
+    ) -> tuple[int, ...]:
         if size is not None:
             sizes = _problem_size(size)
         else:
@@ -565,7 +567,7 @@ class Kernel:
             if shape is None:
                 raise ValueError(
                     f"kernel {self.name!r} has no array argument to size the launch by; "
-                    "give size= or grid="
+                    f"give {missing}"
                 )
             sizes = shape[: ndim if ndim is not None else 3]
         if ndim is not None:
