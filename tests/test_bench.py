@@ -1,0 +1,82 @@
+"""``pdc bench``: the quick suite, JSON, the plot and its missing-extra message."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from pdc_core._bench import BenchResult, run_suite
+from pdc_core._cli import main
+
+
+def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quick", "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["interrupted"] is False
+    for backend in ("asyncio", "trio"):
+        ask = payload["latency"][f"{backend} / pdc ask"]
+        assert 0 < ask["p50_us"] <= ask["p99_us"]
+        assert "p50_vs_bare anyio streams" in ask
+        assert payload["throughput"][f"{backend} / pdc tell_many -> handle_batch"]["msgs_per_s"] > 0
+
+
+def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--quick", "--n", "60", "--async-backend", "trio"]) == 0
+    out = capsys.readouterr().out
+    assert "trio / pdc ask" in out
+    assert "msgs/s" in out
+
+
+def test_plot_without_matplotlib_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["bench", "--quick", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "pip install 'pdc-core[plot]'" in capsys.readouterr().err
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    target = tmp_path / "latency.png"
+    assert (
+        main(["bench", "--quick", "--n", "60", "--async-backend", "asyncio", "--plot", str(target)])
+        == 0
+    )
+    assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_interrupt_keeps_partial_results() -> None:
+    result = BenchResult()
+    calls = 0
+
+    def on_step(key: str) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_suite(
+            result,
+            n=50,
+            rounds=1,
+            warmup=5,
+            throughput_n=100,
+            async_backends=("asyncio",),
+            on_step=on_step,
+        )
+    measured = [key for key, samples in result.latency_samples.items() if samples]
+    assert len(measured) == 2
+    assert result.payload()["latency"]
+
+
+@pytest.mark.parametrize("argv", [["--async-backend", "curio"], ["--rounds", "0"], ["--bogus"]])
+def test_bad_options_exit_2(argv: list[str]) -> None:
+    try:
+        status = main(["bench", *argv])
+    except SystemExit as exit_:
+        status = exit_.code  # type: ignore[assignment]
+    assert status == 2
