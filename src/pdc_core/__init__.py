@@ -38,8 +38,10 @@ from ._exceptions import (
     CapabilityError,
     DuplicateActorError,
     KernelAlreadyExistsError,
+    KernelBodyMissing,
     KernelNotFoundError,
     KernelStateError,
+    KernelStopTimeout,
     KernelTerminated,
     LifecycleError,
     MailboxClosed,
@@ -48,9 +50,12 @@ from ._exceptions import (
     MessageDropped,
     MessageTimeout,
     PdcError,
+    PersistentKernelError,
     PluginError,
     PoolError,
     PoolLimitError,
+    RecordError,
+    RingProtocolError,
 )
 from ._kernel import Kernel, LaunchConfig, auto_block_size, kernel, launch_config
 from ._mailbox import (
@@ -67,8 +72,22 @@ from ._messages import (
     RingKernelMessage,
     message,
 )
+from ._persistent import (
+    DeviceSource,
+    HostWaiter,
+    KernelStatus,
+    PersistentKernel,
+    PersistentKernelSession,
+    PollingWaiter,
+    ResidentKernel,
+    SessionState,
+    SessionStatistics,
+    open_persistent_kernel,
+    persistent_kernel,
+)
 from ._plugins import PluginInfo, hookimpl, list_plugins, reload_plugins
 from ._registry import BackendInfo, available_backends, get_backend
+from ._ring import ErrorCode, RingDevice, RingHost, RingLayout, RingMemory, StopMode
 from ._ring_kernel import (
     KernelState,
     RingKernel,
@@ -116,6 +135,29 @@ __all__ = [
     "PluginError",
     "PoolError",
     "PoolLimitError",
+    # persistent kernels
+    "DeviceSource",
+    "ErrorCode",
+    "HostWaiter",
+    "KernelBodyMissing",
+    "KernelStatus",
+    "KernelStopTimeout",
+    "PersistentKernel",
+    "PersistentKernelError",
+    "PersistentKernelSession",
+    "PollingWaiter",
+    "RecordError",
+    "ResidentKernel",
+    "RingDevice",
+    "RingHost",
+    "RingLayout",
+    "RingMemory",
+    "RingProtocolError",
+    "SessionState",
+    "SessionStatistics",
+    "StopMode",
+    "open_persistent_kernel",
+    "persistent_kernel",
     # actors, mailboxes and the ring-kernel API
     "Actor",
     "ActorCrashed",

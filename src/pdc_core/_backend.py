@@ -27,6 +27,9 @@ from ._exceptions import CapabilityError
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from ._persistent import PersistentKernel, ResidentKernel
+    from ._ring import RingMemory
+
 __all__ = [
     "Availability",
     "Backend",
@@ -381,8 +384,23 @@ class Backend(abc.ABC):
         self.require(Capability.PYTHON_KERNELS, "run Python kernel bodies")
         raise NotImplementedError(f"{type(self).__name__}.run_python_kernel")
 
-    def launch_persistent_kernel(self, kernel: Any, rings: Any) -> Any:
-        """Start ``kernel`` (a persistent-kernel spec) resident on ``rings``."""
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> ResidentKernel:
+        """Launch ``kernel`` resident on ``rings`` and return its :class:`ResidentKernel`.
+
+        ``rings`` is a :class:`~pdc_core.RingMemory` the core allocated from this backend
+        (``MemoryKind.MAPPED``) and initialised (header written, indices and flags 0);
+        the device side runs the protocol of ``docs/ring-protocol.md`` on it. The body
+        to run is ``kernel.body_for(self.name)``. ``options`` are backend-specific
+        launch knobs, passed through from ``open_persistent_kernel(..., **options)``;
+        reject unknown ones with a ``TypeError`` naming them.
+
+        Return as soon as the launch is queued, with a subclass of
+        :class:`~pdc_core.ResidentKernel` implementing ``wake`` and ``exited``; the
+        core waits for the ``STARTED`` word itself. Raise (without leaving anything
+        running) if the launch fails.
+        """
         self.require(Capability.PERSISTENT_KERNELS, "run persistent kernels")
         raise NotImplementedError(f"{type(self).__name__}.launch_persistent_kernel")
 

@@ -537,11 +537,8 @@ class RingHost:
     # -- requests --------------------------------------------------------------------
 
     def free_slots(self) -> int:
-        """Input slots the host may write now (reloads ``IN_TAIL`` only when needed)."""
-        free = self._in_cap - (self.in_head - self._in_tail)
-        if free == 0:
-            free = self._in_cap - (self.in_head - self.load_in_tail())
-        return free
+        """Input slots the host may write now (reloads ``IN_TAIL``)."""
+        return self._in_cap - (self.in_head - self.load_in_tail())
 
     def write(self, records: npt.NDArray[Any]) -> int:
         """Write as many of ``records`` as fit and publish them with one ``IN_HEAD`` store.
@@ -551,15 +548,20 @@ class RingHost:
         the ring is full. Records wrapping past the ring's end are written in two
         pieces, but published together.
         """
-        free = self.free_slots()
-        count = min(free, len(records))
+        wanted = len(records)
+        free = self._in_cap - (self.in_head - self._in_tail)
+        if free < wanted:  # the cached tail says it may not fit: look again
+            free = self.free_slots()
+        count = min(free, wanted)
         if count == 0:
             return 0
         head = self.in_head
         start = head % self._in_cap
         first = min(count, self._in_cap - start)
-        if count == 1:
-            self._in_slots[start] = records[0]
+        if first == count:
+            self._in_slots[start : start + count] = (
+                records if count == len(records) else records[:count]
+            )
         else:
             self._in_slots[start : start + first] = records[:first]
             if count > first:
@@ -581,7 +583,12 @@ class RingHost:
         The slots are released to the kernel (one ``OUT_TAIL`` store) after the copy.
         Returns an empty array when there is nothing to read.
         """
-        ready = self.load_out_head() - self.out_tail
+        self.load_out_head()
+        return self.read_loaded(limit)
+
+    def read_loaded(self, limit: int | None = None) -> npt.NDArray[Any]:
+        """:meth:`read` without reloading ``OUT_HEAD`` (use the last value loaded)."""
+        ready = self._out_head - self.out_tail
         count = ready if limit is None else min(ready, limit)
         if count <= 0:
             return self._out_slots[:0].copy()

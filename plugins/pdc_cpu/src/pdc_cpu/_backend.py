@@ -18,6 +18,9 @@ from pdc_core import (
     DeviceInfo,
     MemoryKind,
     MemoryStatistics,
+    PersistentKernel,
+    ResidentKernel,
+    RingMemory,
     Stream,
     normalize_shape_dtype,
 )
@@ -58,7 +61,12 @@ class CpuBackend(Backend):
     distribution: ClassVar[str] = "pdc-cpu"
     priority: ClassVar[int] = 0
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
-        {Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES, Capability.PYTHON_KERNELS}
+        {
+            Capability.UNIFIED_MEMORY,
+            Capability.ASYNC_COPIES,
+            Capability.PERSISTENT_KERNELS,
+            Capability.PYTHON_KERNELS,
+        }
     )
 
     def __init__(self, device: int = 0) -> None:
@@ -176,3 +184,15 @@ class CpuBackend(Backend):
             stream.submit(run)
         else:
             raise TypeError(f"the cpu backend needs a cpu stream, not {stream!r}")
+
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> ResidentKernel:
+        """Run ``kernel`` in a worker thread on ``rings`` (see :mod:`pdc_cpu._persistent`).
+
+        Options: ``worker_wait`` (``"doorbell"``/``"spin"``), ``host_wait``
+        (``"notify"``/``"poll"``), ``idle_timeout`` (seconds).
+        """
+        from ._persistent import launch
+
+        return launch(self, kernel, rings, **options)

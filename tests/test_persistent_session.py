@@ -1,0 +1,594 @@
+"""The host session and the persistent-kernel spec, against a scripted in-process device.
+
+The device here runs the reference protocol (``RingDevice``) synchronously: on every
+doorbell when ``auto``, or when the test calls ``step()``. That makes interleavings,
+stops, crashes and wedged kernels deterministic. The real worker thread of the CPU
+backend is tested in ``plugins/pdc_cpu/tests``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from pdc_core import (
+    ActorCrashed,
+    ActorStopped,
+    Availability,
+    Backend,
+    Capability,
+    CapabilityError,
+    DeviceInfo,
+    DeviceSource,
+    ErrorCode,
+    KernelBodyMissing,
+    KernelStopTimeout,
+    MemoryKind,
+    MemoryStatistics,
+    PersistentKernel,
+    PersistentKernelError,
+    PersistentKernelSession,
+    RecordError,
+    ResidentKernel,
+    RingDevice,
+    RingMemory,
+    SessionState,
+    StopMode,
+    open_persistent_kernel,
+    persistent_kernel,
+)
+
+REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+
+
+def double(requests: Any) -> Any:
+    replies = np.empty(len(requests), REP)
+    replies["id"] = requests["id"]
+    replies["y"] = requests["x"] * 2
+    return replies
+
+
+def batch(start: int, count: int) -> npt.NDArray[Any]:
+    out = np.zeros(count, REQ)
+    out["id"] = np.arange(start, start + count)
+    out["x"] = np.arange(start, start + count) * 0.5
+    return out
+
+
+class ScriptedKernel(ResidentKernel):
+    """A device side run inline by the host thread: deterministic, no threads."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        kernel: PersistentKernel,
+        memory: RingMemory,
+        *,
+        auto: bool = True,
+        start: bool = True,
+        ignore_stop: bool = False,
+    ) -> None:
+        super().__init__(backend, kernel, memory)
+        self.device = RingDevice(memory)
+        self.device.check_header()
+        self.body = kernel.body_for("scripted")
+        self.auto = auto
+        self.ignore_stop = ignore_stop
+        self.finished = False
+        self.released = False
+        self.vanish = False  # execution ends without the done word
+        if start:
+            self.device.mark_started()
+
+    def wake(self) -> None:
+        # a manual device still reacts to a stop right away, so sessions can close
+        if self.auto or self.device.stop_mode() is StopMode.NOW:
+            self.step()
+
+    def step(self, limit: int | None = None) -> int:
+        device = self.device
+        if self.finished:
+            return 0
+        stop = device.stop_mode()
+        if stop is StopMode.NOW and not self.ignore_stop:
+            self.finish()
+            return 0
+        if stop is StopMode.RUN and device.pause_requested():
+            device.set_paused(True)
+            return 0
+        device.set_paused(False)
+        index, count = device.next_batch(limit)
+        if count:
+            device.outputs(index, count)[...] = self.body(device.inputs(index, count))
+            device.publish(count)
+        elif stop is StopMode.DRAIN and device.drained():
+            self.finish()
+        return count
+
+    def crash(self, code: int, message: str) -> None:
+        self.device.set_error(code, message)
+        self.finish()
+
+    def finish(self) -> None:
+        if not self.vanish:
+            self.device.mark_done()
+        self.finished = True
+
+    @property
+    def exited(self) -> bool:
+        return self.finished
+
+    def release(self) -> None:
+        assert self.finished
+        self.released = True
+
+
+class ScriptedBackend(Backend):
+    name: ClassVar[str] = "scripted"
+    distribution: ClassVar[str] = "none"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.PERSISTENT_KERNELS})
+
+    def __init__(self, device: int = 0) -> None:
+        super().__init__(device)
+        self.launched: list[ScriptedKernel] = []
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return Availability.yes()
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        return [DeviceInfo(backend=cls.name, index=0, name="script", kind="cpu")]
+
+    def allocate(
+        self, shape: tuple[int, ...], dtype: np.dtype[Any], kind: MemoryKind = MemoryKind.DEVICE
+    ) -> Any:
+        return np.full(shape, 0xAB, dtype=np.uint8).view(dtype)  # garbage: must be initialised
+
+    def to_device(self, host: Any, out: Any = None, stream: Any = None) -> Any:
+        return np.array(host)
+
+    def to_host(self, device: Any, out: Any = None, stream: Any = None) -> Any:
+        return np.array(device)
+
+    def memory_statistics(self) -> MemoryStatistics:
+        return MemoryStatistics()
+
+    def create_stream(self) -> Any:
+        raise NotImplementedError
+
+    def create_event(self) -> Any:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        pass
+
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> ResidentKernel:
+        resident = ScriptedKernel(self, kernel, rings, **options)
+        self.launched.append(resident)
+        return resident
+
+
+def make_kernel(capacity: int = 4, body: Any = double, **kwargs: Any) -> PersistentKernel:
+    return PersistentKernel("doubler", REQ, REP, capacity=capacity, **kwargs).add_body(
+        "scripted", body
+    )
+
+
+async def step_until(
+    session: PersistentKernelSession, condition: Any, limit: int | None = None
+) -> None:
+    """Drive a manual device from a test task until ``condition()`` holds."""
+    resident = session.resident
+    assert isinstance(resident, ScriptedKernel)
+    for _ in range(10_000):
+        if condition():
+            return
+        resident.step(limit)
+        await anyio.sleep(0.0005)
+    raise AssertionError("condition never held")
+
+
+# -- the spec ---------------------------------------------------------------------------------
+
+
+def test_spec_decorators_and_bodies() -> None:
+    @persistent_kernel(request_dtype=REQ, reply_dtype=REP, capacity=8)
+    def scale(requests: Any) -> Any:
+        return double(requests)
+
+    assert isinstance(scale, PersistentKernel)
+    assert scale.name == "scale"
+    assert scale.capacity == 8
+    assert scale.max_batch == 8
+    assert scale.body_for("cpu") is not None
+    scale.add_body("cuda", "__device__ void pdc_body() {}")
+    assert scale.body_for("cuda:1") == DeviceSource("__device__ void pdc_body() {}")
+
+    @scale.body("metal")
+    def _metal(requests: Any) -> Any:
+        return requests
+
+    assert sorted(scale.bodies) == ["cpu", "cuda", "metal"]
+    with pytest.raises(
+        KernelBodyMissing, match="no body for the rocm backend; it has bodies for: cpu, cuda, metal"
+    ):
+        scale.body_for("rocm")
+    with pytest.raises(TypeError, match=r"cpu body .* must be a callable"):
+        scale.add_body("cpu", 42)
+    with pytest.raises(ValueError, match="max_batch"):
+        PersistentKernel("k", REQ, REP, max_batch=0)
+    with pytest.raises(TypeError, match="non-empty str name"):
+        PersistentKernel("", REQ, REP)
+    state = np.arange(3.0)
+    stateful = PersistentKernel("s", REQ, REP, state=state)
+    state[0] = 99
+    assert stateful.state is not None
+    assert stateful.state[0] == 0
+
+
+async def test_start_refuses_missing_body_and_capability() -> None:
+    with pytest.raises(KernelBodyMissing, match="has bodies for: cuda"):
+        await PersistentKernelSession.start(
+            PersistentKernel("k", REQ, REP, bodies={"cuda": "src"}), ScriptedBackend()
+        )
+
+    class NoPersistent(ScriptedBackend):
+        capabilities: ClassVar[frozenset[Capability]] = frozenset()
+
+    with pytest.raises(CapabilityError, match="persistent_kernels"):
+        await PersistentKernelSession.start(make_kernel(), NoPersistent())
+
+
+# -- traffic ----------------------------------------------------------------------------------
+
+
+async def test_request_send_receive_and_statistics() -> None:
+    backend = ScriptedBackend()
+    async with open_persistent_kernel(make_kernel(capacity=3), backend) as session:
+        assert session.state is SessionState.RUNNING
+        reply = await session.request((7, 1.5))
+        assert reply["id"] == 7
+        assert reply["y"] == 3.0
+        replies = await session.request_batch(batch(0, 10))  # more than the capacity
+        assert replies["id"].tolist() == list(range(10))
+        assert replies["y"].tolist() == (np.arange(10) * 1.0).tolist()
+        first = await session.send((100, 2.0))
+        await session.send_batch(batch(101, 4))
+        await session.send((999, 0.0), reply=False)
+        got = await session.receive()
+        assert got["id"] == 100
+        rest: list[int] = []
+        while len(rest) < 4:
+            rest.extend((await session.receive_batch())["id"].tolist())
+        assert rest == [101, 102, 103, 104]
+        assert first == 11
+        stats = session.statistics
+        assert stats.sent == 17
+        assert stats.replied == 17
+        assert stats.received == 5
+        assert stats.discarded == 1
+        assert stats.unprocessed == 0
+        assert (await session.request_batch(np.zeros(0, REQ))).shape == (0,)
+    assert session.state is SessionState.STOPPED
+    assert backend.launched[0].released
+
+
+async def test_bad_records_write_nothing() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+        cases: list[Any] = [
+            np.zeros(1, REP),
+            np.zeros(3, REQ),
+            b"x" * (REQ.itemsize + 1),
+            (1, 2, 3),
+            {"id": 1},
+        ]
+        for bad in cases:
+            with pytest.raises(RecordError):
+                await session.send(bad)
+            with pytest.raises(RecordError):
+                await session.request(bad)
+        with pytest.raises(RecordError, match="record 2 of the batch"):
+            await session.send_batch([(1, 1.0), (2, 2.0), "bad"])
+        with pytest.raises(RecordError, match=f"larger than a {REQ.itemsize}-byte slot"):
+            await session.request_batch(np.zeros(2, np.dtype([("big", "S64")])))
+        assert session.statistics.sent == 0
+        assert session.memory.snapshot()["in_head"] == 0
+
+
+async def test_replies_are_matched_to_concurrent_requests() -> None:
+    kernel = make_kernel(capacity=3)
+    async with open_persistent_kernel(kernel, ScriptedBackend(), auto=False) as session:
+        results: dict[int, Any] = {}
+
+        async def ask(i: int) -> None:
+            if i % 3 == 0:
+                results[i] = (await session.request_batch(batch(i * 100, 5)))["id"].tolist()
+            else:
+                results[i] = int((await session.request((i, float(i))))["id"])
+
+        async with anyio.create_task_group() as tg:
+            for i in range(12):
+                tg.start_soon(ask, i)
+            await step_until(session, lambda: len(results) == 12, limit=2)
+        for i in range(12):
+            expected = list(range(i * 100, i * 100 + 5)) if i % 3 == 0 else i
+            assert results[i] == expected
+
+
+async def test_send_waits_while_the_ring_is_full() -> None:
+    async with open_persistent_kernel(
+        make_kernel(capacity=2), ScriptedBackend(), auto=False, receive_window=100
+    ) as session:
+        with anyio.move_on_after(0.05) as scope:
+            await session.send_batch(batch(0, 5))
+        assert scope.cancelled_caught
+        assert session.statistics.sent == 2  # a prefix of the batch was sent
+        done = anyio.Event()
+
+        async def sender() -> None:
+            await session.send_batch(batch(2, 3))
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sender)
+            await step_until(session, done.is_set)
+        got: list[int] = []
+        while len(got) < 5:
+            session.resident.step()  # type: ignore[attr-defined]
+            got.extend((await session.receive_batch())["id"].tolist())
+        assert got == [0, 1, 2, 3, 4]
+
+
+async def test_receive_window_bounds_unreceived_replies() -> None:
+    async with open_persistent_kernel(
+        make_kernel(capacity=2), ScriptedBackend(), receive_window=3
+    ) as session:
+        await session.send_batch(batch(0, 3))
+        with anyio.move_on_after(0.05) as scope:
+            await session.send((3, 0.0))  # nobody received: the window is full
+        assert scope.cancelled_caught
+        assert session.statistics.sent == 3
+
+        async def receiver() -> None:
+            await anyio.sleep(0.01)
+            assert (await session.receive())["id"] == 0
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(receiver)
+            await session.send((3, 0.0))  # unblocked by the receive
+        assert (await session.receive_batch())["id"].tolist() == [1, 2, 3]
+        await session.request((9, 0.0))  # requests do not count against the window
+
+
+async def test_pause_and_resume() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+        await session.pause()
+        assert session.state is SessionState.PAUSED
+        assert session.resident.paused
+        await session.send((1, 1.0))
+        with anyio.move_on_after(0.05):
+            await session.receive()
+        assert session.statistics.replied == 0  # nothing processed while paused
+        await session.resume()
+        assert session.state is SessionState.RUNNING
+        assert (await session.receive())["id"] == 1
+
+
+async def test_cancelled_request_leaves_no_trace() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend(), auto=False) as session:
+        with anyio.move_on_after(0.02):
+            await session.request((1, 1.0))
+        session.resident.step()  # type: ignore[attr-defined]
+        async with anyio.create_task_group() as tg:
+            result: list[Any] = []
+
+            async def ask() -> None:
+                result.append(await session.request((2, 2.0)))
+
+            tg.start_soon(ask)
+            await step_until(session, lambda: bool(result))
+        assert result[0]["id"] == 2  # the cancelled request's reply was discarded
+        assert session.statistics.discarded == 1
+
+
+async def test_leader_cancelled_follower_takes_over() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend(), auto=False) as session:
+        got: list[int] = []
+
+        async def ask(i: int) -> None:
+            got.append(int((await session.request((i, 0.0)))["id"]))
+
+        async with anyio.create_task_group() as tg:
+            async with anyio.create_task_group() as leaders:
+                leaders.start_soon(ask, 1)
+                await anyio.sleep(0.005)
+                tg.start_soon(ask, 2)
+                await anyio.sleep(0.005)
+                leaders.cancel_scope.cancel()  # the first (leading) waiter goes away
+            await step_until(session, lambda: got == [2])
+
+
+# -- stopping and crashing ----------------------------------------------------------------------
+
+
+async def test_stop_fails_unprocessed_requests_and_keeps_published_replies() -> None:
+    backend = ScriptedBackend()
+    session = await PersistentKernelSession.start(make_kernel(capacity=8), backend, auto=False)
+    errors: list[BaseException] = []
+    replies: list[int] = []
+
+    async def ask(i: int) -> None:
+        try:
+            replies.append(int((await session.request((i, 0.0)))["id"]))
+        except ActorStopped as exc:
+            errors.append(exc)
+
+    await session.send_batch(batch(100, 2))
+    async with anyio.create_task_group() as tg:
+        for i in range(4):
+            tg.start_soon(ask, i)
+        await anyio.sleep(0.01)
+        session.resident.step(3)  # type: ignore[attr-defined]  # answers 100, 101, one request
+        await session.stop()
+    assert len(replies) == 1  # the first request published (task order is the library's)
+    assert len(errors) == 3
+    assert all(type(e) is ActorStopped for e in errors)
+    assert "3 published request(s) were not handled" in str(errors[0])
+    assert session.statistics.unprocessed == 3
+    # replies published before the stop are still delivered, then receive says stopped
+    assert (await session.receive_batch())["id"].tolist() == [100, 101]
+    with pytest.raises(ActorStopped, match="is stopped"):
+        await session.receive()
+    with pytest.raises(ActorStopped):
+        await session.request((1, 0.0))
+    with pytest.raises(ActorStopped):
+        await session.send((1, 0.0))
+    with pytest.raises(ActorStopped):
+        await session.pause()
+    await session.stop()  # idempotent
+    assert backend.launched[0].released
+
+
+async def test_drain_stop_answers_everything() -> None:
+    session = await PersistentKernelSession.start(
+        make_kernel(capacity=8), ScriptedBackend(), auto=False
+    )
+    replies: list[Any] = []
+
+    async def ask() -> None:
+        replies.append(await session.request_batch(batch(0, 7)))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        await anyio.sleep(0.005)
+        session.resident.step(2)  # type: ignore[attr-defined]
+        assert session.statistics.sent == 7
+
+        async def drive() -> None:
+            while not session.resident.exited:
+                session.resident.step()  # type: ignore[attr-defined]
+                await anyio.sleep(0.001)
+
+        tg.start_soon(drive)
+        await session.stop(drain=True)
+    assert replies[0]["id"].tolist() == list(range(7))
+    assert session.statistics.unprocessed == 0
+
+
+async def test_error_word_surfaces_as_actor_crashed() -> None:
+    session = await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), auto=False)
+    resident = session.resident
+    assert isinstance(resident, ScriptedKernel)
+    await session.send((1, 0.0))
+    resident.step()
+    caught: list[ActorCrashed] = []
+
+    async def ask() -> None:
+        try:
+            await session.request((2, 0.0))
+        except ActorCrashed as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(ask)
+        await anyio.sleep(0.005)
+        resident.crash(ErrorCode.USER + 1, "matrix not invertible")
+    (crash,) = caught
+    assert isinstance(crash.cause, PersistentKernelError)
+    assert crash.cause.code == 257
+    assert crash.cause.detail == "matrix not invertible"
+    assert "matrix not invertible" in str(crash)
+    assert session.state is SessionState.CRASHED
+    assert session.error is not None
+    assert session.error.code == 257
+    assert (await session.receive())["id"] == 1  # published before the crash
+    with pytest.raises(ActorCrashed):
+        await session.send((3, 0.0))
+    await session.aclose()  # the crash was reported: closing does not raise again
+
+
+async def test_unreported_crash_is_raised_on_exit() -> None:
+    async def run() -> None:
+        async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+            session.resident.crash(ErrorCode.BODY, "boom")  # type: ignore[attr-defined]
+            await anyio.sleep(0.01)
+
+    with pytest.raises(ActorCrashed, match="boom"):
+        await run()
+
+
+async def test_kernel_that_ends_without_done_or_uninvited() -> None:
+    session = await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), auto=False)
+    resident = session.resident
+    assert isinstance(resident, ScriptedKernel)
+    resident.vanish = True
+    resident.finish()  # execution ended, done word never set
+    with pytest.raises(ActorCrashed, match="without setting the done word"):
+        await session.request((1, 0.0))
+    await session.aclose()
+
+    session = await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), auto=False)
+    session.resident.finish()  # type: ignore[attr-defined]
+    with pytest.raises(ActorCrashed, match="without being asked to stop"):
+        await session.request((1, 0.0))
+    await session.aclose()
+
+
+async def test_stop_timeout_never_hangs() -> None:
+    backend = ScriptedBackend()
+    session = await PersistentKernelSession.start(make_kernel(), backend, ignore_stop=True)
+    with anyio.fail_after(2):
+        with pytest.raises(KernelStopTimeout, match=r"did not stop within 0.05 s: its done word"):
+            await session.stop(timeout=0.05)
+    assert not backend.launched[0].released  # memory kept: the device may still use it
+    backend.launched[0].finish()
+    await session.stop()
+    assert backend.launched[0].released
+
+
+async def test_kernel_that_never_starts() -> None:
+    backend = ScriptedBackend()
+    with pytest.raises(PersistentKernelError, match=r"did not signal STARTED within 0\.05 s"):
+        await PersistentKernelSession.start(
+            make_kernel(), backend, launch_timeout=0.05, start=False
+        )
+    assert backend.launched[0].released  # stopped and released
+
+
+async def test_cancelling_the_scope_stops_the_kernel() -> None:
+    backend = ScriptedBackend()
+    with anyio.move_on_after(0.02):
+        async with open_persistent_kernel(make_kernel(), backend, auto=False) as session:
+            await session.request((1, 0.0))  # never answered; cancelled
+    assert backend.launched[0].finished
+    assert backend.launched[0].released
+
+
+async def test_resident_handle_protocol_methods() -> None:
+    backend = ScriptedBackend()
+    kernel = make_kernel()
+    resident = backend.launch_persistent_kernel(kernel, RingMemory.allocate(backend, kernel.layout))
+    assert isinstance(resident, ScriptedKernel)
+    status = resident.status
+    assert status.started
+    assert not status.done
+    assert status.stop is StopMode.RUN
+    resident.pause()
+    assert resident.paused
+    resident.resume()
+    assert not resident.paused
+    assert resident.error is None
+    await resident.stop(timeout=1)
+    assert resident.done
+    assert resident.exited
+    resident.device.set_error(5, "late")
+    assert resident.error is not None
+    assert resident.error.code == 5

@@ -1,0 +1,367 @@
+"""The ring protocol, driven step by step: host and reference device endpoints, no threads.
+
+Hypothesis chooses the interleaving of host writes, device batches and host reads, the
+capacities (1, 2, odd, unequal) and the batch sizes; the properties are exactly-once,
+order, wrap-around and backpressure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdc_core import (
+    ErrorCode,
+    RecordError,
+    RingDevice,
+    RingHost,
+    RingLayout,
+    RingMemory,
+    RingProtocolError,
+    StopMode,
+)
+from pdc_core._ring import (
+    CONTROL_BLOCK_SIZE,
+    ERROR_MESSAGE_SIZE,
+    LINE_SIZE,
+    RING_MAGIC,
+    Offset,
+    coerce_batch,
+    coerce_record,
+)
+
+REQ = np.dtype([("seq", "<u8"), ("x", "<i4")], align=True)
+REP = np.dtype([("seq", "<u8"), ("y", "<i8")], align=True)
+
+
+def body(requests: Any) -> Any:
+    replies = np.empty(len(requests), REP)
+    replies["seq"] = requests["seq"]
+    replies["y"] = requests["x"].astype(np.int64) * 3 + 1
+    return replies
+
+
+def make(in_cap: int, out_cap: int | None = None) -> tuple[RingMemory, RingHost, RingDevice]:
+    memory = RingMemory.from_buffer(RingLayout(REQ, REP, in_cap, out_cap))
+    device = RingDevice(memory)
+    device.check_header()
+    device.mark_started()
+    return memory, RingHost(memory), device
+
+
+def records(start: int, count: int) -> Any:
+    out = np.zeros(count, REQ)
+    out["seq"] = np.arange(start, start + count)
+    out["x"] = (np.arange(start, start + count) * 7) % 1000 - 500
+    return out
+
+
+def device_step(device: RingDevice, limit: int | None) -> int:
+    index, count = device.next_batch(limit)
+    if count:
+        inputs = device.inputs(index, count)
+        outputs = device.outputs(index, count)
+        # a run never wraps: its slots are contiguous in both rings
+        assert inputs.base is not None
+        assert len(inputs) == count
+        assert len(outputs) == count
+        outputs[...] = body(inputs)
+        device.publish(count)
+    return count
+
+
+# -- layout -----------------------------------------------------------------------------
+
+
+def test_each_line_has_one_writer() -> None:
+    host_words = {Offset.IN_HEAD, Offset.OUT_TAIL, Offset.STOP, Offset.PAUSE}
+    kernel_words = {
+        Offset.IN_TAIL,
+        Offset.OUT_HEAD,
+        Offset.STARTED,
+        Offset.PAUSED,
+        Offset.DONE,
+        Offset.ERROR_CODE,
+        Offset.ERROR_LENGTH,
+        Offset.BATCHES,
+        Offset.ERROR_MESSAGE,
+    }
+    host_lines = {word // LINE_SIZE for word in host_words}
+    kernel_lines = {word // LINE_SIZE for word in kernel_words}
+    assert host_lines.isdisjoint(kernel_lines)
+    assert 0 not in host_lines | kernel_lines  # line 0 is the header
+    # the indices each have a line of their own
+    index_lines = [word // LINE_SIZE for word in (Offset.IN_HEAD, Offset.IN_TAIL)]
+    index_lines += [word // LINE_SIZE for word in (Offset.OUT_HEAD, Offset.OUT_TAIL)]
+    assert len(set(index_lines)) == 4
+    assert Offset.ERROR_MESSAGE + ERROR_MESSAGE_SIZE <= CONTROL_BLOCK_SIZE
+    for word in Offset:
+        width = 8 if word in {Offset.IN_HEAD, Offset.IN_TAIL, Offset.OUT_HEAD} else 4
+        assert word % min(width, 8) == 0
+
+
+@pytest.mark.parametrize(("in_cap", "out_cap"), [(1, 1), (2, 2), (3, 5), (7, 2), (256, 256)])
+def test_layout_and_header(in_cap: int, out_cap: int) -> None:
+    layout = RingLayout(REQ, REP, in_cap, out_cap)
+    memory = RingMemory.from_buffer(layout)
+    assert memory.address % 64 == 0
+    assert layout.in_ring_offset == CONTROL_BLOCK_SIZE
+    assert layout.out_ring_offset % 64 == 0
+    assert layout.out_ring_offset >= CONTROL_BLOCK_SIZE + in_cap * REQ.itemsize
+    assert layout.total_size % 64 == 0
+    assert layout.total_size >= layout.out_ring_offset + out_cap * REP.itemsize
+    assert memory.load32(Offset.MAGIC) == RING_MAGIC
+    assert bytes(memory.base[:4]) == b"PDCR"
+    assert memory.load64(Offset.IN_CAPACITY) == in_cap
+    assert memory.load64(Offset.OUT_CAPACITY) == out_cap
+    assert memory.load64(Offset.IN_SLOT_SIZE) == REQ.itemsize
+    assert memory.load64(Offset.OUT_SLOT_SIZE) == REP.itemsize
+    assert memory.load64(Offset.OUT_RING) == layout.out_ring_offset
+    assert memory.load64(Offset.TOTAL_SIZE) == layout.total_size
+    # the slot views sit exactly where the header says
+    assert memory.in_slots.ctypes.data == memory.address + layout.in_ring_offset
+    assert memory.out_slots.ctypes.data == memory.address + layout.out_ring_offset
+    RingDevice(memory).check_header()
+
+
+def test_layout_rejects_bad_dtypes_and_capacities() -> None:
+    with pytest.raises(TypeError, match="Python objects"):
+        RingLayout(np.dtype([("o", "O")]), REP, 4)
+    with pytest.raises(TypeError, match="no size"):
+        RingLayout(np.dtype("V0"), REP, 4)
+    with pytest.raises(TypeError, match="subarray"):
+        RingLayout(np.dtype(("f4", 4)), REP, 4)
+    with pytest.raises(ValueError, match="at least 1"):
+        RingLayout(REQ, REP, 0)
+    with pytest.raises(TypeError, match="must be an int"):
+        RingLayout(REQ, REP, 2.5)  # type: ignore[arg-type]
+
+
+def test_device_refuses_a_bad_header() -> None:
+    memory = RingMemory.from_buffer(RingLayout(REQ, REP, 4))
+    memory.words32[Offset.MAGIC // 4] = 0
+    with pytest.raises(RingProtocolError, match="magic"):
+        RingDevice(memory).check_header()
+    memory.initialize()
+    memory.words64[Offset.IN_CAPACITY // 8] = 5
+    with pytest.raises(RingProtocolError, match="IN_CAPACITY"):
+        RingDevice(memory).check_header()
+
+
+# -- properties ---------------------------------------------------------------------------
+
+capacities = st.sampled_from([1, 2, 3, 5, 7, 8])
+operations = st.lists(
+    st.tuples(st.sampled_from(["write", "device", "read"]), st.integers(1, 12)),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(in_cap=capacities, out_cap=capacities, ops=operations, limit=st.none() | st.integers(1, 4))
+def test_exactly_once_in_order_under_any_interleaving(
+    in_cap: int, out_cap: int, ops: list[tuple[str, int]], limit: int | None
+) -> None:
+    memory, host, device = make(in_cap, out_cap)
+    sent = 0
+    received: list[Any] = []
+    for op, n in ops:
+        if op == "write":
+            free = host.free_slots()
+            assert 0 <= free <= in_cap
+            written = host.write(records(sent, n))
+            assert written == min(n, free)  # backpressure: never more than fits
+            sent += written
+        elif op == "device":
+            for _ in range(n):
+                device_step(device, limit)
+        else:
+            got = host.read(n)
+            assert len(got) <= n
+            received.extend(got.tolist())
+        # invariants of the control block after every step
+        words = memory.snapshot()
+        assert words["out_tail"] <= words["out_head"] <= words["in_tail"] <= words["in_head"]
+        assert words["in_head"] - words["in_tail"] <= in_cap
+        assert words["out_head"] - words["out_tail"] <= out_cap
+        assert words["in_head"] == sent
+    # drain: everything sent comes back exactly once, in order, correctly computed
+    while len(received) < sent:
+        progressed = device_step(device, limit)
+        got = host.read()
+        received.extend(got.tolist())
+        assert progressed or len(got), "no progress with requests outstanding"
+    expected = body(records(0, sent))
+    assert received == expected.tolist()
+    assert host.read().size == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    in_cap=capacities,
+    batches=st.lists(st.integers(1, 20), min_size=1, max_size=8),
+    limits=st.lists(st.none() | st.integers(1, 6), min_size=1, max_size=5),
+)
+def test_batch_boundaries_do_not_matter(
+    in_cap: int, batches: list[int], limits: list[int | None]
+) -> None:
+    """Host batches split across wrap and full rings, device batches of any size:
+    the replies are those of processing the records one by one."""
+    _memory, host, device = make(in_cap)
+    total = sum(batches)
+    stream = records(0, total)
+    position = 0
+    received: list[Any] = []
+    step = 0
+    for size in batches:
+        batch = stream[position : position + size]
+        position += size
+        done = 0
+        while done < size:
+            done += host.write(batch[done:])
+            device_step(device, limits[step % len(limits)])
+            step += 1
+            received.extend(host.read().tolist())
+    while len(received) < total:
+        device_step(device, limits[step % len(limits)])
+        step += 1
+        received.extend(host.read().tolist())
+    assert received == body(stream).tolist()
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3])
+def test_full_rings_backpressure(capacity: int) -> None:
+    memory, host, device = make(capacity)
+    assert host.write(records(0, capacity + 3)) == capacity
+    before = memory.in_slots.copy()
+    assert host.free_slots() == 0
+    assert host.write(records(capacity, 1)) == 0  # full: nothing written, nothing published
+    assert (memory.in_slots == before).all()
+    assert memory.load64(Offset.IN_HEAD) == capacity
+    # the device fills the output ring, then must wait for the host to read
+    while device_step(device, None):
+        pass
+    assert memory.load64(Offset.OUT_HEAD) == capacity
+    assert host.write(records(capacity, capacity)) == capacity
+    assert device.next_batch() == (capacity, 0)  # output ring full: no batch
+    assert len(host.read(1)) == 1
+    assert device_step(device, None) == 1
+
+
+def test_wraparound_indices_keep_growing() -> None:
+    memory, host, device = make(3)
+    received = []
+    for round_ in range(50):
+        assert host.write(records(round_ * 2, 2)) == 2
+        while device_step(device, None):
+            pass
+        received.extend(host.read().tolist())
+    assert memory.load64(Offset.IN_HEAD) == 100
+    assert memory.load64(Offset.OUT_TAIL) == 100
+    assert received == body(records(0, 100)).tolist()
+
+
+def test_stop_modes_on_the_reference_device() -> None:
+    _memory, host, device = make(4)
+    host.write(records(0, 4))
+    host.request_stop(StopMode.DRAIN)
+    assert device.stop_mode() is StopMode.DRAIN
+    device_step(device, 3)
+    assert not device.drained()
+    device_step(device, 3)
+    assert device.drained()
+    host.request_stop(StopMode.NOW)
+    assert device.stop_mode() is StopMode.NOW
+    host.request_stop(StopMode.DRAIN)  # NOW is not weakened
+    assert host.stop_requested is StopMode.NOW
+
+
+def test_host_detects_a_kernel_breaking_the_protocol() -> None:
+    memory, host, _device = make(4)
+    host.write(records(0, 2))
+    memory.words64[Offset.IN_TAIL // 8] = 3  # past in_head
+    with pytest.raises(RingProtocolError, match="in_tail"):
+        host.free_slots() or host.load_in_tail()
+    memory.words64[Offset.IN_TAIL // 8] = 0
+    memory.words64[Offset.OUT_HEAD // 8] = 5
+    with pytest.raises(RingProtocolError, match="out_head"):
+        host.read()
+
+
+def test_device_detects_a_host_breaking_the_protocol() -> None:
+    memory, _host, device = make(4)
+    memory.words64[Offset.IN_HEAD // 8] = 5  # more than capacity published
+    with pytest.raises(RingProtocolError, match="in_head"):
+        device.next_batch()
+    memory.words64[Offset.IN_HEAD // 8] = 0
+    memory.words32[Offset.STOP // 4] = 9
+    with pytest.raises(RingProtocolError, match="STOP"):
+        device.stop_mode()
+
+
+def test_error_word_and_message() -> None:
+    memory, host, device = make(2)
+    message = "é" * 200  # 400 bytes of UTF-8: cut to whole characters within 256 bytes
+    device.set_error(ErrorCode.BODY, message)
+    device.mark_done()
+    assert host.error_code == ErrorCode.BODY
+    assert host.done
+    assert memory.error_message() == "é" * 128
+    assert memory.load32(Offset.ERROR_LENGTH) == 256
+    with pytest.raises(ValueError, match="error code"):
+        device.set_error(0, "no")
+
+
+# -- records --------------------------------------------------------------------------------
+
+
+def test_coerce_record_accepts_the_natural_forms() -> None:
+    one = np.zeros(1, REQ)
+    assert coerce_record(one, REQ) is not None
+    assert coerce_record(one[0], REQ)["seq"][0] == 0
+    assert coerce_record((5, 6), REQ)["x"][0] == 6
+    assert coerce_record({"seq": 1, "x": 2}, REQ)["x"][0] == 2
+    raw = coerce_record(b"\x07", REQ)
+    assert raw["seq"][0] == 7
+    assert raw["x"][0] == 0
+    assert coerce_record(3.5, np.dtype("f8"))[0] == 3.5
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [
+        (np.zeros(1, REP), "dtype .* but the ring's record dtype is"),
+        (np.zeros(2, REQ), r"shape \(2,\)"),
+        (np.zeros(1, np.dtype([("a", "<f8"), ("b", "<f8"), ("c", "<f8")])), "24 bytes .* 16-byte"),
+        (b"x" * 17, "payload of 17 bytes is larger than a 16-byte slot"),
+        ({"seq": 1}, "missing field"),
+        ({"seq": 1, "x": 2, "z": 3}, "unknown field"),
+        ((1, 2, 3), "cannot make"),
+        ("text", "cannot make"),
+    ],
+)
+def test_coerce_record_names_the_problem(value: Any, match: str) -> None:
+    with pytest.raises(RecordError, match=match):
+        coerce_record(value, REQ)
+
+
+def test_coerce_batch() -> None:
+    batch = records(0, 3)
+    assert coerce_batch(batch, REQ) is batch
+    assert coerce_batch([(1, 2), {"seq": 3, "x": 4}], REQ)["seq"].tolist() == [1, 3]
+    with pytest.raises(RecordError, match="1-D"):
+        coerce_batch(np.zeros((2, 2), REQ), REQ)
+    with pytest.raises(RecordError, match="record 1 of the batch"):
+        coerce_batch([(1, 2), (1, 2, 3)], REQ)
+    with pytest.raises(RecordError, match="sequence of records"):
+        coerce_batch(b"abc", REQ)
+    with pytest.raises(RecordError, match="larger than"):
+        coerce_batch(np.zeros(3, np.dtype([("a", "S64")])), REQ)
+    # RecordError is both a TypeError and a ValueError
+    assert issubclass(RecordError, TypeError)
+    assert issubclass(RecordError, ValueError)
