@@ -80,3 +80,36 @@ def test_bad_options_exit_2(argv: list[str]) -> None:
     except SystemExit as exit_:
         status = exit_.code  # type: ignore[assignment]
     assert status == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_ctrl_c_prints_partial_results(async_backend: str) -> None:
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pdc_core",
+            "bench",
+            "--json",
+            "--rounds",
+            "50",
+            "--async-backend",
+            async_backend,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    payload = json.loads(out)
+    assert payload["interrupted"] is True
+    assert payload["latency"]

@@ -560,6 +560,12 @@ def run(args: argparse.Namespace) -> int:
             )
         except KeyboardInterrupt:
             result.interrupted = True
+        except BaseExceptionGroup as group:
+            from ._demo import _only_interrupts
+
+            if not _only_interrupts(group):
+                raise
+            result.interrupted = True
     payload = result.payload()
     if args.json:
         json.dump(payload, sys.stdout, indent=2)
