@@ -113,7 +113,7 @@ def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
         text=True,
         env=env,
     )
-    time.sleep(1.5)
+    time.sleep(2.5)  # past start-up (imports), into the pipeline
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
