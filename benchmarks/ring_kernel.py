@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import resource
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -158,6 +159,19 @@ PER_MESSAGE: dict[str, tuple[str, Callable[[int], Awaitable[list[float]]], Any]]
 
 
 async def persistent_round_trips(backend: str, count: int, **options: Any) -> list[float]:
+    samples, _ = await persistent_round_trips_and_idle(backend, count, 0.0, **options)
+    return samples
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def persistent_round_trips_and_idle(
+    backend: str, count: int, idle: float, **options: Any
+) -> tuple[list[float], float]:
+    """Round trips, then the fraction of a core the process burns while the kernel idles."""
     samples = []
     one = records(1)
     async with open_persistent_kernel(make_kernel(backend), backend, **options) as session:
@@ -169,7 +183,12 @@ async def persistent_round_trips(backend: str, count: int, **options: Any) -> li
             reply = await session.request(one)
             samples.append(time.perf_counter() - start)
             assert reply["id"] == i
-    return samples
+        used = 0.0
+        if idle:
+            before, started = cpu_seconds(), time.perf_counter()
+            await anyio.sleep(idle)
+            used = (cpu_seconds() - before) / (time.perf_counter() - started)
+    return samples, used
 
 
 async def persistent_throughput(backend: str, count: int) -> float:
@@ -266,9 +285,15 @@ def main(argv: list[str] | None = None) -> int:
         if backend_name == "cpu":
             print(f"[{library}] evidence: spinning worker, polling host ...", file=sys.stderr)
             for what, count, options in EVIDENCE:
-                other = summarize(
-                    run(library, persistent_round_trips, "cpu", min(count, evidence_cap), **options)
+                samples, idle_load = run(
+                    library,
+                    persistent_round_trips_and_idle,
+                    "cpu",
+                    min(count, evidence_cap),
+                    0.5,
+                    **options,
                 )
+                other = summarize(samples)
                 evidence.append(
                     [
                         library,
@@ -277,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                         us(other.p99),
                         ratio(other.p50, persistent.p50, 1),
                         ratio(other.p99, persistent.p99, 1),
+                        f"{idle_load * 100:.0f}%",
                     ]
                 )
 
@@ -305,12 +331,22 @@ def main(argv: list[str] | None = None) -> int:
     if evidence:
         out += [
             "Why the cpu worker sleeps on a doorbell and the host sleeps in its selector: "
-            "persistent round trips with the alternatives (x: multiple of the default's)",
+            "persistent round trips with the alternatives (x: multiple of the default's "
+            "in the first table; idle: CPU the process burns, as a share of one core, "
+            "while the kernel waits for work)",
             "",
             table(
-                ["loop", "worker / host waiting", "p50 (us)", "p99 (us)", "p50 x", "p99 x"],
+                [
+                    "loop",
+                    "worker / host waiting",
+                    "p50 (us)",
+                    "p99 (us)",
+                    "p50 x",
+                    "p99 x",
+                    "idle",
+                ],
                 evidence,
-                "llrrrr",
+                "llrrrrr",
             ),
             "",
         ]
