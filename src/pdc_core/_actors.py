@@ -1187,6 +1187,11 @@ class ActorNursery:
                     runner.on_crash(exc, restarting=False)
                     crashed = ActorCrashed(actor_id, exc)
                     error = crashed
+                    # One for all: cancel the siblings and the body now, before the
+                    # requests pending on this actor are failed (in `finally`), so that
+                    # a caller of this nursery ends by its cancellation, not by them.
+                    if self._tg is not None:
+                        self._tg.cancel_scope.cancel()
                     raise crashed from exc
                 else:
                     if scope.cancelled_caught and not is_started:

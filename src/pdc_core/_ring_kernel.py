@@ -73,6 +73,7 @@ from ._actors import (
     ActorStatistics,
     RestartPolicy,
     _Batch,
+    _cancellation_first,
     open_nursery,
 )
 from ._exceptions import (
@@ -768,6 +769,7 @@ class RingKernel(ActorRef[Any, Any]):
             and state is not KernelState.LAUNCHED
             and state is not KernelState.DEACTIVATED
         ):
+            await _cancellation_first()
             raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED")
         input_type = self._input_type
         if input_type is not None and not isinstance(message, input_type):
@@ -805,6 +807,7 @@ class RingKernel(ActorRef[Any, Any]):
                     f"kernel {self._kernel_id!r}: input queue still full after {timeout} s"
                 )
         except MailboxClosed:
+            await _cancellation_first()
             raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED") from None
 
     async def receive(self, timeout: float | None = None) -> Any:
@@ -817,11 +820,13 @@ class RingKernel(ActorRef[Any, Any]):
         if item is not _EMPTY:
             return item
         if self._finished:
+            await _cancellation_first()
             raise self._state_error("receive from", _RECEIVE_STATES)
         if outbox._taker is not None:  # another task is receiving: wait in line
             try:
                 return await outbox._wait_receive(self._kit, timeout)
             except MailboxClosed:
+                await _cancellation_first()
                 raise self._state_error("receive from", _RECEIVE_STATES) from None
         kit = self._kit
         deadline = None if timeout is None else kit.now() + timeout
@@ -852,6 +857,7 @@ class RingKernel(ActorRef[Any, Any]):
             if item is not _EMPTY:
                 return item
             if outbox._closed and not outbox._size:
+                await _cancellation_first()
                 raise self._state_error("receive from", _RECEIVE_STATES)
             if deadline is not None:
                 remaining = max(0.0, deadline - kit.now())
@@ -893,7 +899,11 @@ class RingKernel(ActorRef[Any, Any]):
             await self.send(message, priority=priority)
             if timeout is not None:
                 self._kit.arm(waiter, timeout)
-            result = await waiter
+            try:
+                result = await waiter
+            except ActorStopped:
+                await _cancellation_first()
+                raise
         finally:
             if pending.get(message_id) is waiter:
                 del pending[message_id]
@@ -921,7 +931,11 @@ class RingKernel(ActorRef[Any, Any]):
                 await self.send(message, priority=priority)
             if timeout is not None:
                 self._kit.arm(cell.waiter, timeout)
-            result = await cell.waiter
+            try:
+                result = await cell.waiter
+            except ActorStopped:
+                await _cancellation_first()
+                raise
         finally:
             for message_id in ids:
                 entry = pending.get(message_id)
