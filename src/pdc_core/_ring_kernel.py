@@ -29,8 +29,9 @@ Lifecycle (``runtime.get_kernel_state(id)``)::
     launch -> LAUNCHED -activate-> ACTIVE <-deactivate/reactivate-> DEACTIVATED
     any live state -terminate-> TERMINATING -> TERMINATED     (crash: FAILED)
 
-* ``launch`` starts the kernel function (a handshake: it returns once the kernel
-  task runs) with delivery paused; ``ctx.is_active`` is False.
+* ``launch`` creates the queues and starts the kernel's task (a handshake: it returns
+  once the task runs); the kernel function is called when the kernel is activated
+  (or terminated before that, to drain what was sent meanwhile), as in PyDotCompute.
 * ``activate``/``reactivate`` deliver messages; ``deactivate`` really pauses
   delivery: queued and new messages wait, ``ctx.receive`` waits (or times out).
 * ``terminate(timeout)`` refuses new messages, lets the kernel drain what is queued
@@ -1037,6 +1038,10 @@ class _RingKernelRunner(ActorRunner):
         kernel._task = kernel._kit.current_task()
         kernel._interrupted = False
         started()
+        if kernel._state is KernelState.LAUNCHED:
+            # As in PyDotCompute, the function is called on activation (or on
+            # terminate, to drain what was queued), not at launch.
+            await kernel.ctx.wait_active()
         try:
             await kernel._definition.func(kernel.ctx)
         except KernelTerminated:
