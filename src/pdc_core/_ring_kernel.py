@@ -368,7 +368,8 @@ class RingKernelContext:
         ops = inbox._ops = inbox._ops + 1
         if not ops % _CHECKPOINT_EVERY:
             await self._checkpoint()
-        item = inbox._poll()
+        # The input mailbox carries no control messages: data or nothing.
+        item: Any = inbox._pop() if inbox._size and not inbox._paused else _EMPTY
         if item is _EMPTY:
             if timeout is None and inbox._taker is None and not inbox._closed:
                 # The common wait, inlined: park as the inbox's taker.
@@ -817,9 +818,8 @@ class RingKernel(ActorRef[Any, Any]):
         ops = outbox._ops = outbox._ops + 1
         if not ops % _CHECKPOINT_EVERY:
             await self._kit.checkpoint()
-        item = outbox._poll()
-        if item is not _EMPTY:
-            return item
+        if outbox._size:  # the output mailbox is never paused and carries no control
+            return outbox._pop()
         if self._finished:
             await _cancellation_first()
             raise self._state_error("receive from", _RECEIVE_STATES)
