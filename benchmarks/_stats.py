@@ -110,9 +110,13 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], align: str =
         ]
         return "| " + " | ".join(padded) + " |"
 
-    rule = "| " + " | ".join(
-        ("-" * (w - 1) + ":") if align[i] == "r" else "-" * w for i, w in enumerate(widths)
-    ) + " |"
+    rule = (
+        "| "
+        + " | ".join(
+            ("-" * (w - 1) + ":") if align[i] == "r" else "-" * w for i, w in enumerate(widths)
+        )
+        + " |"
+    )
     return "\n".join([line(list(headers)), rule, *(line(row) for row in rendered)])
 
 
