@@ -445,3 +445,24 @@ async def test_closing_with_queued_items_releases_every_receiver() -> None:
             mailbox.send_nowait(2)
             mailbox.close()
     assert sorted(finished) == [0, 1, 2]
+
+
+async def test_send_many_of_a_large_batch_is_linear() -> None:
+    """Regression: refilling from the middle of a batch must not rescan its start."""
+    import time
+
+    mailbox: Mailbox[int] = Mailbox(64)
+    n = 200_000
+    got = 0
+
+    async def consumer() -> None:
+        nonlocal got
+        while got < n:
+            got += len(await mailbox.receive_many(64))
+
+    start = time.monotonic()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(consumer)
+        await mailbox.send_many(range(n))
+    assert got == n
+    assert time.monotonic() - start < 3

@@ -987,7 +987,7 @@ class Mailbox(Generic[T]):
         if start == 0 and stop == len(batch):
             lane.extend(batch)
         else:
-            lane.extend(itertools.islice(batch, start, stop))
+            lane.extend(batch[start:stop])  # not islice: that would skip `start` items
         n = stop - start
         size = self._size = self._size + n
         c = self._counts
