@@ -25,7 +25,7 @@ def process_batch_gpu(batch: list[Any]) -> list[float]:
     return (values**2).tolist()
 
 
-@ring_kernel(kernel_id="batch_processor", queue_size=10000)
+@ring_kernel(kernel_id="examples.batch_processor", queue_size=10000)
 async def batch_processor(ctx: Any) -> None:
     batch_size = 100
 
@@ -50,16 +50,16 @@ async def batch_processor(ctx: Any) -> None:
 
 async def run(n: int) -> dict[Any, float]:
     async with RingKernelRuntime(enable_telemetry=True) as runtime:
-        await runtime.launch("batch_processor")
-        await runtime.activate("batch_processor")
+        await runtime.launch("examples.batch_processor")
+        await runtime.activate("examples.batch_processor")
         requests = [Request(data=float(i)) for i in range(n)]
         for request in requests:
-            await runtime.send("batch_processor", request)
+            await runtime.send("examples.batch_processor", request)
         results = {}
         for _ in requests:
-            response = await runtime.receive("batch_processor", timeout=10)
+            response = await runtime.receive("examples.batch_processor", timeout=10)
             results[response.correlation_id] = response.result
-        telemetry = runtime.get_telemetry("batch_processor")
+        telemetry = runtime.get_telemetry("examples.batch_processor")
         assert telemetry is not None
         print(f"messages processed: {telemetry.messages_processed}")
     for request in requests:

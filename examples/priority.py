@@ -19,7 +19,7 @@ import anyio
 from pdc_core import Request, Response, RingKernelRuntime, ring_kernel
 
 
-@ring_kernel(kernel_id="worker", queue_size=100)
+@ring_kernel(kernel_id="examples.priority_worker", queue_size=100)
 async def worker(ctx: Any) -> None:
     while not ctx.should_terminate:
         if not ctx.is_active:
@@ -34,13 +34,20 @@ async def worker(ctx: Any) -> None:
 
 async def run(n: int = 5) -> list[str]:
     async with RingKernelRuntime() as runtime:
-        await runtime.launch("worker")
+        await runtime.launch("examples.priority_worker")
         for i in range(n):
-            await runtime.send("worker", Request(data=f"normal-{i}", priority=128))
+            await runtime.send(
+                "examples.priority_worker", Request(data=f"normal-{i}", priority=128)
+            )
         for i in range(n):
-            await runtime.send("worker", Request(data=f"urgent-{i}", priority=255))
-        await runtime.activate("worker")
-        order = [(await runtime.receive("worker", timeout=5)).result for _ in range(2 * n)]
+            await runtime.send(
+                "examples.priority_worker", Request(data=f"urgent-{i}", priority=255)
+            )
+        await runtime.activate("examples.priority_worker")
+        order = [
+            (await runtime.receive("examples.priority_worker", timeout=5)).result
+            for _ in range(2 * n)
+        ]
     assert order == [f"urgent-{i}" for i in range(n)] + [f"normal-{i}" for i in range(n)]
     return order
 
