@@ -714,3 +714,19 @@ async def test_soak_100k_messages_nothing_lost() -> None:
     assert stats.mailbox.sent == stats.mailbox.received == n + 1
     assert stats.mailbox.peak_depth <= 256
     assert time.monotonic() - start < 10
+
+
+async def test_a_tell_cancelled_at_its_checkpoint_sends_nothing() -> None:
+    """tell() yields to the scheduler now and then; when it does, it has not sent yet."""
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(echo, paused=True, capacity=1000)
+        cancelled = 0
+        for i in range(200):
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await ref.tell(i)
+            cancelled += scope.cancelled_caught
+        stats = ref.statistics().mailbox
+        assert stats is not None
+        assert cancelled >= 3  # the periodic checkpoints met the cancellation
+        assert stats.depth == 200 - cancelled

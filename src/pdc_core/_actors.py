@@ -477,6 +477,10 @@ class _MailboxActorRef(ActorRef[M, R]):
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
         mailbox = self._mailbox
+        ops = mailbox._ops = mailbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            # Yield now and then, before enqueueing: a cancelled tell sends nothing.
+            await self._kit.checkpoint()
         if (
             mailbox._size < mailbox._capacity
             and not mailbox._closed
@@ -486,9 +490,6 @@ class _MailboxActorRef(ActorRef[M, R]):
             envelope = (message, None, -1)
             if mailbox._taker is None or not mailbox._handoff(envelope):
                 mailbox._push(envelope, priority)
-            mailbox._ops += 1
-            if not mailbox._ops % _CHECKPOINT_EVERY:
-                await self._kit.checkpoint()
             return
         await self._enqueue((message, None, -1), check_priority(priority))
 

@@ -494,6 +494,10 @@ class RingKernelContext:
         ``runtime.receive``), waiting while that queue is full.
         """
         kernel = self._kernel
+        outbox = self._outbox
+        ops = outbox._ops = outbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._checkpoint()  # before sending: a cancelled send sends nothing
         output_type = kernel._output_type
         if output_type is not None and not isinstance(message, output_type):
             raise TypeError(
@@ -522,9 +526,6 @@ class RingKernelContext:
         ):
             if outbox._taker is None or not outbox._handoff(message):
                 outbox._push(message, priority)
-            ops = outbox._ops = outbox._ops + 1
-            if not ops % _CHECKPOINT_EVERY:
-                await self._checkpoint()
             return
         try:
             await outbox.send(message, check_priority(priority))
@@ -782,6 +783,9 @@ class RingKernel(ActorRef[Any, Any]):
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
         inbox = self._inbox
+        ops = inbox._ops = inbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._kit.checkpoint()  # before sending: a cancelled send sends nothing
         # Latency is sampled: one message in _SAMPLE_EVERY carries its enqueue time.
         sampled = self._record and not inbox._counts.sent % _SAMPLE_EVERY
         item = (message, _perf_counter_ns() if sampled else 0)
@@ -793,9 +797,6 @@ class RingKernel(ActorRef[Any, Any]):
         ):
             if inbox._taker is None or not inbox._handoff(item):
                 inbox._push(item, priority)
-            ops = inbox._ops = inbox._ops + 1
-            if not ops % _CHECKPOINT_EVERY:
-                await self._kit.checkpoint()
             return
         priority = check_priority(priority)
         try:
