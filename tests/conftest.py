@@ -9,8 +9,6 @@ import pytest
 
 import pdc_core
 
-pytest_plugins = ["pdc_core.testing.pytest_plugin"]
-
 EXAMPLE_BACKEND_SRC = Path(__file__).parents[1] / "examples" / "pdc_example_backend" / "src"
 
 InstallPlugins = Callable[..., Path]
