@@ -316,10 +316,13 @@ class ActorRunner(ABC):
       and returns. Raising an ``Exception`` is a crash: without a restart policy the
       nursery raises :class:`~pdc_core.ActorCrashed`; with one, the nursery calls
       :meth:`on_crash` and, after the backoff, :meth:`run` again on the same runner,
-      whose ``ref`` must stay valid across incarnations. ``run`` is cancelled (anyio
-      cancellation) when the nursery is cancelled or :meth:`cancel_scope` is
-      cancelled; it must then release everything it holds (device memory, running
-      kernels) before the cancellation propagates.
+      whose ``ref`` must stay valid across incarnations. Raising before ``started()``
+      fails the start: ``start_actor`` raises ``ActorCrashed`` ("while starting") and
+      nothing else is affected. ``run`` is cancelled (anyio cancellation) when the
+      nursery is cancelled or :attr:`cancel_scope` is cancelled; it must then release
+      everything it holds (device memory, running kernels) before the cancellation
+      propagates. When a crash escalates, the nursery cancels its other actors and its
+      body *before* calling :meth:`finalize`.
     * :meth:`finalize` is called exactly once, synchronously, when the actor is done
       for good: after a clean return, an escalated crash (``error`` is the
       :class:`~pdc_core.ActorCrashed` the nursery raises) or cancellation (``error``
