@@ -58,6 +58,7 @@ from ._exceptions import (
     RingProtocolError,
 )
 from ._kernel import Kernel, LaunchConfig, auto_block_size, kernel, launch_config
+from ._kernel_actor import KernelActorRef, PersistentKernelActor
 from ._mailbox import (
     Backpressure,
     Control,
@@ -139,10 +140,12 @@ __all__ = [
     "DeviceSource",
     "ErrorCode",
     "HostWaiter",
+    "KernelActorRef",
     "KernelBodyMissing",
     "KernelStatus",
     "KernelStopTimeout",
     "PersistentKernel",
+    "PersistentKernelActor",
     "PersistentKernelError",
     "PersistentKernelSession",
     "PollingWaiter",

@@ -86,6 +86,7 @@ from ._mailbox import (
     wake,
     woken_value,
 )
+from ._persistent import PersistentKernel
 
 __all__ = [
     "Actor",
@@ -933,6 +934,7 @@ def _flatten(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
 
 ActorTarget: TypeAlias = (
     ActorRunner
+    | PersistentKernel
     | type[Actor[Any, Any]]
     | Actor[Any, Any]
     | Callable[[Any], Awaitable[Any]]
@@ -1048,6 +1050,9 @@ class ActorNursery:
         * an ``async def handler(message)`` whose return value is the reply;
         * an :class:`ActorRunner`, the extension point for other kinds of actor (the
           mailbox options do not apply then).
+        * a :class:`~pdc_core.PersistentKernel`: launched on the best available
+          backend and run as an actor (``name`` and ``paused`` apply; for a backend
+          or launch options pass a :class:`~pdc_core.PersistentKernelActor`).
 
         ``capacity`` and ``backpressure`` configure the mailbox, ``restart`` opts
         into supervision, ``max_batch`` caps the messages given to one
@@ -1059,6 +1064,12 @@ class ActorNursery:
             raise LifecycleError("cannot start an actor: the nursery is not open")
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if isinstance(target, PersistentKernel):
+            from ._kernel_actor import PersistentKernelActor
+
+            if args:
+                raise TypeError("positional arguments do not apply to a PersistentKernel")
+            target = PersistentKernelActor(target, name=name, paused=paused)
         if isinstance(target, ActorRunner):
             if args:
                 raise TypeError("positional arguments do not apply to an ActorRunner")

@@ -1048,6 +1048,9 @@ class PersistentKernelSession:
                 waiter.progressed()
                 if self._followers:
                     self._wake_followers()
+            elif self._followers:
+                # A follower may wait for a control word (paused) that moves no reply.
+                self._wake_followers()
             if self._final or predicate():
                 return
             await waiter.wait(ring.in_head != ring.out_tail)

@@ -1,0 +1,216 @@
+"""Persistent kernels as actors of an actor nursery (CPU backend: a worker thread)."""
+
+# ruff: noqa: PT012
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from pdc_core import (
+    ActorCrashed,
+    ActorRef,
+    ActorState,
+    ActorStopped,
+    KernelActorRef,
+    KernelStopTimeout,
+    MessageTimeout,
+    PersistentKernel,
+    PersistentKernelActor,
+    PersistentKernelError,
+    open_nursery,
+)
+
+REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+
+
+def double(requests: Any) -> Any:
+    replies = np.empty(len(requests), REP)
+    replies["id"] = requests["id"]
+    replies["y"] = requests["x"] * 2
+    if (requests["x"] < 0).any():
+        raise ValueError("negative input")
+    if (requests["x"] == 1000).any():
+        time.sleep(0.3)  # a body that does not stop in time
+    return replies
+
+
+def make_kernel(name: str = "double") -> PersistentKernel:
+    return PersistentKernel(name, REQ, REP, capacity=16, bodies={"cpu": double})
+
+
+def records(start: int, count: int) -> Any:
+    out = np.zeros(count, REQ)
+    out["id"] = np.arange(start, start + count)
+    out["x"] = np.arange(start, start + count) * 0.5
+    return out
+
+
+def state_of(ref: ActorRef[Any, Any]) -> ActorState:
+    return ref.state
+
+
+def thread_count() -> int:
+    """Threads other than trio's idle worker-thread cache (which outlives tasks)."""
+    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
+
+
+async def settle_threads(baseline: int) -> None:
+    with anyio.move_on_after(2):
+        while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
+            await anyio.sleep(0.005)
+    assert thread_count() == baseline, threading.enumerate()
+
+
+async def test_kernel_actor_tell_ask_batches_pause_and_stop() -> None:
+    baseline = thread_count()
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(make_kernel())
+        assert isinstance(ref, KernelActorRef)
+        assert ref.actor_id == "double"
+        assert ref.state is ActorState.RUNNING  # resident: start was a handshake
+        assert thread_count() == baseline + 1
+        reply = await ref.ask((1, 2.0))
+        assert (int(reply["id"]), float(reply["y"])) == (1, 4.0)
+        await ref.tell((2, 1.0))
+        await ref.tell_many(records(3, 40))  # larger than the ring: written in pieces
+        replies = await ref.ask_batch(records(100, 50))
+        assert list(replies["id"]) == list(range(100, 150))
+        assert list(replies["y"]) == [x * 1.0 for x in range(100, 150)]
+        many = await ref.ask_many([(7, 3.0), (8, 4.0)], timeout=5)
+        assert [float(r["y"]) for r in many] == [6.0, 8.0]
+        assert ref.statistics().handled == 1 + 1 + 40 + 50 + 2
+
+        await ref.pause()
+        assert state_of(ref) is ActorState.PAUSED
+        with pytest.raises(MessageTimeout):
+            await ref.ask((9, 1.0), timeout=0.05)  # parked: nothing is answered
+        await ref.resume()
+        assert state_of(ref) is ActorState.RUNNING
+        assert float((await ref.ask((10, 5.0)))["y"]) == 10.0
+
+        with pytest.raises(ValueError, match="priority"):
+            await ref.tell((11, 1.0), priority=300)
+        await ref.stop()
+        assert state_of(ref) is ActorState.STOPPED
+        assert not ref.alive
+        for op in (
+            ref.ask((1, 1.0)),
+            ref.tell((1, 1.0)),
+            ref.pause(),
+            ref.ask_batch(records(0, 2)),
+        ):
+            with pytest.raises(ActorStopped, match="'double' is stopped"):
+                await op
+        await ref.stop()  # idempotent
+    await settle_threads(baseline)
+
+
+async def test_runner_with_backend_name_and_nursery_exit_stops_it() -> None:
+    baseline = thread_count()
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(
+            PersistentKernelActor(make_kernel(), "cpu", name="k1", paused=True)
+        )
+        other = await nursery.start_actor(PersistentKernelActor(make_kernel(), name="k2"))
+        assert state_of(ref) is ActorState.PAUSED
+        await ref.resume()
+        assert float((await ref.ask((1, 1.5)))["y"]) == 3.0
+        assert float((await other.ask((1, 2.5)))["y"]) == 5.0
+    assert ref.state is ActorState.STOPPED
+    assert other.state is ActorState.STOPPED
+    await settle_threads(baseline)
+
+
+async def test_body_error_crashes_the_nursery() -> None:
+    baseline = thread_count()
+    caught: list[BaseException] = []
+    with pytest.raises(ActorCrashed) as info:
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(PersistentKernelActor(make_kernel(), name="neg"))
+            try:
+                await ref.ask((1, -1.0))
+            except ActorCrashed as exc:
+                caught.append(exc)
+                raise
+    assert info.value.actor_id == "neg"
+    assert isinstance(info.value.cause, PersistentKernelError)
+    assert "negative input" in str(info.value)
+    (crash,) = caught
+    assert isinstance(crash, ActorCrashed)
+    assert crash.actor_id == "neg"
+    assert ref.state is ActorState.CRASHED
+    with pytest.raises(ActorCrashed):
+        await ref.tell((1, 1.0))
+    await settle_threads(baseline)
+
+
+async def test_idle_kernel_crash_is_seen_without_a_request() -> None:
+    # The body fails on a told message whose reply nobody waits for.
+    with pytest.raises(ActorCrashed, match="negative input"):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(make_kernel())
+            await ref.tell((1, -1.0))
+            await anyio.sleep(5)  # cancelled by the crash
+
+
+async def test_stop_timeout_is_reported() -> None:
+    baseline = thread_count()
+    with anyio.fail_after(3):
+        with pytest.raises(ActorCrashed) as info:
+            async with open_nursery() as nursery:
+                ref = await nursery.start_actor(make_kernel())
+                await ref.tell((1, 1000.0))  # the body sleeps 0.3 s
+                await anyio.sleep(0.02)
+                await ref.stop(timeout=0.05)
+    assert isinstance(info.value.cause, KernelStopTimeout)
+    await settle_threads(baseline)  # the worker exits once the body returns
+
+
+async def test_cancelling_the_nursery_stops_the_kernel() -> None:
+    baseline = thread_count()
+    pending: list[BaseException] = []
+    with anyio.move_on_after(0.1) as scope:
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(make_kernel())
+            await ref.pause()
+
+            async def ask() -> None:
+                try:
+                    await ref.ask((1, 1.0))
+                except BaseException as exc:
+                    pending.append(exc)
+                    raise
+
+            await ask()
+    assert scope.cancelled_caught
+    assert ref.state is ActorState.STOPPED
+    assert len(pending) == 1
+    await settle_threads(baseline)
+
+    with anyio.CancelScope() as scope2:
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(make_kernel())
+            nursery.cancel()
+    assert not scope2.cancelled_caught
+    assert ref.state is ActorState.STOPPED
+    await settle_threads(baseline)
+
+
+async def test_start_failures() -> None:
+    kernel = PersistentKernel("cudaonly", REQ, REP, bodies={"cuda": "void pdc_body() {}"})
+    async with open_nursery() as nursery:
+        with pytest.raises(ActorCrashed, match=r"while starting.*no body for the cpu"):
+            await nursery.start_actor(PersistentKernelActor(kernel, "cpu"))
+        with pytest.raises(TypeError, match="positional arguments"):
+            await nursery.start_actor(make_kernel(), 1)
+    with pytest.raises(TypeError, match="PersistentKernel"):
+        PersistentKernelActor("nope")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="stop_timeout"):
+        PersistentKernelActor(make_kernel(), stop_timeout=0)
