@@ -23,6 +23,7 @@ from pdc_core import (
     PersistentKernel,
     PersistentKernelActor,
     PersistentKernelError,
+    RestartPolicy,
     open_nursery,
 )
 
@@ -214,3 +215,27 @@ async def test_start_failures() -> None:
         PersistentKernelActor("nope")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="stop_timeout"):
         PersistentKernelActor(make_kernel(), stop_timeout=0)
+
+
+async def test_restart_policy_launches_a_fresh_kernel() -> None:
+    baseline = thread_count()
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(
+            PersistentKernelActor(make_kernel(), name="phoenix"),
+            restart=RestartPolicy(max_restarts=2, backoff=0.0),
+        )
+        with pytest.raises(ActorCrashed, match="negative input"):
+            await ref.ask((1, -1.0))
+        with anyio.fail_after(2):
+            while True:
+                try:
+                    reply = await ref.ask((2, 1.0))
+                except ActorStopped:  # restarting
+                    await anyio.sleep(0.005)
+                else:
+                    break
+        assert float(reply["y"]) == 2.0
+        stats = ref.statistics()
+        assert (stats.restarts, stats.errors) == (1, 1)
+        assert stats.handled == 1
+    await settle_threads(baseline)
