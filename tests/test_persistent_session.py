@@ -416,6 +416,34 @@ async def test_leader_cancelled_follower_takes_over() -> None:
             await step_until(session, lambda: got == [2])
 
 
+async def test_a_leader_remains_when_leader_and_promoted_follower_are_cancelled() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend(), auto=False) as session:
+        got: list[int] = []
+
+        async def ask(i: int) -> None:
+            got.append(int((await session.request((i, 0.0)))["id"]))
+
+        async with anyio.create_task_group() as tg:
+            leader, promoted = anyio.CancelScope(), anyio.CancelScope()
+
+            async def doomed(scope: anyio.CancelScope, i: int) -> None:
+                with scope:
+                    await ask(i)
+
+            tg.start_soon(doomed, leader, 1)  # leads
+            await anyio.sleep(0.005)
+            tg.start_soon(doomed, promoted, 2)  # first follower: promoted when the leader goes
+            await anyio.sleep(0.005)
+            tg.start_soon(ask, 3)  # must still be served
+            await anyio.sleep(0.005)
+            leader.cancel()  # the leader leaves and promotes 2 ...
+            promoted.cancel()  # ... which leaves before it can lead
+            await anyio.sleep(0.01)  # let both go before the device answers
+            with anyio.fail_after(5):
+                await step_until(session, lambda: bool(got))
+        assert got == [3]
+
+
 # -- stopping and crashing ----------------------------------------------------------------------
 
 

@@ -1032,6 +1032,10 @@ class PersistentKernelSession:
                 await follower.event.wait()
             finally:
                 self._followers.remove(follower)
+                if not self._leader:
+                    # It may have been promoted and be leaving (cancelled) instead of
+                    # leading: never leave the others without a leader.
+                    self._promote()
 
     def _promote(self) -> None:
         for follower in self._followers:
