@@ -289,8 +289,8 @@ async def test_idle_worker_burns_no_cpu_and_spinning_does() -> None:
             await anyio.sleep(0.3)
             return cpu_seconds() - before
 
-    assert await idle_cost() < 0.1
-    assert await idle_cost(worker_wait="spin") > 0.15  # a spinning worker eats a core
+    assert await idle_cost() < 0.05  # 0.3 s idle: the worker sleeps on its doorbell
+    assert await idle_cost(worker_wait="spin") > 0.1  # a spinning worker eats a core
 
 
 async def test_polling_host_waiter_also_works() -> None:
