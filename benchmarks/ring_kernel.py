@@ -41,6 +41,7 @@ import datetime
 import gc
 import resource
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -135,6 +136,30 @@ async def cpu_task_per_message_throughput(count: int) -> float:
     elapsed = time.perf_counter() - start
     assert results[-1].value["id"] == count - 1
     return count / elapsed
+
+
+def thread_ping_pong(count: int) -> list[float]:
+    """Two ``threading.Event`` hand-offs between two threads: the floor under any
+    round trip through a worker thread on this machine (no event loop, no ring)."""
+    ping, pong = threading.Event(), threading.Event()
+
+    def echo() -> None:
+        for _ in range(count):
+            ping.wait()
+            ping.clear()
+            pong.set()
+
+    worker = threading.Thread(target=echo)
+    worker.start()
+    samples = []
+    for _ in range(count):
+        start = time.perf_counter()
+        ping.set()
+        pong.wait()
+        pong.clear()
+        samples.append(time.perf_counter() - start)
+    worker.join()
+    return samples
 
 
 #: The cpu backend's alternatives to its default waiting, as evidence for the design:
@@ -306,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
                     ]
                 )
 
+    if backend_name == "cpu":
+        floor = summarize(thread_ping_pong(round_trips))
+        rows.append(
+            ["-", "thread ping-pong (floor)", "2 Event hand-offs", us(floor.p50), us(floor.p99), ""]
+        )
     env = environment(["numpy", "anyio", "trio", "pdc-core", "pdc-cpu"])
     now = datetime.date.today().isoformat()
     out = [
