@@ -444,6 +444,35 @@ async def test_a_leader_remains_when_leader_and_promoted_follower_are_cancelled(
         assert got == [3]
 
 
+async def test_wait_until_and_notify_changed() -> None:
+    """A long-lived task (an actor's serving loop) waits for its own condition and leads
+    the ring meanwhile: requests from other tasks still complete."""
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend(), auto=False) as session:
+        flag: list[bool] = []
+        finished = anyio.Event()
+
+        async def serve() -> None:
+            await session.wait_until(lambda: bool(flag))
+            finished.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            await anyio.sleep(0.005)  # serve() leads now
+            got: list[int] = []
+
+            async def ask() -> None:
+                got.append(int((await session.request((5, 0.0)))["id"]))
+
+            tg.start_soon(ask)
+            await step_until(session, lambda: bool(got))
+            assert got == [5]
+            assert not finished.is_set()
+            flag.append(True)
+            session.notify_changed()
+            with anyio.fail_after(2):
+                await finished.wait()
+
+
 # -- stopping and crashing ----------------------------------------------------------------------
 
 

@@ -1037,6 +1037,22 @@ class PersistentKernelSession:
                     # leading: never leave the others without a leader.
                     self._promote()
 
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds or the kernel has finished (stopped or crashed).
+
+        While waiting, the task takes its turn leading the ring (collecting replies for
+        every other caller), so a long-lived task such as an actor's serving loop can
+        wait for its own condition here and keep the session flowing. ``predicate`` is
+        re-checked whenever the ring moves and after :meth:`notify_changed`; it must be
+        cheap and must not block. Cancelling the wait is safe.
+        """
+        await self._wait_until(predicate)
+
+    def notify_changed(self) -> None:
+        """Tell tasks in :meth:`wait_until` that host-side state their predicates read
+        has changed (their predicates are re-checked soon)."""
+        self._host_changed()
+
     def _promote(self) -> None:
         for follower in self._followers:
             if not follower.event.is_set():
