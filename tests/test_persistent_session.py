@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -245,6 +246,40 @@ async def test_start_refuses_missing_body_and_capability() -> None:
 
     with pytest.raises(CapabilityError, match="persistent_kernels"):
         await PersistentKernelSession.start(make_kernel(), NoPersistent())
+
+
+async def test_polling_waiter_spins_while_replies_are_due_then_backs_off() -> None:
+    from pdc_core import PollingWaiter
+
+    requested: list[float] = []
+
+    async def recording_sleep(delay: float) -> None:
+        requested.append(delay)
+        await anyio.lowlevel.checkpoint()
+
+    waiter = PollingWaiter(spin=0.05, min_sleep=0.0001, max_sleep=0.001)
+    waiter._sleep = recording_sleep
+    waiter.begin()
+    for _ in range(5):
+        await waiter.wait(outstanding=True)  # replies due, inside the spin window
+    assert requested == [0] * 5
+    requested.clear()
+    for _ in range(6):
+        await waiter.wait(outstanding=False)  # idle: growing sleeps, capped
+    assert requested == [0.0001, 0.0002, 0.0004, 0.0008, 0.001, 0.001]
+    requested.clear()
+    waiter.kick()  # another task changed something: look again at once
+    await waiter.wait(outstanding=False)
+    await waiter.wait(outstanding=False)
+    assert requested == [0, 0.0001]
+    requested.clear()
+    no_spin = PollingWaiter(spin=0)
+    no_spin._sleep = recording_sleep
+    no_spin.begin()
+    await no_spin.wait(outstanding=True)  # past the (empty) spin window: back off
+    assert requested == [0.0001]
+    with pytest.raises(ValueError, match="min_sleep"):
+        PollingWaiter(min_sleep=0)
 
 
 # -- traffic ----------------------------------------------------------------------------------
