@@ -38,6 +38,7 @@ import abc
 import collections
 import enum
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
@@ -728,6 +729,9 @@ class PersistentKernelSession:
         self._error_reported = False
         self._released = False  # stop() is done with the kernel
         self._freed = False  # the waiter is closed and the resident released
+        # A session dropped without being closed still asks its kernel to stop, so an
+        # abandoned worker thread or resident kernel does not run forever.
+        self._finalizer = weakref.finalize(self, resident.request_stop, StopMode.NOW)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -1256,6 +1260,7 @@ class PersistentKernelSession:
     def _release(self) -> None:
         if not self._freed:
             self._freed = True
+            self._finalizer.detach()
             self._waiter.close()
             self.resident.release()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import resource
 import threading
 import time
@@ -333,3 +334,13 @@ async def test_bad_launches() -> None:
             await session.request(b"x" * 17)
         assert session.statistics.sent == 0
     assert not kernel_threads()
+
+
+async def test_an_abandoned_session_stops_its_worker() -> None:
+    session = await PersistentKernelSession.start(make(), "cpu")
+    await session.request((1, 0.0))
+    thread = session.resident._thread  # type: ignore[attr-defined]
+    del session
+    gc.collect()
+    thread.join(2)
+    assert not thread.is_alive()
