@@ -14,11 +14,13 @@ Waiting, on both sides, never burns the GIL:
   but only while the host is actually waiting (a flag, checked after a progress
   counter is bumped, so no wake-up is lost).
 
-A Python thread that spins on the control block instead holds the GIL for whole
-switch intervals (5 ms) and makes a round trip thousands of times slower, and an
-event loop spinning on ``sleep(0)`` starves the worker of the GIL in the same way;
-``benchmarks/ring_kernel.py --backend cpu`` measures both (options
-``worker_wait="spin"`` and ``host_wait="poll"`` exist for that comparison only).
+A Python thread that spins on the control block instead burns a core while idle and
+holds the GIL for whole switch intervals (5 ms): round trips get a ~10 ms tail (p99
+~50x the default on a 2-core VM), and with a host that also spins on ``sleep(0)`` in
+its event loop the median itself is ~5 ms (~50-100x). A host spinning in the loop
+alone starves the worker of the GIL too (p99 ~1-2 ms). ``benchmarks/ring_kernel.py``
+measures all of these (the options ``worker_wait="spin"`` and ``host_wait="poll"``
+exist for that comparison only); see ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
