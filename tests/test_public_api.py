@@ -83,6 +83,8 @@ EXPECTED = [
     "Stream",
     "Telemetry",
     "UnifiedBuffer",
+    "WorkerEvent",
+    "WorkerStream",
     "__version__",
     "auto_block_size",
     "available_backends",

@@ -99,6 +99,7 @@ from ._ring_kernel import (
 )
 from ._telemetry import RingKernelTelemetry, Telemetry
 from ._version import __version__
+from ._worker_stream import WorkerEvent, WorkerStream
 
 __all__ = [
     "Availability",
@@ -115,6 +116,8 @@ __all__ = [
     "PoolStatistics",
     "Stream",
     "UnifiedBuffer",
+    "WorkerEvent",
+    "WorkerStream",
     "available_backends",
     "get_backend",
     "get_memory_pool",

@@ -286,7 +286,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         if metal_stream is None:
             np.copyto(target, source)
         else:
-            metal_stream._enqueue(lambda: np.copyto(target, source))
+            metal_stream.enqueue(lambda: np.copyto(target, source))
         return out
 
     def to_host(
@@ -320,7 +320,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
             # Start evaluation here: the graph may live on this thread's streams,
             # which the stream's worker thread cannot evaluate.
             mx.async_eval(device)
-            metal_stream._enqueue(lambda: np.copyto(target, np.asarray(device)))
+            metal_stream.enqueue(lambda: np.copyto(target, np.asarray(device)))
         return out
 
     def _writable_host_view(self, out: Any, source: npt.NDArray[Any]) -> npt.NDArray[Any]:
