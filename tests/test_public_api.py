@@ -27,6 +27,7 @@ EXPECTED = [
     "ErrorCode",
     "Event",
     "HostWaiter",
+    "HostWorkerKernel",
     "Kernel",
     "KernelActorRef",
     "KernelAlreadyExistsError",

@@ -57,6 +57,7 @@ from ._exceptions import (
     RecordError,
     RingProtocolError,
 )
+from ._host_kernel import HostWorkerKernel
 from ._kernel import Kernel, LaunchConfig, auto_block_size, kernel, launch_config
 from ._kernel_actor import KernelActorRef, PersistentKernelActor
 from ._mailbox import (
@@ -143,6 +144,7 @@ __all__ = [
     "DeviceSource",
     "ErrorCode",
     "HostWaiter",
+    "HostWorkerKernel",
     "KernelActorRef",
     "KernelBodyMissing",
     "KernelStatus",
