@@ -47,6 +47,9 @@ from pdc_core import (
     DeviceInfo,
     MemoryKind,
     MemoryStatistics,
+    PersistentKernel,
+    ResidentKernel,
+    RingMemory,
     Stream,
     UnifiedBuffer,
     normalize_shape_dtype,
@@ -58,7 +61,9 @@ from ._streams import MetalEvent, MetalStream, evaluate
 
 __all__ = ["MetalBackend"]
 
-_BASE_CAPABILITIES = frozenset({Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES})
+_BASE_CAPABILITIES = frozenset(
+    {Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES, Capability.PERSISTENT_KERNELS}
+)
 
 
 def _host_memory() -> int | None:
@@ -530,6 +535,22 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
                 raise TypeError(f"the kernel returned {type(value).__name__}, not an MLX array")
             source = np.asarray(value)
             np.copyto(self._writable_host_view(target, source), source)
+
+    # -- persistent kernels ---------------------------------------------------------------
+
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> ResidentKernel:
+        """Emulate ``kernel`` resident on ``rings``: a worker thread runs the ring
+        protocol and the kernel's ``metal`` body on a dedicated MLX stream.
+
+        The body's calling convention (request fields in as MLX arrays, reply fields
+        out) is documented in :mod:`pdc_metal._persistent`. Options: ``worker_wait``,
+        ``host_wait``, ``idle_timeout``, as for :class:`~pdc_core.HostWorkerKernel`.
+        """
+        from ._persistent import launch
+
+        return launch(self, kernel, rings, **options)
 
     # -- Metal shaders -------------------------------------------------------------------
 
