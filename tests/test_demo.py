@@ -14,18 +14,89 @@ import anyio
 import numpy as np
 import pytest
 
+import pdc_core
+from pdc_core import PersistentKernel
 from pdc_core._cli import main
-from pdc_core._demo import DemoConfig, DemoResult, run_demo, synthetic_stream
+from pdc_core._demo import (
+    FEATURE_KERNEL,
+    DemoConfig,
+    DemoResult,
+    numpy_scores,
+    run_demo,
+    score_records,
+    synthetic_stream,
+    uses_persistent_kernel,
+)
 
 
-async def test_pipeline_finds_exactly_the_planted_anomalies() -> None:
+def thread_count() -> int:
+    """Threads other than trio's idle worker-thread cache (which outlives tasks)."""
+    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
+
+
+async def test_pipeline_runs_the_feature_stage_as_a_persistent_kernel_on_cpu() -> None:
+    threads_before = thread_count()
     result = await run_demo(DemoConfig(messages=5000, backend="cpu", seed=3))
     summary = result.summary()
+    assert summary["feature_stage"].startswith("persistent kernel on cpu:0")
     assert summary["messages_processed"] == summary["messages_sent"] == 5000
     assert summary["anomalies_planted"] == 5
     assert summary["anomalies_match"] is True
     assert summary["latency_p50_us"] is not None
     assert summary["interrupted"] is False
+    assert thread_count() == threads_before, threading.enumerate()  # kernel worker joined
+
+
+async def test_backend_without_persistent_kernels_falls_back_to_the_mailbox_actor(
+    example_backend: pdc_core.Backend,
+) -> None:
+    assert not uses_persistent_kernel(example_backend)
+    result = await run_demo(DemoConfig(messages=3000, backend="example", seed=2))
+    summary = result.summary()
+    assert summary["feature_stage"] == (
+        "batched NumPy actor in host memory (example has no persistent kernels)"
+    )
+    assert summary["messages_processed"] == 3000
+    assert summary["anomalies_match"] is True
+
+
+async def test_backend_without_a_kernel_body_falls_back_to_the_mailbox_actor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cuda_only = PersistentKernel(
+        "cuda_only",
+        FEATURE_KERNEL.request_dtype,
+        FEATURE_KERNEL.reply_dtype,
+        bodies={"cuda": "__device__ int pdc_body(const pdc_request&, pdc_reply&) { return 0; }"},
+    )
+    monkeypatch.setattr("pdc_core._demo.FEATURE_KERNEL", cuda_only)
+    result = await run_demo(DemoConfig(messages=2000, backend="cpu", seed=4))
+    assert result.feature_stage.endswith("(cpu has no persistent-kernel body)")
+    assert result.summary()["anomalies_match"] is True
+
+
+def test_metal_runs_the_mailbox_actor_until_it_has_persistent_kernels() -> None:
+    backend = pytest.importorskip("pdc_metal", reason="pdc-metal is not installed")
+    del backend
+    metal = pdc_core.get_backend("metal")
+    result = anyio.run(run_demo, DemoConfig(messages=2000, backend="metal", seed=5))
+    persistent = uses_persistent_kernel(metal)
+    assert result.feature_stage.startswith("persistent kernel" if persistent else "batched")
+    assert result.summary()["anomalies_match"] is True
+
+
+def test_kernel_body_is_the_numpy_scoring_over_records() -> None:
+    ids, frames = next(iter(synthetic_stream(DemoConfig(messages=700, seed=9))))
+    requests = np.zeros(len(ids), FEATURE_KERNEL.request_dtype)
+    requests["frame_id"] = ids
+    requests["samples"] = frames
+    requests.flags.writeable = False  # the body gets a read-only view
+    replies = score_records(requests)
+    assert replies.dtype == FEATURE_KERNEL.reply_dtype
+    assert np.array_equal(replies["frame_id"], ids)
+    assert np.array_equal(replies["score"], numpy_scores(frames))
+    assert FEATURE_KERNEL.body_for("cpu") is score_records
+    assert "pdc_body" in FEATURE_KERNEL.body_for("cuda").source
 
 
 def test_stream_is_deterministic_and_plants_spikes() -> None:
@@ -45,7 +116,7 @@ def test_bad_config() -> None:
 
 async def test_cancelling_the_demo_leaves_partial_results_and_nothing_running() -> None:
     tasks_before = len(anyio.get_running_tasks())
-    threads_before = threading.active_count()
+    threads_before = thread_count()
     result = DemoResult(backend="cpu:0", async_backend="test")
     with anyio.move_on_after(0.2):
         await run_demo(DemoConfig(messages=10_000_000, backend="cpu"), result)
@@ -56,7 +127,7 @@ async def test_cancelling_the_demo_leaves_partial_results_and_nothing_running() 
     assert summary["interrupted"] is True
     assert summary["anomalies_match"] is True  # compared over the frames processed
     assert len(anyio.get_running_tasks()) == tasks_before
-    assert threading.active_count() == threads_before
+    assert thread_count() == threads_before, threading.enumerate()
 
 
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])

@@ -31,7 +31,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -40,18 +40,24 @@ import numpy as np
 import numpy.typing as npt
 
 from ._actors import Actor, ActorNursery, ActorRef, open_nursery
-from ._backend import Backend
+from ._backend import Backend, Capability
 from ._exceptions import ActorStopped
+from ._kernel_actor import KernelActorRef, PersistentKernelActor
+from ._persistent import PersistentKernel
 from ._registry import available_backends, get_backend
 
 __all__ = [
+    "FEATURE_KERNEL",
     "DemoConfig",
     "DemoResult",
+    "FeatureStage",
     "add_arguments",
     "run",
     "run_demo",
+    "score_records",
     "start_feature_stage",
     "synthetic_stream",
+    "uses_persistent_kernel",
 ]
 
 #: Samples per sensor frame.
@@ -212,6 +218,55 @@ def numpy_scores(frames: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return scores
 
 
+# -- the feature kernel -----------------------------------------------------------------------
+
+#: A request slot of the feature kernel: one frame.
+FEATURE_REQUEST: Final = np.dtype([("frame_id", "<u8"), ("samples", "<f4", (FRAME,))], align=True)
+#: A reply slot: the frame's score.
+FEATURE_REPLY: Final = np.dtype([("frame_id", "<u8"), ("score", "<f4")], align=True)
+
+
+def score_records(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """The feature kernel's ``cpu`` body: :func:`numpy_scores` over a batch of records."""
+    replies = np.empty(len(requests), FEATURE_REPLY)
+    replies["frame_id"] = requests["frame_id"]
+    replies["score"] = numpy_scores(requests["samples"])
+    return replies
+
+
+#: The feature kernel's ``cuda`` body (pdc_cuda's contract: one thread per request).
+#: The same math as :func:`numpy_scores`: the median of the frame (the mean of the two
+#: middle samples, FRAME being even), then the largest absolute deviation from it.
+CUDA_SCORE_BODY: Final = f"""
+#define PDC_FRAME {FRAME}
+__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {{
+    float sorted[PDC_FRAME];
+    for (int i = 0; i < PDC_FRAME; ++i) {{
+        float value = request.samples[i];
+        int j = i;
+        for (; j > 0 && sorted[j - 1] > value; --j) sorted[j] = sorted[j - 1];
+        sorted[j] = value;
+    }}
+    const float median = 0.5f * (sorted[PDC_FRAME / 2 - 1] + sorted[PDC_FRAME / 2]);
+    float score = 0.0f;
+    for (int i = 0; i < PDC_FRAME; ++i) score = fmaxf(score, fabsf(request.samples[i] - median));
+    reply.frame_id = request.frame_id;
+    reply.score = score;
+    return 0;
+}}
+"""
+
+#: The feature stage as a persistent kernel: a frame in, its score out.
+FEATURE_KERNEL: Final = PersistentKernel(
+    "demo_features",
+    FEATURE_REQUEST,
+    FEATURE_REPLY,
+    capacity=2 * CHUNK,
+    max_batch=CHUNK,
+    bodies={"cpu": score_records, "cuda": CUDA_SCORE_BODY},
+)
+
+
 async def _forward(ref: ActorRef[Any, None], message: Any) -> None:
     """Tell the next stage; a stage stopped by a cancellation ends the pipeline quietly.
 
@@ -222,23 +277,62 @@ async def _forward(ref: ActorRef[Any, None], message: Any) -> None:
         await ref.tell(message)
 
 
-class FeatureActor(Actor[Frame, None]):
-    """Scores frames in batches (every frame waiting, up to ``max_batch``, at once)."""
+Scorer = Callable[
+    [npt.NDArray[np.int64], npt.NDArray[np.float32]], Awaitable[npt.NDArray[np.float32]]
+]
 
-    def __init__(
-        self,
-        score: Callable[[npt.NDArray[np.float32]], npt.NDArray[np.float32]],
-        detector: ActorRef[FeatureBatch, None],
-    ) -> None:
+
+class FeatureActor(Actor[Frame, None]):
+    """Scores frames in batches (every frame waiting, up to ``max_batch``, at once).
+
+    ``score(frame_ids, frames)`` computes the batch's scores: on the host
+    (:func:`host_scorer`) or on a persistent kernel (:func:`kernel_scorer`). A batch is
+    forwarded to the detector only after its scores came back, and the next batch is
+    taken only then: the bounded mailbox in front of this actor is the backpressure
+    toward the producer, and frames stay in order.
+    """
+
+    def __init__(self, score: Scorer, detector: ActorRef[FeatureBatch, None]) -> None:
         self._score = score
         self._detector = detector
 
     async def handle_batch(self, messages: list[Frame]) -> list[None]:
-        ids = np.fromiter((m.frame_id for m in messages), np.int64, len(messages))
-        sent = np.fromiter((m.sent_ns for m in messages), np.int64, len(messages))
+        count = len(messages)
+        ids = np.fromiter((m.frame_id for m in messages), np.int64, count)
+        sent = np.fromiter((m.sent_ns for m in messages), np.int64, count)
         frames = np.stack([m.samples for m in messages])
-        await _forward(self._detector, FeatureBatch(ids, self._score(frames), sent))
-        return [None] * len(messages)
+        scores = await self._score(ids, frames)
+        await _forward(self._detector, FeatureBatch(ids, scores, sent))
+        return [None] * count
+
+
+def host_scorer() -> Scorer:
+    """Score with :func:`numpy_scores` in the actor's own task (host memory)."""
+
+    async def score(
+        frame_ids: npt.NDArray[np.int64], frames: npt.NDArray[np.float32]
+    ) -> npt.NDArray[np.float32]:
+        return numpy_scores(frames)
+
+    return score
+
+
+def kernel_scorer(kernel: KernelActorRef) -> Scorer:
+    """Score on a persistent kernel: one ``ask_batch`` (ring write + replies) per batch."""
+
+    async def score(
+        frame_ids: npt.NDArray[np.int64], frames: npt.NDArray[np.float32]
+    ) -> npt.NDArray[np.float32]:
+        requests = np.empty(len(frame_ids), FEATURE_REQUEST)
+        requests["frame_id"] = frame_ids
+        requests["samples"] = frames
+        replies = await kernel.ask_batch(requests)
+        if not np.array_equal(replies["frame_id"], requests["frame_id"]):
+            raise RuntimeError("the feature kernel answered other frames than it was sent")
+        scores: npt.NDArray[np.float32] = replies["score"]
+        return scores
+
+    return score
 
 
 class DetectorActor(Actor[FeatureBatch, None]):
@@ -270,20 +364,68 @@ class SinkActor(Actor[Detections, None]):
             self._on_progress(result.processed)
 
 
+@dataclass(frozen=True)
+class FeatureStage:
+    """The feature stage as started: where frames go, what to stop, what it is.
+
+    ``entry`` takes ``tell(Frame)``/``tell_many``; ``stop_order`` lists the stage's
+    actors in the order they must stop (each after draining) so nothing is in flight.
+    """
+
+    entry: ActorRef[Frame, None]
+    stop_order: tuple[ActorRef[Any, Any], ...]
+    description: str
+    persistent: bool
+
+
+def uses_persistent_kernel(backend: Backend) -> bool:
+    """Whether the feature stage runs as a persistent kernel on ``backend``."""
+    return backend.has(Capability.PERSISTENT_KERNELS) and backend.name in FEATURE_KERNEL.bodies
+
+
 async def start_feature_stage(
     nursery: ActorNursery, backend: Backend, detector: ActorRef[FeatureBatch, None]
-) -> tuple[ActorRef[Frame, None], str]:
-    """Start the feature stage; return its handle and a description of it.
+) -> FeatureStage:
+    """Start the feature stage on ``backend``: the one place that decides how.
 
-    The one place that decides how features are computed. Today: a mailbox actor
-    scoring each batch with NumPy on the host (the CPU backend's memory). A persistent
-    kernel on ``backend`` (see ``pdc_core.open_persistent_kernel``) replaces this
-    actor here, behind the same ``tell(Frame)`` interface.
+    Where the backend has :attr:`Capability.PERSISTENT_KERNELS` and
+    :data:`FEATURE_KERNEL` a body for it: the persistent kernel, resident for the whole
+    run, fed by a :class:`FeatureActor` that ships each batch of waiting frames with one
+    ``ask_batch`` and forwards the scores to the detector. Elsewhere: the same actor
+    scoring each batch with NumPy in its own task. Both keep the ``tell(Frame)``
+    interface; stop them in ``stop_order`` (the forwarder drains, then the kernel).
     """
-    ref = await nursery.start_actor(
-        FeatureActor(numpy_scores, detector), name="features", capacity=4 * CHUNK, max_batch=CHUNK
+    if uses_persistent_kernel(backend):
+        runner = PersistentKernelActor(FEATURE_KERNEL, backend, name="feature-kernel")
+        await nursery.start_actor(runner)  # returns once the kernel is resident
+        kernel = runner.ref
+        entry = await nursery.start_actor(
+            FeatureActor(kernel_scorer(kernel), detector),
+            name="features",
+            capacity=4 * CHUNK,
+            max_batch=CHUNK,
+        )
+        return FeatureStage(
+            entry,
+            (entry, kernel),
+            f"persistent kernel on {backend.qualified_name}, "
+            f"ring of {FEATURE_KERNEL.capacity} frames",
+            persistent=True,
+        )
+    entry = await nursery.start_actor(
+        FeatureActor(host_scorer(), detector), name="features", capacity=4 * CHUNK, max_batch=CHUNK
     )
-    return ref, f"batched NumPy actor (host memory of {backend.qualified_name})"
+    why = (
+        f"{backend.name} has no persistent-kernel body"
+        if backend.has(Capability.PERSISTENT_KERNELS)
+        else f"{backend.name} has no persistent kernels"
+    )
+    return FeatureStage(
+        entry,
+        (entry,),
+        f"batched NumPy actor in host memory ({why})",
+        persistent=False,
+    )
 
 
 async def run_demo(
@@ -307,7 +449,9 @@ async def run_demo(
             detector = await nursery.start_actor(
                 DetectorActor(config.threshold, sink), name="detector"
             )
-            features, result.feature_stage = await start_feature_stage(nursery, backend, detector)
+            stage = await start_feature_stage(nursery, backend, detector)
+            result.feature_stage = stage.description
+            features = stage.entry
             result.started = time.perf_counter()
             clock = time.perf_counter_ns
             for ids, frames in synthetic_stream(config):
@@ -317,7 +461,7 @@ async def run_demo(
                 )
                 result.sent += len(ids)
             # Stop stage by stage, each after it has drained, so nothing is in flight.
-            for ref in (features, detector, sink):
+            for ref in (*stage.stop_order, detector, sink):
                 await ref.stop(drain=True)
     except BaseException:
         result.interrupted = True
