@@ -115,6 +115,10 @@ def _backend_key(backend: str) -> str:
     return backend.partition(":")[0].lower()
 
 
+#: Backends whose persistent-kernel body is a Python callable, and over what.
+_CALLABLE_BODIES: Final = {"cpu": "NumPy record arrays", "metal": "MLX arrays"}
+
+
 class PersistentKernel:
     """What a persistent kernel is: record layouts, ring capacity, bodies, state.
 
@@ -132,6 +136,13 @@ class PersistentKernel:
       when the kernel has state) over NumPy record arrays, batch in, batch out: it
       gets a read-only array of ``n >= 1`` requests and returns ``n`` replies of
       ``reply_dtype``. The request array is only valid during the call.
+    * ``metal``: a callable over MLX arrays (MLX has no structured dtypes):
+      ``body(requests) -> replies`` (``body(requests, state)`` with state), where
+      ``requests`` maps each request field name to an MLX array with one row per
+      request, in the field's dtype, and ``replies`` maps every reply field name to an
+      array of ``n`` rows; with state it may also return ``(replies, new_state)``.
+      A wrong reply (missing or unknown field, wrong shape) crashes the kernel with
+      ``ErrorCode.BAD_REPLY`` naming the field. See :mod:`pdc_metal._persistent`.
     * compiling backends: a :class:`DeviceSource` (a plain ``str`` is taken as the
       source of a function named ``pdc_body``).
 
@@ -189,10 +200,10 @@ class PersistentKernel:
         key = _backend_key(backend)
         if isinstance(body, str):
             body = DeviceSource(body)
-        if key == "cpu" and not callable(body):
+        if key in _CALLABLE_BODIES and not callable(body):
             raise TypeError(
-                f"the cpu body of persistent kernel {self.name!r} must be a callable over "
-                f"NumPy record arrays, not {type(body).__name__}"
+                f"the {key} body of persistent kernel {self.name!r} must be a callable over "
+                f"{_CALLABLE_BODIES[key]}, not {type(body).__name__}"
             )
         if body is None:
             raise TypeError(f"the {key} body of persistent kernel {self.name!r} is None")
