@@ -18,6 +18,7 @@ from pdc_core import (
     ActorState,
     ActorStopped,
     KernelActorRef,
+    KernelBodyMissing,
     KernelStopTimeout,
     MessageTimeout,
     PersistentKernel,
@@ -206,9 +207,12 @@ async def test_cancelling_the_nursery_stops_the_kernel() -> None:
 
 async def test_start_failures() -> None:
     kernel = PersistentKernel("cudaonly", REQ, REP, bodies={"cuda": "void pdc_body() {}"})
+    # Checked before anything starts: the error names the backends that have a body.
+    with pytest.raises(KernelBodyMissing, match=r"no body for the cpu backend; .*: cuda"):
+        PersistentKernelActor(kernel, "cpu")
     async with open_nursery() as nursery:
-        with pytest.raises(ActorCrashed, match=r"while starting.*no body for the cpu"):
-            await nursery.start_actor(PersistentKernelActor(kernel, "cpu"))
+        with pytest.raises(KernelBodyMissing, match="no body for the cpu"):
+            await nursery.start_actor(kernel)  # the best available backend: cpu
         with pytest.raises(TypeError, match="positional arguments"):
             await nursery.start_actor(make_kernel(), 1)
     with pytest.raises(TypeError, match="PersistentKernel"):

@@ -56,6 +56,7 @@ EXPECTED = [
     "PersistentKernelActor",
     "PersistentKernelError",
     "PersistentKernelSession",
+    "PersistentRingKernel",
     "PluginError",
     "PluginInfo",
     "PollingWaiter",

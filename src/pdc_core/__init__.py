@@ -87,6 +87,7 @@ from ._persistent import (
     open_persistent_kernel,
     persistent_kernel,
 )
+from ._persistent_ring_kernel import PersistentRingKernel
 from ._plugins import PluginInfo, hookimpl, list_plugins, reload_plugins
 from ._registry import BackendInfo, available_backends, get_backend
 from ._ring import ErrorCode, RingDevice, RingHost, RingLayout, RingMemory, StopMode
@@ -153,6 +154,7 @@ __all__ = [
     "PersistentKernelActor",
     "PersistentKernelError",
     "PersistentKernelSession",
+    "PersistentRingKernel",
     "PollingWaiter",
     "RecordError",
     "ResidentKernel",

@@ -50,7 +50,8 @@ import numpy.typing as npt
 from ._actors import ActorRef, ActorRunner, ActorState, ActorStatistics
 from ._exceptions import ActorCrashed, ActorStopped, MessageTimeout
 from ._mailbox import check_priority
-from ._persistent import PersistentKernel, PersistentKernelSession, SessionState
+from ._persistent import PersistentKernel, PersistentKernelSession, SessionState, backend_for
+from ._ring import StopMode
 
 if TYPE_CHECKING:
     from ._backend import Backend
@@ -229,12 +230,17 @@ class PersistentKernelActor(ActorRunner):
 
     Pass it to :meth:`ActorNursery.start_actor`; ``start_actor(kernel)`` with a bare
     kernel is the same as ``start_actor(PersistentKernelActor(kernel))``. ``backend``
-    is a :class:`~pdc_core.Backend` or a name (default: the best available);
+    is a :class:`~pdc_core.Backend` or a name (default: the best available), chosen
+    and checked here: a backend without persistent kernels or a kernel without a body
+    for it raises at once (``CapabilityError``, ``KernelBodyMissing``);
     ``name`` is the actor id (default: the kernel's name); ``launch_timeout`` bounds
     the start handshake and ``stop_timeout`` every stop; ``paused=True`` starts the
     kernel paused; ``options`` go to the backend's ``launch_persistent_kernel``.
     Under a :class:`~pdc_core.RestartPolicy` each incarnation launches a fresh kernel.
     """
+
+    #: The handle class :attr:`ref` is made from (a subclass may extend the handle).
+    ref_type: type[KernelActorRef] = KernelActorRef
 
     def __init__(
         self,
@@ -248,21 +254,19 @@ class PersistentKernelActor(ActorRunner):
         paused: bool = False,
         **options: Any,
     ) -> None:
-        if not isinstance(kernel, PersistentKernel):
-            raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"an actor name must be a non-empty str, not {name!r}")
         if stop_timeout <= 0:
             raise ValueError(f"stop_timeout must be > 0 seconds, not {stop_timeout!r}")
+        self._backend = backend_for(kernel, backend)
         self.kernel = kernel
         self.actor_id = name if name is not None else kernel.name
-        self._backend = backend
         self._launch_timeout = launch_timeout
         self._stop_timeout = stop_timeout
         self._receive_window = receive_window
         self._paused = paused
         self._options = options
-        self._ref = KernelActorRef(self)
+        self._ref = self.ref_type(self)
         self.session: PersistentKernelSession | None = None
         self.stop_requested = False
         self._drain = False
@@ -279,16 +283,28 @@ class PersistentKernelActor(ActorRunner):
         return self._ref
 
     def request_stop(self, *, drain: bool, timeout: float | None) -> None:
-        """Ask the running kernel to stop (the serving loop sends the stop word)."""
+        """Ask the running kernel to stop (the serving loop sends the stop word).
+
+        A stop without ``drain`` after one with ``drain`` escalates: the kernel stops
+        after the batch in hand instead of answering everything published. ``timeout``
+        counts from when the serving loop begins the stop (a later value is ignored).
+        """
         if timeout is not None:
             if timeout < 0:
                 raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
             self._stop_timeout = timeout
+        session = self.session
         if not self.stop_requested:
             self.stop_requested = True
             self._drain = drain
-            if self.session is not None:
-                self.session._host_changed()  # wake the serving loop, which leads the ring
+        elif self._drain and not drain:
+            self._drain = False
+            if session is not None:
+                session.resident.request_stop(StopMode.NOW)  # NOW wins over DRAIN
+        else:
+            return
+        if session is not None:
+            session.notify_changed()  # wake the serving loop, which leads the ring
 
     async def run(self, started: Callable[[], None]) -> None:
         session = await PersistentKernelSession.start(
@@ -305,7 +321,7 @@ class PersistentKernelActor(ActorRunner):
                 await session.pause()
             started()
             # Lead the ring while idle, so that a crash is seen without any request.
-            await session._wait_until(lambda: self.stop_requested)
+            await session.wait_until(lambda: self.stop_requested)
         finally:
             # Shielded and bounded by the timeout; raises KernelStopTimeout (a crash).
             await session.stop(self._stop_timeout, drain=self._drain)

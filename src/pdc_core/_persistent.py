@@ -595,6 +595,27 @@ def _stop_timeout(resident: ResidentKernel, timeout: float) -> KernelStopTimeout
 # --------------------------------------------------------------------------------------
 
 
+def backend_for(kernel: PersistentKernel, backend: Backend | str | None) -> Backend:
+    """The backend that will run ``kernel``: ``backend``, a name, or the best available.
+
+    Checks everything that can be checked before a launch: raises :class:`TypeError`,
+    :class:`~pdc_core.BackendUnavailable`, :class:`~pdc_core.CapabilityError` (no
+    persistent kernels) or :class:`~pdc_core.KernelBodyMissing` (no body for it).
+    """
+    from ._backend import Backend, Capability
+    from ._registry import get_backend
+
+    if not isinstance(kernel, PersistentKernel):
+        raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
+    if backend is None or isinstance(backend, str):
+        backend = get_backend(backend)
+    elif not isinstance(backend, Backend):
+        raise TypeError(f"backend must be a Backend or a name, not {type(backend).__name__}")
+    backend.require(Capability.PERSISTENT_KERNELS, "run persistent kernels")
+    kernel.body_for(backend.name)
+    return backend
+
+
 class SessionState(enum.Enum):
     """Lifecycle of a :class:`PersistentKernelSession`."""
 
@@ -766,17 +787,7 @@ class PersistentKernelSession:
         :class:`~pdc_core.PersistentKernelError` when the kernel fails to start or does
         not signal ``STARTED`` within ``launch_timeout`` seconds (it is then stopped).
         """
-        from ._backend import Backend, Capability
-        from ._registry import get_backend
-
-        if not isinstance(kernel, PersistentKernel):
-            raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
-        if backend is None or isinstance(backend, str):
-            backend = get_backend(backend)
-        elif not isinstance(backend, Backend):
-            raise TypeError(f"backend must be a Backend or a name, not {type(backend).__name__}")
-        backend.require(Capability.PERSISTENT_KERNELS, "run persistent kernels")
-        kernel.body_for(backend.name)
+        backend = backend_for(kernel, backend)
         memory = RingMemory.allocate(backend, kernel.layout)
         resident = backend.launch_persistent_kernel(kernel, memory, **options)
         if not isinstance(resident, ResidentKernel):
@@ -787,7 +798,7 @@ class PersistentKernelSession:
         session = cls(kernel, backend, resident, receive_window=receive_window)
         try:
             with anyio.fail_after(launch_timeout):
-                await session._wait_until(lambda: session._ring.started)
+                await session.wait_until(lambda: session._ring.started)
         except TimeoutError:
             await session._abort()
             raise PersistentKernelError(
@@ -856,6 +867,11 @@ class PersistentKernelSession:
             batches=self._ring.batches,
             unprocessed=self._unprocessed,
         )
+
+    @property
+    def collected_replies(self) -> int:
+        """Replies to :meth:`send` collected from the ring and not yet received."""
+        return self._inbox_count
 
     def read_state(self) -> npt.NDArray[Any] | None:
         """A host copy of the kernel's device-resident state (see ``ResidentKernel``)."""
@@ -958,7 +974,7 @@ class PersistentKernelSession:
             elif sink is _DISCARD:
                 self._discarded += route.end - route.start
         self._routes.clear()
-        self._host_changed()  # whoever waits, leader or follower, must look again
+        self.notify_changed()  # whoever waits, leader or follower, must look again
 
     def _raise_terminal(self) -> None:
         assert self._terminal is not None
@@ -1011,15 +1027,22 @@ class PersistentKernelSession:
             if not follower.event.is_set() and self._satisfied(follower.predicate):
                 follower.event.set()
 
-    def _host_changed(self) -> None:
-        """Another host task changed something a waiting task may be waiting for."""
+    def notify_changed(self) -> None:
+        """Tell tasks in :meth:`wait_until` that host-side state their predicates read
+        has changed (their predicates are re-checked soon)."""
         if self._followers:
             self._wake_followers()
         if self._leader:
             self._waiter.kick()
 
-    async def _wait_until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until ``predicate()`` holds or the kernel is finished.
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds or the kernel has finished (stopped or crashed).
+
+        While waiting, the task takes its turn leading the ring (collecting replies for
+        every other caller), so a long-lived task such as an actor's serving loop can
+        wait for its own condition here and keep the session flowing. ``predicate`` is
+        re-checked whenever the ring moves and after :meth:`notify_changed`; it must be
+        cheap and must not block. Cancelling the wait is safe.
 
         The first waiting task leads: it pumps the ring and waits through the
         kernel's :class:`HostWaiter`; the others sleep until the leader sees their
@@ -1051,22 +1074,6 @@ class PersistentKernelSession:
                     # It may have been promoted and be leaving (cancelled) instead of
                     # leading: never leave the others without a leader.
                     self._promote()
-
-    async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until ``predicate()`` holds or the kernel has finished (stopped or crashed).
-
-        While waiting, the task takes its turn leading the ring (collecting replies for
-        every other caller), so a long-lived task such as an actor's serving loop can
-        wait for its own condition here and keep the session flowing. ``predicate`` is
-        re-checked whenever the ring moves and after :meth:`notify_changed`; it must be
-        cheap and must not block. Cancelling the wait is safe.
-        """
-        await self._wait_until(predicate)
-
-    def notify_changed(self) -> None:
-        """Tell tasks in :meth:`wait_until` that host-side state their predicates read
-        has changed (their predicates are re-checked soon)."""
-        self._host_changed()
 
     def _promote(self) -> None:
         for follower in self._followers:
@@ -1116,7 +1123,7 @@ class PersistentKernelSession:
         total = len(batch)
         done = self._write(batch, sink)
         while done < total:
-            await self._wait_until(lambda: self._free_for(sink) > 0)
+            await self.wait_until(lambda: self._free_for(sink) > 0)
             self._check_open()
             done += self._write(batch[done:], sink)
         return first
@@ -1142,7 +1149,7 @@ class PersistentKernelSession:
         try:
             done = self._write(batch, pending)
             while done < total:
-                await self._wait_until(
+                await self.wait_until(
                     lambda: pending.error is not None or self._ring.free_slots() > 0
                 )
                 if pending.error is not None:
@@ -1150,12 +1157,12 @@ class PersistentKernelSession:
                 self._check_open()
                 done += self._write(batch[done:], pending)
             if pending.filled < total and pending.error is None:
-                await self._wait_until(lambda: pending.filled == total or pending.error is not None)
+                await self.wait_until(lambda: pending.filled == total or pending.error is not None)
         except BaseException:
             self._abandon(pending)
             raise
         if pending.filled < total:
-            if pending.error is None:  # pragma: no cover - _wait_until only returns when final
+            if pending.error is None:  # pragma: no cover - wait_until only returns when final
                 self._check_open()
             assert pending.error is not None
             if self._error is not None:
@@ -1186,7 +1193,7 @@ class PersistentKernelSession:
         self._pump_all()
         if not self._inbox_count:
             if self._terminal is None:
-                await self._wait_until(lambda: self._inbox_count > 0)
+                await self.wait_until(lambda: self._inbox_count > 0)
             if not self._inbox_count:
                 self._raise_terminal()
         inbox = self._inbox
@@ -1210,7 +1217,7 @@ class PersistentKernelSession:
         self._inbox_count -= count
         self._unreceived -= count
         self._received += count
-        self._host_changed()
+        self.notify_changed()
         return replies
 
     # -- control ----------------------------------------------------------------------------
@@ -1222,7 +1229,7 @@ class PersistentKernelSession:
         """
         self._check_open()
         self.resident.pause()
-        await self._wait_until(lambda: self._ring.paused)
+        await self.wait_until(lambda: self._ring.paused)
         self._check_open()
         self._state = SessionState.PAUSED
 
@@ -1230,7 +1237,7 @@ class PersistentKernelSession:
         """Let a paused kernel go on; returns once it has left its pause."""
         self._check_open()
         self.resident.resume()
-        await self._wait_until(lambda: not self._ring.paused)
+        await self.wait_until(lambda: not self._ring.paused)
         self._check_open()
         self._state = SessionState.RUNNING
 
@@ -1253,9 +1260,9 @@ class PersistentKernelSession:
                 if self._state is not SessionState.STOPPING:
                     self._state = SessionState.STOPPING
                 self.resident.request_stop(StopMode.DRAIN if drain else StopMode.NOW)
-                self._host_changed()
+                self.notify_changed()
                 with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
-                    await self._wait_until(lambda: False)
+                    await self.wait_until(lambda: False)
                 if not self._final:
                     raise _stop_timeout(self.resident, timeout)
             if not await self.resident.wait_exited(max(0.0, deadline - time.monotonic())):
@@ -1266,7 +1273,7 @@ class PersistentKernelSession:
                     self._waiter.kick()
                 else:
                     self._release()
-            self._host_changed()
+            self.notify_changed()
 
     def _release(self) -> None:
         if not self._freed:

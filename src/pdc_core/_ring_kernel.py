@@ -62,7 +62,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from types import TracebackType
-from typing import Any, Final, overload
+from typing import TYPE_CHECKING, Any, Final, overload
 
 import anyio
 
@@ -101,7 +101,12 @@ from ._mailbox import (
     wake,
     woken_value,
 )
+from ._persistent import PersistentKernel
 from ._telemetry import KernelTelemetry, Telemetry
+
+if TYPE_CHECKING:
+    from ._backend import Backend
+    from ._persistent_ring_kernel import PersistentRingKernel
 
 __all__ = [
     "KernelState",
@@ -720,7 +725,9 @@ class RingKernel(ActorRef[Any, Any]):
         self._set_state(KernelState.ACTIVE)
         self._inbox.resume()
 
-    def _request_terminate(self) -> None:
+    def _request_terminate(self, timeout: float = 0.0) -> None:
+        # ``timeout`` is for persistent kernels (their drain deadline); this kernel is
+        # cancelled by _force_terminate when its drain takes too long.
         if self._finished or self._state is KernelState.TERMINATING:
             return
         self._set_state(KernelState.TERMINATING)
@@ -744,14 +751,10 @@ class RingKernel(ActorRef[Any, Any]):
         """
         if self._finished:
             return
-        self._request_terminate()
         if self._task is not None and self._task is self._kit.current_task():
+            self._request_terminate()
             return
-        with anyio.move_on_after(timeout):
-            await self.wait()
-        if not self._finished:
-            self._force_terminate()
-            await self.wait()
+        await terminate_within(self, timeout)
 
     async def wait(self) -> None:
         if self._finished:
@@ -1023,6 +1026,18 @@ class RingKernel(ActorRef[Any, Any]):
         return f"<RingKernel {self._kernel_id!r} {self._state.name}>"
 
 
+async def terminate_within(kernel: RingKernel | PersistentRingKernel, timeout: float) -> None:
+    """Ask ``kernel`` to drain and stop; force it after ``timeout`` seconds; wait for it."""
+    if kernel._finished:
+        return
+    kernel._request_terminate(timeout)
+    with anyio.move_on_after(timeout):
+        await kernel.wait()
+    if not kernel._finished:
+        kernel._force_terminate()
+        await kernel.wait()
+
+
 class _RingKernelRunner(ActorRunner):
     """Runs a ring kernel's function as an actor of the runtime's nursery."""
 
@@ -1085,7 +1100,7 @@ class RingKernelRuntime:
     ) -> None:
         self._enable_telemetry = enable_telemetry
         self._shutdown_timeout = shutdown_timeout
-        self._kernels: dict[str, RingKernel] = {}
+        self._kernels: dict[str, RingKernel | PersistentRingKernel] = {}
         self._nursery: ActorNursery | None = None
         self._active = False
 
@@ -1128,10 +1143,11 @@ class RingKernelRuntime:
     @property
     def kernel_states(self) -> dict[str, KernelState]:
         """Each launched kernel's state, by id."""
-        return {kernel_id: kernel._state for kernel_id, kernel in self._kernels.items()}
+        return {kernel_id: kernel.kernel_state for kernel_id, kernel in self._kernels.items()}
 
-    def get_kernel(self, kernel_id: str) -> RingKernel:
-        """The :class:`RingKernel` launched under ``kernel_id``.
+    def get_kernel(self, kernel_id: str) -> RingKernel | PersistentRingKernel:
+        """The kernel launched under ``kernel_id``: a :class:`RingKernel`, or a
+        :class:`~pdc_core.PersistentRingKernel` for a persistent kernel.
 
         Raises :class:`~pdc_core.KernelNotFoundError` listing the known ids.
         """
@@ -1142,19 +1158,21 @@ class RingKernelRuntime:
 
     def get_kernel_state(self, kernel_id: str) -> KernelState:
         """The state of the kernel launched under ``kernel_id``."""
-        return self.get_kernel(kernel_id)._state
+        return self.get_kernel(kernel_id).kernel_state
 
     async def launch(
         self,
         kernel_id: str,
-        kernel_func: KernelFunction | RingKernelDefinition | None = None,
+        kernel_func: KernelFunction | RingKernelDefinition | PersistentKernel | None = None,
         *,
         input_type: type | None = None,
         output_type: type | None = None,
         queue_size: int | None = None,
         backpressure: Backpressure | str | None = None,
         restart: RestartPolicy | None = None,
-    ) -> RingKernel:
+        backend: Backend | str | None = None,
+        **options: Any,
+    ) -> RingKernel | PersistentRingKernel:
         """Phase 1: start the kernel, with delivery paused (state LAUNCHED).
 
         Without ``kernel_func``, the kernel registered under ``kernel_id`` by
@@ -1163,24 +1181,59 @@ class RingKernelRuntime:
         configuration. Launching an id that is still live raises
         :class:`~pdc_core.KernelAlreadyExistsError`; a terminated one is replaced.
         Returns once the kernel task is running.
+
+        A :class:`~pdc_core.PersistentKernel` is launched resident and parked on
+        ``backend`` (default: the best available) and driven through its ring; see
+        :class:`~pdc_core.PersistentRingKernel`. ``options`` (``stop_timeout``,
+        ``launch_timeout``, ``receive_window`` and the backend's own launch options)
+        apply to it only; ``input_type``, ``output_type``, ``queue_size`` and
+        ``backpressure`` do not (its records and ring capacity are in the kernel).
         """
         if not self._active or self._nursery is None:
             raise LifecycleError(
                 "the runtime is not running: use `async with RingKernelRuntime() as runtime:`"
             )
         existing = self._kernels.get(kernel_id)
-        if existing is not None and existing._state not in _FINAL_STATES:
+        if existing is not None and existing.kernel_state not in _FINAL_STATES:
             raise KernelAlreadyExistsError(
-                f"kernel {kernel_id!r} is already launched (state {existing._state.name}); "
+                f"kernel {kernel_id!r} is already launched (state {existing.kernel_state.name}); "
                 "terminate it before launching it again"
             )
-        definition = self._definition(
-            kernel_id, kernel_func, input_type, output_type, queue_size, backpressure
-        )
-        kernel = RingKernel(definition, current_kit(), telemetry=self._enable_telemetry)
+        kernel: RingKernel | PersistentRingKernel
+        runner: ActorRunner
+        if isinstance(kernel_func, PersistentKernel):
+            queue_options = {
+                "input_type": input_type,
+                "output_type": output_type,
+                "queue_size": queue_size,
+                "backpressure": backpressure,
+            }
+            given = [name for name, value in queue_options.items() if value is not None]
+            if given:
+                raise TypeError(
+                    f"{', '.join(given)} do not apply to a PersistentKernel: its records "
+                    "are its request_dtype and reply_dtype, and its queue is its ring"
+                )
+            from ._persistent_ring_kernel import launch_persistent
+
+            kernel, runner = launch_persistent(
+                kernel_id, kernel_func, backend, telemetry=self._enable_telemetry, **options
+            )
+        else:
+            if backend is not None or options:
+                given = (["backend"] if backend is not None else []) + sorted(options)
+                raise TypeError(
+                    f"{', '.join(given)} apply to persistent kernels only, and "
+                    f"{kernel_id!r} is a kernel function"
+                )
+            definition = self._definition(
+                kernel_id, kernel_func, input_type, output_type, queue_size, backpressure
+            )
+            kernel = RingKernel(definition, current_kit(), telemetry=self._enable_telemetry)
+            runner = kernel._runner
         self._kernels[kernel_id] = kernel
         try:
-            await self._nursery.start_actor(kernel._runner, restart=restart)
+            await self._nursery.start_actor(runner, restart=restart)
         except BaseException:
             if self._kernels.get(kernel_id) is kernel:
                 del self._kernels[kernel_id]
@@ -1242,7 +1295,7 @@ class RingKernelRuntime:
         """Terminate every live kernel, draining them for ``timeout`` seconds in all."""
         live = [kernel for kernel in self._kernels.values() if not kernel._finished]
         for kernel in live:
-            kernel._request_terminate()
+            kernel._request_terminate(timeout)
         with anyio.move_on_after(timeout):
             for kernel in live:
                 await kernel.wait()

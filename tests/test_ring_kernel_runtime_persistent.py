@@ -1,0 +1,249 @@
+"""The seed facade launching persistent kernels: ``runtime.launch(id, PersistentKernel)``."""
+
+# ruff: noqa: PT012
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from pdc_core import (
+    ActorCrashed,
+    ActorStopped,
+    KernelAlreadyExistsError,
+    KernelBodyMissing,
+    KernelState,
+    KernelStateError,
+    KernelStopTimeout,
+    MessageTimeout,
+    PersistentKernel,
+    PersistentKernelActor,
+    PersistentKernelError,
+    PersistentRingKernel,
+    RecordError,
+    RingKernelRuntime,
+    open_nursery,
+)
+
+REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+
+
+def double(requests: Any) -> Any:
+    if (requests["x"] < 0).any():
+        raise ValueError("negative input")
+    if (requests["x"] == 1000).any():
+        time.sleep(1.0)  # a batch that outlasts every timeout below
+    replies = np.empty(len(requests), REP)
+    replies["id"] = requests["id"]
+    replies["y"] = requests["x"] * 2
+    return replies
+
+
+def make_kernel(capacity: int = 8) -> PersistentKernel:
+    return PersistentKernel("double", REQ, REP, capacity=capacity, bodies={"cpu": double})
+
+
+def thread_count() -> int:
+    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
+
+
+async def settle_threads(baseline: int) -> None:
+    with anyio.move_on_after(3):
+        while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
+            await anyio.sleep(0.005)
+    assert thread_count() == baseline, threading.enumerate()
+
+
+async def test_lifecycle_send_receive_ask_and_telemetry() -> None:
+    baseline = thread_count()
+    async with RingKernelRuntime() as runtime:
+        kernel = await runtime.launch("double", make_kernel(), backend="cpu")
+        assert isinstance(kernel, PersistentRingKernel)
+        assert runtime.get_kernel("double") is kernel
+        assert runtime.get_kernel_state("double") is KernelState.LAUNCHED
+        assert thread_count() == baseline + 1  # resident before activation
+
+        # Launched: parked, requests wait in the ring.
+        await runtime.send("double", (1, 1.5))
+        with pytest.raises(MessageTimeout):
+            await runtime.receive("double", timeout=0.05)
+
+        await runtime.activate("double")
+        assert runtime.get_kernel_state("double") is KernelState.ACTIVE
+        reply = await runtime.receive("double", timeout=5)
+        assert (int(reply["id"]), float(reply["y"])) == (1, 3.0)
+        reply = await runtime.ask("double", (2, 4.0))
+        assert (int(reply["id"]), float(reply["y"])) == (2, 8.0)
+
+        await runtime.deactivate("double")
+        assert runtime.get_kernel_state("double") is KernelState.DEACTIVATED
+        await runtime.send("double", (3, 0.5))
+        with pytest.raises(MessageTimeout):
+            await runtime.receive("double", timeout=0.05)
+        await runtime.reactivate("double")
+        assert float((await runtime.receive("double", timeout=5))["y"]) == 1.0
+
+        telemetry = runtime.get_telemetry("double")
+        assert telemetry is not None
+        assert telemetry.state == "ACTIVE"
+        assert telemetry.messages_received == 3
+        assert telemetry.messages_processed == 3
+        assert telemetry.output_depth == 0
+        assert telemetry.latency_count == 1  # the ask
+        assert telemetry.latency_p50_ns > 0
+        assert telemetry.active_seconds > 0
+
+        with pytest.raises(KernelStateError, match="activate"):
+            await runtime.activate("double")
+        await runtime.terminate("double", timeout=5)
+        assert runtime.get_kernel_state("double") is KernelState.TERMINATED
+        with pytest.raises(KernelStateError, match="TERMINATED"):
+            await runtime.send("double", (4, 1.0))
+        with pytest.raises(KernelStateError, match="receive"):
+            await runtime.receive("double")
+    await settle_threads(baseline)
+
+
+async def test_terminate_drains_what_was_sent_before_a_launched_kernel_ran() -> None:
+    async with RingKernelRuntime() as runtime:
+        kernel = await runtime.launch("double", make_kernel(capacity=4), backend="cpu")
+        for i in range(3):
+            await kernel.send((i, float(i)))
+        await runtime.terminate("double", timeout=5)  # a drain overrides the pause
+        replies = [await runtime.receive("double") for _ in range(3)]
+        assert [float(r["y"]) for r in replies] == [0.0, 2.0, 4.0]
+        assert kernel.telemetry().messages_discarded == 0
+        with pytest.raises(KernelStateError):
+            await runtime.receive("double")
+
+
+async def test_runtime_exit_terminates_persistent_kernels() -> None:
+    baseline = thread_count()
+    async with RingKernelRuntime() as runtime:
+        await runtime.launch("a", make_kernel(), backend="cpu")
+        await runtime.launch("b", make_kernel(), backend="cpu")
+        await runtime.activate("a")
+        assert float((await runtime.ask("a", (1, 1.0)))["y"]) == 2.0
+        assert thread_count() == baseline + 2
+    assert runtime.kernel_states == {"a": KernelState.TERMINATED, "b": KernelState.TERMINATED}
+    await settle_threads(baseline)
+
+
+async def test_terminate_escalates_after_the_timeout_and_fails_unconsumed_requests() -> None:
+    async with RingKernelRuntime() as runtime:
+        kernel = await runtime.launch(
+            "double", make_kernel(capacity=8), backend="cpu", stop_timeout=5
+        )
+        await runtime.activate("double")
+        results: dict[int, Any] = {}
+
+        async def ask(record: tuple[int, float]) -> None:
+            try:
+                results[record[0]] = float((await kernel.ask(record))["y"])
+            except ActorStopped as exc:
+                results[record[0]] = exc
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ask, (0, 1000.0))  # keeps the kernel busy for 1 s
+            await anyio.sleep(0.1)
+            tg.start_soon(ask, (1, 1.0))  # published, never consumed: the stop comes first
+            await anyio.sleep(0.05)
+            started = time.monotonic()
+            await runtime.terminate("double", timeout=0.2)
+            assert time.monotonic() - started < 3
+        assert results[0] == 2000.0  # the batch in hand is finished and answered
+        assert isinstance(results[1], ActorStopped)
+        assert kernel.kernel_state is KernelState.TERMINATED
+        assert kernel.telemetry().messages_discarded == 1
+
+
+async def test_a_kernel_that_does_not_stop_crashes_the_runtime_with_stop_timeout() -> None:
+    with pytest.raises(ActorCrashed) as info:
+        async with RingKernelRuntime() as runtime:
+            kernel = await runtime.launch("double", make_kernel(), backend="cpu", stop_timeout=0.1)
+            await runtime.activate("double")
+            await kernel.send((0, 1000.0))
+            await anyio.sleep(0.1)
+            await runtime.terminate("double", timeout=0.05)
+    assert isinstance(info.value.cause, KernelStopTimeout)
+    assert kernel.kernel_state is KernelState.FAILED
+    await anyio.sleep(1.2)  # let the body finish: its worker then exits
+
+
+async def test_error_word_crashes_the_runtime_and_fails_pending_requests() -> None:
+    outcomes: list[BaseException] = []
+    with pytest.raises(ActorCrashed) as info:
+        async with RingKernelRuntime() as runtime:
+            kernel = await runtime.launch("double", make_kernel(), backend="cpu")
+            await runtime.activate("double")
+            try:
+                await runtime.ask("double", (1, -1.0))
+            except ActorCrashed as exc:
+                outcomes.append(exc)
+                raise
+    assert isinstance(info.value.cause, PersistentKernelError)
+    assert "negative input" in str(info.value.cause)
+    assert len(outcomes) == 1
+    assert kernel.kernel_state is KernelState.FAILED
+    telemetry = kernel.telemetry()
+    assert telemetry.error_count == 1
+    assert telemetry.last_error is not None
+    assert "negative input" in telemetry.last_error
+
+
+async def test_bad_input_is_refused_with_a_clear_error() -> None:
+    async with RingKernelRuntime() as runtime:
+        with pytest.raises(TypeError, match="queue_size do not apply to a PersistentKernel"):
+            await runtime.launch("double", make_kernel(), queue_size=10)
+        with pytest.raises(KernelBodyMissing, match="cpu"):
+            no_cpu = PersistentKernel("gpu_only", REQ, REP, bodies={"cuda": "/* body */"})
+            await runtime.launch("gpu_only", no_cpu, backend="cpu")
+        assert runtime.kernel_ids == []
+
+        async def echo(ctx: Any) -> None:
+            await ctx.send(await ctx.receive())
+
+        with pytest.raises(TypeError, match="persistent kernels only"):
+            await runtime.launch("echo", echo, backend="cpu")
+
+        kernel = await runtime.launch("double", make_kernel(), backend="cpu")
+        with pytest.raises(KernelAlreadyExistsError):
+            await runtime.launch("double", make_kernel(), backend="cpu")
+        with pytest.raises(RecordError):
+            await runtime.send("double", (1, 2.0, 3.0))
+        with pytest.raises(ValueError, match="priority"):
+            await kernel.send((1, 2.0), priority=300)
+        with pytest.raises(KernelStateError, match="deactivate"):
+            await runtime.deactivate("double")
+        assert kernel.telemetry().messages_received == 0
+
+
+async def test_cancellation_stops_the_kernel_and_leaves_nothing_running() -> None:
+    baseline = thread_count()
+    with anyio.move_on_after(0.2):
+        async with RingKernelRuntime() as runtime:
+            await runtime.launch("double", make_kernel(), backend="cpu")
+            await runtime.activate("double")
+            await anyio.sleep_forever()
+    assert runtime.kernel_states == {"double": KernelState.TERMINATED}
+    await settle_threads(baseline)
+
+
+async def test_kernel_actor_stop_without_drain_escalates_a_draining_stop() -> None:
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(PersistentKernelActor(make_kernel(), "cpu"))
+        await ref.tell((0, 1000.0))
+        await anyio.sleep(0.1)
+        await ref.tell((1, 1.0))
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: ref.stop(drain=True))
+            await anyio.sleep(0.05)
+            await ref.stop()  # escalates: the unconsumed request is not answered
+        assert ref.session is not None
+        assert ref.session.statistics.unprocessed == 1
