@@ -318,7 +318,7 @@ async def test_bad_launches() -> None:
         await PersistentKernelSession.start(
             PersistentKernel("cpu-only", REQ, REP, bodies={"cpu": double}), backend
         )
-    with pytest.raises(TypeError, match="metal body .* must be a callable over MLX arrays"):
+    with pytest.raises(TypeError, match=r"metal body .* must be a callable over MLX arrays"):
         PersistentKernel("src", REQ, REP).add_body("metal", 42)
     nested = np.dtype([("inner", [("a", "<f4")])])
     with pytest.raises(TypeError, match="field 'inner' of the request dtype"):

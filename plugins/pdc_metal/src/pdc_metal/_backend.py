@@ -30,7 +30,7 @@ import abc
 import os
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
@@ -62,7 +62,12 @@ from ._streams import MetalEvent, MetalStream, evaluate
 __all__ = ["MetalBackend"]
 
 _BASE_CAPABILITIES = frozenset(
-    {Capability.UNIFIED_MEMORY, Capability.ASYNC_COPIES, Capability.PERSISTENT_KERNELS}
+    {
+        Capability.UNIFIED_MEMORY,
+        Capability.ASYNC_COPIES,
+        Capability.PYTHON_KERNELS,
+        Capability.PERSISTENT_KERNELS,
+    }
 )
 
 
@@ -535,6 +540,69 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
                 raise TypeError(f"the kernel returned {type(value).__name__}, not an MLX array")
             source = np.asarray(value)
             np.copyto(self._writable_host_view(target, source), source)
+
+    # -- kernels written with MLX operations ----------------------------------------------
+
+    def run_python_kernel(
+        self,
+        body: Callable[..., Any],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        stream: Stream | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Run a ``@kernel`` body written with MLX operations, once, over whole arrays.
+
+        MLX has no threads to index: the body is called once with every array argument
+        as an MLX array (zero-copy for metal memory, a copy of other NumPy memory) and
+        writes its results with item assignment (``out[...] = a * 2 + 1``); ``grid``,
+        ``block`` and ``shared_mem`` do not apply. After the body, every argument it
+        reassigned is evaluated and written back into the argument's own memory (the
+        NumPy array, the :class:`~pdc_core.UnifiedBuffer`, or the MLX array's buffer),
+        so a host read sees it. numba.cuda-style bodies (``cuda.grid(1)``) do not run
+        here. Without ``stream`` this returns when done; with one the body runs on it.
+        """
+        mx = self._mx
+        metal_stream = self._check_stream(stream)
+        converted: list[Any] = []
+        # (MLX argument, a NumPy view of the memory it must end up in, kept alive)
+        outputs: list[tuple[Any, npt.NDArray[Any], Any]] = []
+        for arg in args:
+            if isinstance(arg, np.ndarray):
+                value = self.device_view(arg) if self.can_view(arg) else self.to_device(arg)
+                converted.append(value)
+                if arg.flags.writeable:
+                    outputs.append((value, arg, None))
+            elif isinstance(arg, mx.array):
+                mx.eval(arg)
+                alias = mx.view(arg, arg.dtype)  # shares the buffer; never rebound
+                mx.eval(alias)
+                converted.append(arg)
+                outputs.append((arg, np.asarray(alias), alias))
+            else:
+                converted.append(arg)
+
+        def launch() -> None:
+            result = body(*converted)
+            if result is not None:
+                raise TypeError(
+                    f"the kernel body returned {type(result).__name__}; a kernel returns "
+                    "nothing: write results into its array arguments (out[...] = ...)"
+                )
+            mx.eval([value for value, _, _ in outputs])
+            for value, target, _ in outputs:
+                source = np.asarray(value)
+                if source.ctypes.data != target.ctypes.data:
+                    np.copyto(target, source)
+
+        if metal_stream is None:
+            with mx.stream(self.mlx_device):
+                launch()
+        else:
+            metal_stream.enqueue(launch)
 
     # -- persistent kernels ---------------------------------------------------------------
 
