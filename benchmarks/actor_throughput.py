@@ -21,113 +21,24 @@ the last reply.
   ``handle_batch(msgs)`` returning ``[m.data * 2 for m in msgs]``, called once per run
   of waiting messages (up to 4096), the shape of a GPU kernel over a batch.
 
-Rounds are interleaved in a rotating order; the table shows each contender's median
-rate over rounds, and its ratio to PyDotCompute's rate in the same round (median and
-range over rounds), which a burst of load on a shared machine cannot skew.
+The contenders are the paths of ``pdc_core._bench_paths`` (shared with ``pdc bench``);
+this script only chooses them, runs the rounds and prints. Rounds are interleaved in a
+rotating order (each contender in a fresh event loop, the collector paused); the table
+shows each contender's median rate over rounds, and its ratio to PyDotCompute's rate in
+the same round (median and range over rounds), which a burst of load on a shared
+machine cannot skew.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import os
 import statistics
 import sys
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any
 
-os.environ.setdefault("PYDOTCOMPUTE_NO_UVLOOP", "1")
+from pdc_core import _bench_paths as paths
+from pdc_core._bench_stats import print_header, table
 
-import anyio
-from _stats import command_line, environment, table
-
-from pdc_core import Actor, Request, RingKernelRuntime, open_nursery, ring_kernel
-
-try:
-    import pydotcompute
-    from pydotcompute import RingKernelRuntime as PdcRuntime
-    from pydotcompute import message as pdc_message
-    from pydotcompute import ring_kernel as pdc_ring_kernel
-except ImportError:  # pragma: no cover - optional baseline
-    pydotcompute = None
-
-QUEUE = 4096
-Runner = Callable[[list[Any]], Awaitable[tuple[float, list[Any]]]]
-
-
-async def doubler(ctx: Any) -> None:
-    """The kernel both runtimes run (the seeds' loop shape)."""
-    while not ctx.should_terminate:
-        if not ctx.is_active:
-            await ctx.wait_active()
-            continue
-        try:
-            msg = await ctx.receive(timeout=0.1)
-        except Exception:
-            continue
-        await ctx.send(msg.data * 2)
-
-
-ring_kernel(kernel_id="tp_doubler", queue_size=QUEUE)(doubler)
-if pydotcompute is not None:
-    pdc_ring_kernel(kernel_id="tp_doubler", queue_size=QUEUE)(doubler)
-
-    @pdc_message
-    class PdcRequest:
-        data: Any = None
-
-
-class PerMessage(Actor[Any, Any]):
-    async def handle(self, message: Any) -> Any:
-        return message.data * 2
-
-
-class Batched(Actor[Any, Any]):
-    async def handle_batch(self, messages: list[Any]) -> list[Any]:
-        return [m.data * 2 for m in messages]
-
-
-async def streaming(runtime: Any, messages: list[Any]) -> tuple[float, list[Any]]:
-    replies: list[Any] = []
-
-    async def produce() -> None:
-        for msg in messages:
-            await runtime.send("tp_doubler", msg)
-
-    start = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(produce)
-        for _ in range(len(messages)):
-            replies.append(await runtime.receive("tp_doubler"))
-    return time.perf_counter() - start, replies
-
-
-async def pydotcompute_streaming(messages: list[Any]) -> tuple[float, list[Any]]:
-    async with PdcRuntime(enable_telemetry=True) as runtime:
-        await runtime.launch("tp_doubler")
-        await runtime.activate("tp_doubler")
-        result = await streaming(runtime, messages)
-        await runtime.shutdown(timeout=1.0)
-    return result
-
-
-async def facade_streaming(messages: list[Any]) -> tuple[float, list[Any]]:
-    async with RingKernelRuntime(enable_telemetry=True) as runtime:
-        await runtime.launch("tp_doubler")
-        await runtime.activate("tp_doubler")
-        return await streaming(runtime, messages)
-
-
-def ask_many(actor: type[Actor[Any, Any]]) -> Runner:
-    async def run(messages: list[Any]) -> tuple[float, list[Any]]:
-        async with open_nursery() as nursery:
-            ref = await nursery.start_actor(actor, capacity=QUEUE, max_batch=QUEUE)
-            start = time.perf_counter()
-            replies = await ref.ask_many(messages)
-            return time.perf_counter() - start, replies
-
-    return run
+PYDOT = "PyDotCompute 0.2.0 streaming"
 
 
 def main() -> int:
@@ -139,39 +50,30 @@ def main() -> int:
     if args.quick:
         args.n, args.rounds = 30_000, 2
 
-    env = environment(["anyio", "trio", "numpy", "sniffio", "pydotcompute", "pdc-core"])
-    print("# Throughput into one actor (requests in, replies out), messages per second")
-    print()
-    print("Command: " + command_line())
-    print("Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
-    print(f"Rounds: {args.rounds} x {args.n} messages, median shown")
-    print()
+    print_header(
+        "Throughput into one actor (requests in, replies out), messages per second",
+        ["anyio", "trio", "numpy", "sniffio", "pydotcompute", "pdc-core"],
+        f"Rounds: {args.rounds} x {args.n} messages, median shown",
+    )
 
-    runs: list[tuple[str, str, Runner, bool]] = []
-    if pydotcompute is not None:
-        runs.append(("asyncio", "PyDotCompute 0.2.0 streaming", pydotcompute_streaming, True))
+    runs: list[tuple[str, str, paths.ThroughputRunner]] = []
+    theirs = paths.pydotcompute_streaming()
+    if theirs is not None:
+        runs.append(("asyncio", PYDOT, theirs))
     for backend in ("asyncio", "trio"):
         runs += [
-            (backend, "pdc seed facade streaming", facade_streaming, False),
-            (backend, "pdc ask_many, handle()", ask_many(PerMessage), False),
-            (backend, "pdc ask_many, handle_batch()", ask_many(Batched), False),
+            (backend, "pdc seed facade streaming", paths.facade_streaming()),
+            (backend, "pdc ask_many, handle()", paths.ask_many(batched=False)),
+            (backend, "pdc ask_many, handle_batch()", paths.ask_many(batched=True)),
         ]
-    ours = [Request(data=i) for i in range(args.n)]
-    theirs = [PdcRequest(data=i) for i in range(args.n)] if pydotcompute is not None else []
-    expected = [2 * i for i in range(args.n)]
-    rates: dict[tuple[str, str], list[float]] = {(b, label): [] for b, label, _, _ in runs}
+    rates: dict[tuple[str, str], list[float]] = {(b, label): [] for b, label, _ in runs}
     for round_index in range(args.rounds):
-        shift = round_index % len(runs)
-        for backend, label, runner, is_theirs in runs[shift:] + runs[:shift]:
-            gc.collect()
-            seconds, replies = anyio.run(runner, theirs if is_theirs else ours, backend=backend)
-            if sorted(replies) != expected:
-                raise SystemExit(f"{backend} / {label}: wrong replies")
-            rates[(backend, label)].append(args.n / seconds)
+        for backend, label, runner in paths.rotated(runs, round_index):
+            rates[(backend, label)].append(paths.run_fresh(backend, runner, args.n))
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
 
     median = {key: statistics.median(values) for key, values in rates.items()}
-    ref_key = ("asyncio", "PyDotCompute 0.2.0 streaming")
+    ref_key = ("asyncio", PYDOT)
     reference = rates.get(ref_key)
 
     def side_by_side(key: tuple[str, str]) -> tuple[float, float, float]:

@@ -28,8 +28,10 @@ on the control block instead of sleeping on a doorbell (``worker_wait="spin"``),
 host that polls in the event loop instead of sleeping until the worker signals
 (``host_wait="poll"``).
 
-``--backend`` selects the backend; a backend needs a body in ``BODIES`` and a
-per-message baseline in ``PER_MESSAGE`` (the CUDA rows: see also
+The paths are those of ``pdc_core._bench_paths`` (shared with ``pdc bench``); this
+script only chooses them and prints. ``--backend`` selects the backend; a backend needs
+a body in ``pdc_core._bench_paths.BODIES`` and a per-message baseline in its
+``PER_MESSAGE`` (the CUDA rows: see also
 ``benchmarks/cuda_ring.py``, which measures the resident CUDA kernel against a launch
 plus copies per message).
 """
@@ -38,129 +40,16 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
-import resource
 import sys
-import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anyio
-import numpy as np
-from _stats import command_line, environment, ratio, summarize, table
+from pdc_core import _bench_paths as paths
+from pdc_core import get_backend
+from pdc_core._bench_stats import command_line, environment, ratio, summarize, table
 
-from pdc_core import (
-    PersistentKernel,
-    get_backend,
-    open_persistent_kernel,
-)
-
-REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
-REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
-CAPACITY = 1024
-
-
-def double(requests: Any) -> Any:
-    """The cpu body: one NumPy pass over a whole batch."""
-    replies = np.empty(len(requests), REP)
-    replies["id"] = requests["id"]
-    replies["y"] = requests["x"] * 2.0
-    return replies
-
-
-#: The same work for each backend's persistent kernel. (A CUDA body would follow the
-#: contract of pdc_cuda: ``__device__ int pdc_body(const pdc_request&, pdc_reply&)``.)
-BODIES: dict[str, Any] = {
-    "cpu": double,
-    "cuda": (
-        "__device__ int pdc_body(const pdc_request& q, pdc_reply& r) "
-        "{ r.id = q.id; r.y = q.x * 2.0; return 0; }"
-    ),
-}
-
-
-def make_kernel(backend: str) -> PersistentKernel:
-    return PersistentKernel("double", REQ, REP, capacity=CAPACITY).add_body(
-        backend, BODIES[backend]
-    )
-
-
-def records(count: int) -> Any:
-    out = np.zeros(count, REQ)
-    out["id"] = np.arange(count)
-    out["x"] = np.arange(count) * 0.5
-    return out
-
-
-# -- the per-message baseline --------------------------------------------------------------
-
-
-class _Result:
-    __slots__ = ("event", "value")
-
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.value: Any = None
-
-
-async def _cpu_task(record: Any, result: _Result) -> None:
-    result.value = double(record)[0]
-    result.event.set()
-
-
-async def cpu_task_per_message_round_trips(count: int) -> list[float]:
-    """One new task per message; the caller waits for its reply."""
-    samples = []
-    one = records(1)
-    async with anyio.create_task_group() as tg:
-        for i in range(count):
-            one["id"] = i
-            start = time.perf_counter()
-            result = _Result()
-            tg.start_soon(_cpu_task, one, result)
-            await result.event.wait()
-            samples.append(time.perf_counter() - start)
-            assert result.value["id"] == i
-    return samples
-
-
-async def cpu_task_per_message_throughput(count: int) -> float:
-    """``count`` messages, one task each, all in flight; messages per second."""
-    batch = records(count)
-    results = [_Result() for _ in range(count)]
-    start = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for i in range(count):
-            tg.start_soon(_cpu_task, batch[i : i + 1], results[i])
-    elapsed = time.perf_counter() - start
-    assert results[-1].value["id"] == count - 1
-    return count / elapsed
-
-
-def thread_ping_pong(count: int) -> list[float]:
-    """Two ``threading.Event`` hand-offs between two threads: the floor under any
-    round trip through a worker thread on this machine (no event loop, no ring)."""
-    ping, pong = threading.Event(), threading.Event()
-
-    def echo() -> None:
-        for _ in range(count):
-            ping.wait()
-            ping.clear()
-            pong.set()
-
-    worker = threading.Thread(target=echo)
-    worker.start()
-    samples = []
-    for _ in range(count):
-        start = time.perf_counter()
-        ping.set()
-        pong.wait()
-        pong.clear()
-        samples.append(time.perf_counter() - start)
-    worker.join()
-    return samples
-
+#: Untimed round trips before each timed series.
+WARMUP = 200
 
 #: The cpu backend's alternatives to its default waiting, as evidence for the design:
 #: (label, round trips, launch options).
@@ -171,78 +60,14 @@ EVIDENCE: list[tuple[str, int, dict[str, str]]] = [
     ("spins / polls in loop", 1_000, {"worker_wait": "spin", "host_wait": "poll"}),
 ]
 
-PER_MESSAGE: dict[str, tuple[str, Callable[[int], Awaitable[list[float]]], Any]] = {
-    "cpu": (
-        "a task per message",
-        cpu_task_per_message_round_trips,
-        cpu_task_per_message_throughput,
-    ),
-}
-
-
-# -- the persistent kernel ---------------------------------------------------------------------
-
-
-async def persistent_round_trips(backend: str, count: int, **options: Any) -> list[float]:
-    samples, _ = await persistent_round_trips_and_idle(backend, count, 0.0, **options)
-    return samples
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-async def persistent_round_trips_and_idle(
-    backend: str, count: int, idle: float, **options: Any
-) -> tuple[list[float], float]:
-    """Round trips, then the fraction of a core the process burns while the kernel idles."""
-    samples = []
-    one = records(1)
-    async with open_persistent_kernel(make_kernel(backend), backend, **options) as session:
-        for _ in range(min(count, 200)):  # warm up
-            await session.request(one)
-        for i in range(count):
-            one["id"] = i
-            start = time.perf_counter()
-            reply = await session.request(one)
-            samples.append(time.perf_counter() - start)
-            assert reply["id"] == i
-        used = 0.0
-        if idle:
-            before, started = cpu_seconds(), time.perf_counter()
-            await anyio.sleep(idle)
-            used = (cpu_seconds() - before) / (time.perf_counter() - started)
-    return samples, used
-
-
-async def persistent_throughput(backend: str, count: int) -> float:
-    batch = records(count)
-    async with open_persistent_kernel(make_kernel(backend), backend) as session:
-        await session.request_batch(batch[:CAPACITY])  # warm up
-        start = time.perf_counter()
-        replies = await session.request_batch(batch)
-        elapsed = time.perf_counter() - start
-    assert replies["id"][-1] == count - 1
-    assert float(replies["y"][-1]) == float(batch["x"][-1]) * 2.0
-    return count / elapsed
-
-
-# -- driver -----------------------------------------------------------------------------------
-
 
 def run(library: str, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
     """Run ``fn`` in a fresh event loop of ``library`` with the collector paused."""
-    gc.collect()
-    gc.disable()
-    try:
-        return anyio.run(lambda: fn(*args, **kwargs), backend=library)
-    finally:
-        gc.enable()
+    return paths.run_fresh(library, lambda: fn(*args, **kwargs))
 
 
-def us(seconds: float) -> str:
-    return f"{seconds * 1e6:.1f}"
+def us(nanoseconds: float) -> str:
+    return f"{nanoseconds / 1e3:.1f}"
 
 
 def rate(per_second: float) -> str:
@@ -257,27 +82,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--libraries", default="asyncio,trio", help="event loops, comma-separated")
     args = parser.parse_args(argv)
     backend_name = args.backend.partition(":")[0]
-    if backend_name not in BODIES:
-        parser.error(f"no kernel body for backend {backend_name!r}; known: {sorted(BODIES)}")
+    if backend_name not in paths.BODIES:
+        known = sorted(paths.BODIES)
+        parser.error(f"no kernel body for backend {backend_name!r}; known: {known}")
     backend = get_backend(args.backend)  # raises with what to install when unavailable
     libraries = [name.strip() for name in args.libraries.split(",") if name.strip()]
     round_trips = 2_000 if args.quick else 10_000
     batched = 100_000 if args.quick else 1_000_000
     per_message_batched = 20_000 if args.quick else 100_000
     evidence_cap = 200 if args.quick else round_trips
-    baseline = PER_MESSAGE.get(backend_name)
+    baseline = paths.PER_MESSAGE.get(backend_name)
 
     rows: list[list[str]] = []
     ratios: list[list[str]] = []
     evidence: list[list[str]] = []
     for library in libraries:
         print(f"[{library}] persistent round trips ...", file=sys.stderr)
-        persistent = summarize(run(library, persistent_round_trips, args.backend, round_trips))
+        persistent = summarize(
+            run(library, paths.persistent_round_trip(args.backend), round_trips, WARMUP)
+        )
         rows.append(
             [library, "persistent kernel", "round trip", us(persistent.p50), us(persistent.p99), ""]
         )
         print(f"[{library}] persistent batched ...", file=sys.stderr)
-        persistent_rate = run(library, persistent_throughput, args.backend, batched)
+        persistent_rate = run(library, paths.persistent_batched(args.backend), batched)
         rows.append(
             [
                 library,
@@ -293,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         label, round_trip_fn, throughput_fn = baseline
         print(f"[{library}] {label} ...", file=sys.stderr)
-        dispatched = summarize(run(library, round_trip_fn, round_trips))
+        dispatched = summarize(run(library, round_trip_fn, round_trips, WARMUP))
         rows.append([library, label, "round trip", us(dispatched.p50), us(dispatched.p99), ""])
         dispatched_rate = run(library, throughput_fn, per_message_batched)
         rows.append(
@@ -312,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
             for what, count, options in EVIDENCE:
                 samples, idle_load = run(
                     library,
-                    persistent_round_trips_and_idle,
+                    paths.persistent_round_trips_and_idle,
                     "cpu",
                     min(count, evidence_cap),
+                    WARMUP,
                     0.5,
                     **options,
                 )
@@ -332,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
 
     if backend_name == "cpu":
-        floor = summarize(thread_ping_pong(round_trips))
+        floor = summarize(paths.thread_ping_pong(round_trips))
         rows.append(
             ["-", "thread ping-pong (floor)", "2 Event hand-offs", us(floor.p50), us(floor.p99), ""]
         )

@@ -21,6 +21,11 @@ def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert 0 < ask["p50_us"] <= ask["p99_us"]
         assert "p50_vs_bare anyio streams" in ask
         assert payload["throughput"][f"{backend} / pdc tell_many -> handle_batch"]["msgs_per_s"] > 0
+        # The persistent-kernel rows, each against dispatching a task per message.
+        kernel = payload["latency"][f"{backend} / persistent kernel (cpu)"]
+        assert "p50_vs_a task per message (cpu)" in kernel
+        batched = payload["throughput"][f"{backend} / persistent kernel (cpu), request_batch"]
+        assert batched["x_vs_a task per message (cpu), all in flight"] > 0
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:

@@ -12,144 +12,57 @@ Latency (one request, one reply; samples in nanoseconds, pooled over rounds):
 * ``PyDotCompute 0.2.0`` -- baseline, the same two calls on its runtime (asyncio only,
   when ``pydotcompute`` is installed).
 
-Throughput (messages per second into one actor):
+* ``persistent kernel (cpu)`` -- ``session.request(record)`` on a persistent kernel
+  of the cpu backend, against ``a task per message (cpu)`` -- the same work dispatched
+  as a new task per message.
+
+Throughput (messages per second into one actor, replies checked):
 
 * ``pdc tell_many -> handle_batch`` -- batched sends into a batch-handling actor.
+* ``pdc ask_many -> handle_batch`` -- batched requests, replies back.
 * ``pdc ask_stream`` -- windowed request/reply.
-* ``PyDotCompute streaming`` -- baseline: send everything, receive everything.
+* ``pdc seed facade streaming`` and, as baseline, ``PyDotCompute 0.2.0 streaming``:
+  a producer task sends everything while the caller receives everything.
+* ``persistent kernel (cpu), request_batch`` against ``a task per message (cpu), all
+  in flight``.
 
-The measuring functions are plain coroutines usable on their own
-(:func:`measure_latency`, :func:`measure_throughput`); :func:`run_suite` runs them all.
+The paths themselves live in :mod:`pdc_core._bench_paths`, shared with the scripts of
+``benchmarks/`` (one implementation of each); :func:`run_suite` runs them all.
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
-import importlib
 import json
-import os
-import platform
 import sys
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, Final
 
-import anyio
 import numpy as np
 
-from ._actors import Actor, open_nursery
-from ._messages import Request
-from ._ring_kernel import RingKernelRuntime, ring_kernel
+from . import _bench_paths as paths
+from ._bench_stats import environment
+from ._bench_stats import summarize as _summary
 
 __all__ = [
     "BenchResult",
     "LatencyPath",
+    "ThroughputPath",
     "add_arguments",
     "latency_paths",
-    "measure_throughput",
     "run",
     "run_suite",
     "summarize",
     "throughput_paths",
 ]
 
-LatencySampler = Callable[[int, int], Awaitable[list[int]]]
-ThroughputRunner = Callable[[int], Awaitable[float]]
-
-_ECHO_KERNEL: Final = "pdc_bench_echo"
-
-
-async def _echo_kernel(ctx: Any) -> None:
-    while not ctx.should_terminate:
-        if not ctx.is_active:
-            await ctx.wait_active()
-            continue
-        try:
-            msg = await ctx.receive(timeout=0.1)
-        except Exception:  # PyDotCompute's receive timeout is no TimeoutError
-            continue
-        await ctx.send(msg)
-
-
-ring_kernel(kernel_id=_ECHO_KERNEL, queue_size=4096)(_echo_kernel)
-
-
-def _pydotcompute() -> Any:
-    """The ``pydotcompute`` module with the echo kernel registered, or None."""
-    os.environ.setdefault("PYDOTCOMPUTE_NO_UVLOOP", "1")
-    try:
-        module: Any = importlib.import_module("pydotcompute")
-    except ImportError:
-        return None
-    if not getattr(module, "_pdc_bench_registered", False):
-        module.ring_kernel(kernel_id=_ECHO_KERNEL, queue_size=4096)(_echo_kernel)
-        module._pdc_bench_registered = True
-    return module
-
-
-# -- latency paths ----------------------------------------------------------------------------
-
-
-async def _bare_streams(n: int, warmup: int) -> list[int]:
-    send_req, recv_req = anyio.create_memory_object_stream[Any](1)
-    send_rep, recv_rep = anyio.create_memory_object_stream[Any](1)
-
-    async def server() -> None:
-        async with recv_req, send_rep:
-            async for msg in recv_req:
-                await send_rep.send(msg)
-
-    msg = Request(data=1)
-    samples: list[int] = []
-    clock = time.perf_counter_ns
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(server)
-        async with send_req, recv_rep:
-            for i in range(warmup + n):
-                t0 = clock()
-                await send_req.send(msg)
-                await recv_rep.receive()
-                if i >= warmup:
-                    samples.append(clock() - t0)
-    return samples
-
-
-async def _pdc_ask(n: int, warmup: int) -> list[int]:
-    async def echo(msg: Any) -> Any:
-        return msg
-
-    msg = Request(data=1)
-    samples: list[int] = []
-    clock = time.perf_counter_ns
-    async with open_nursery() as nursery:
-        ref = await nursery.start_actor(echo, capacity=4096)
-        for i in range(warmup + n):
-            t0 = clock()
-            await ref.ask(msg)
-            if i >= warmup:
-                samples.append(clock() - t0)
-    return samples
-
-
-def _runtime_round_trip(runtime_class: Any, msg: Any) -> LatencySampler:
-    async def sample(n: int, warmup: int) -> list[int]:
-        samples: list[int] = []
-        clock = time.perf_counter_ns
-        async with runtime_class(enable_telemetry=True) as runtime:
-            await runtime.launch(_ECHO_KERNEL)
-            await runtime.activate(_ECHO_KERNEL)
-            for i in range(warmup + n):
-                t0 = clock()
-                await runtime.send(_ECHO_KERNEL, msg)
-                await runtime.receive(_ECHO_KERNEL)
-                if i >= warmup:
-                    samples.append(clock() - t0)
-        return samples
-
-    return sample
+BARE: Final = "bare anyio streams"
+PYDOTCOMPUTE: Final = "PyDotCompute 0.2.0"
+PERSISTENT: Final = "persistent kernel (cpu)"
+PER_MESSAGE: Final = "a task per message (cpu)"
+PYDOTCOMPUTE_STREAMING: Final = f"{PYDOTCOMPUTE} streaming"
+PER_MESSAGE_BATCHED: Final = f"{PER_MESSAGE}, all in flight"
 
 
 @dataclass(frozen=True)
@@ -158,7 +71,7 @@ class LatencyPath:
 
     async_backend: str
     label: str
-    sampler: LatencySampler
+    sampler: paths.LatencySampler
     baselines: tuple[str, ...] = ()
 
     @property
@@ -166,137 +79,84 @@ class LatencyPath:
         return f"{self.async_backend} / {self.label}"
 
 
-BARE: Final = "bare anyio streams"
-PYDOTCOMPUTE: Final = "PyDotCompute 0.2.0"
+@dataclass(frozen=True)
+class ThroughputPath:
+    """A throughput path: ``label`` on ``async_backend``, compared with ``baselines``."""
+
+    async_backend: str
+    label: str
+    runner: paths.ThroughputRunner
+    baselines: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.async_backend} / {self.label}"
+
+
+def _has_cpu_kernels() -> bool:
+    from ._backend import Capability
+    from ._registry import available_backends
+
+    return any(
+        info.name == "cpu"
+        and info.availability.available
+        and Capability.PERSISTENT_KERNELS in info.capabilities
+        for info in available_backends()
+    )
 
 
 def latency_paths(async_backends: tuple[str, ...] = ("asyncio", "trio")) -> list[LatencyPath]:
     """Every latency path that can run here (PyDotCompute only if installed)."""
-    pdc = _pydotcompute()
-    paths: list[LatencyPath] = []
+    theirs = paths.pydotcompute_round_trip()
+    kernels = _has_cpu_kernels()
+    out: list[LatencyPath] = []
     for backend in async_backends:
-        baselines = (BARE, PYDOTCOMPUTE) if pdc is not None else (BARE,)
-        paths += [
-            LatencyPath(backend, BARE, _bare_streams),
-            LatencyPath(backend, "pdc ask", _pdc_ask, baselines),
-            LatencyPath(
-                backend,
-                "pdc seed facade",
-                _runtime_round_trip(RingKernelRuntime, Request(data=1)),
-                baselines,
-            ),
-        ]
-    if pdc is not None and "asyncio" in async_backends:
-
-        @pdc.message
-        class PdcRequest:
-            data: Any = None
-
-        paths.append(
-            LatencyPath(
-                "asyncio", PYDOTCOMPUTE, _runtime_round_trip(pdc.RingKernelRuntime, PdcRequest())
-            )
-        )
-    return paths
-
-
-# -- throughput paths -------------------------------------------------------------------------
-
-
-class _BatchSink(Actor[Any, None]):
-    def __init__(self) -> None:
-        self.count = 0
-
-    async def handle_batch(self, messages: list[Any]) -> list[None]:
-        self.count += len(messages)
-        return [None] * len(messages)
-
-
-async def _pdc_tell_many(n: int) -> float:
-    msgs = [Request(data=i) for i in range(n)]
-    sink = _BatchSink()
-    async with open_nursery() as nursery:
-        ref = await nursery.start_actor(sink, capacity=4096, max_batch=1024)
-        t0 = time.perf_counter()
-        for start in range(0, n, 1024):
-            await ref.tell_many(msgs[start : start + 1024])
-        await ref.stop(drain=True)
-        elapsed = time.perf_counter() - t0
-    assert sink.count == n
-    return n / elapsed
-
-
-async def _pdc_ask_stream(n: int) -> float:
-    async def echo(msg: Any) -> Any:
-        return msg
-
-    msgs = [Request(data=i) for i in range(n)]
-    async with open_nursery() as nursery:
-        ref = await nursery.start_actor(echo, capacity=4096)
-        t0 = time.perf_counter()
-        count = 0
-        async for _ in ref.ask_stream(msgs, window=256):
-            count += 1
-        elapsed = time.perf_counter() - t0
-    assert count == n
-    return n / elapsed
-
-
-def _runtime_streaming(runtime_class: Any, make: Callable[[int], Any]) -> ThroughputRunner:
-    async def measure(n: int) -> float:
-        msgs = [make(i) for i in range(n)]
-        async with runtime_class(enable_telemetry=True) as runtime:
-            await runtime.launch(_ECHO_KERNEL)
-            await runtime.activate(_ECHO_KERNEL)
-            t0 = time.perf_counter()
-            window = 1024
-            for start in range(0, n, window):
-                chunk = msgs[start : start + window]
-                for msg in chunk:
-                    await runtime.send(_ECHO_KERNEL, msg)
-                for _ in chunk:
-                    await runtime.receive(_ECHO_KERNEL)
-            elapsed = time.perf_counter() - t0
-        return n / elapsed
-
-    return measure
-
-
-def throughput_paths(
-    async_backends: tuple[str, ...] = ("asyncio", "trio"),
-) -> list[tuple[str, str, ThroughputRunner]]:
-    """(async backend, label, runner) for every throughput path that can run here."""
-    out: list[tuple[str, str, ThroughputRunner]] = []
-    for backend in async_backends:
+        baselines = (BARE, PYDOTCOMPUTE) if theirs is not None else (BARE,)
         out += [
-            (backend, "pdc tell_many -> handle_batch", _pdc_tell_many),
-            (backend, "pdc ask_stream", _pdc_ask_stream),
-            (
-                backend,
-                "pdc seed facade streaming",
-                _runtime_streaming(RingKernelRuntime, lambda i: Request(data=i)),
-            ),
+            LatencyPath(backend, BARE, paths.bare_streams),
+            LatencyPath(backend, "pdc ask", paths.pdc_ask, baselines),
+            LatencyPath(backend, "pdc seed facade", paths.facade_round_trip(), baselines),
         ]
-    pdc = _pydotcompute()
-    if pdc is not None and "asyncio" in async_backends:
-
-        @pdc.message
-        class PdcRequest:
-            data: Any = None
-
-        out.append(
-            (
-                "asyncio",
-                f"{PYDOTCOMPUTE} streaming",
-                _runtime_streaming(pdc.RingKernelRuntime, lambda i: PdcRequest(data=i)),  # type: ignore[call-arg]
-            )
-        )
+        if kernels:
+            out += [
+                LatencyPath(backend, PER_MESSAGE, paths.task_per_message_round_trip),
+                LatencyPath(backend, PERSISTENT, paths.persistent_round_trip(), (PER_MESSAGE,)),
+            ]
+    if theirs is not None and "asyncio" in async_backends:
+        out.append(LatencyPath("asyncio", PYDOTCOMPUTE, theirs))
     return out
 
 
-async def measure_throughput(runner: ThroughputRunner, n: int) -> float:
-    """Messages per second of one throughput path over ``n`` messages."""
-    return await runner(n)
+def throughput_paths(async_backends: tuple[str, ...] = ("asyncio", "trio")) -> list[ThroughputPath]:
+    """Every throughput path that can run here (PyDotCompute only if installed)."""
+    theirs = paths.pydotcompute_streaming()
+    kernels = _has_cpu_kernels()
+    baselines = (PYDOTCOMPUTE_STREAMING,) if theirs is not None else ()
+    out: list[ThroughputPath] = []
+    for backend in async_backends:
+        out += [
+            ThroughputPath(backend, "pdc tell_many -> handle_batch", paths.tell_many, baselines),
+            ThroughputPath(
+                backend, "pdc ask_many -> handle_batch", paths.ask_many(batched=True), baselines
+            ),
+            ThroughputPath(backend, "pdc ask_stream", paths.ask_stream, baselines),
+            ThroughputPath(
+                backend, "pdc seed facade streaming", paths.facade_streaming(), baselines
+            ),
+        ]
+        if kernels:
+            out += [
+                ThroughputPath(backend, PER_MESSAGE_BATCHED, paths.task_per_message_batched),
+                ThroughputPath(
+                    backend,
+                    f"{PERSISTENT}, request_batch",
+                    paths.persistent_batched(),
+                    (PER_MESSAGE_BATCHED,),
+                ),
+            ]
+    if theirs is not None and "asyncio" in async_backends:
+        out.append(ThroughputPath("asyncio", PYDOTCOMPUTE_STREAMING, theirs))
+    return out
 
 
 # -- the suite --------------------------------------------------------------------------------
@@ -304,17 +164,22 @@ async def measure_throughput(runner: ThroughputRunner, n: int) -> float:
 
 def summarize(samples_ns: list[int]) -> dict[str, float]:
     """Percentiles (microseconds) of latency samples in nanoseconds."""
-    data = np.asarray(samples_ns, dtype=np.float64) / 1e3
-    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    s = _summary(samples_ns).scaled(1e-3)
     return {
-        "n": float(data.size),
-        "mean_us": float(data.mean()),
-        "p50_us": float(p50),
-        "p90_us": float(p90),
-        "p99_us": float(p99),
-        "min_us": float(data.min()),
-        "max_us": float(data.max()),
+        "n": float(s.count),
+        "mean_us": s.mean,
+        "p50_us": s.p50,
+        "p90_us": s.p90,
+        "p99_us": s.p99,
+        "min_us": s.minimum,
+        "max_us": s.maximum,
     }
+
+
+def _baseline(table: dict[str, Any], key: str, baseline: str) -> Any:
+    """The baseline's entry on the same event loop, else on asyncio (PyDotCompute)."""
+    backend = key.split(" / ", 1)[0]
+    return table.get(f"{backend} / {baseline}") or table.get(f"asyncio / {baseline}")
 
 
 @dataclass
@@ -333,40 +198,29 @@ class BenchResult:
             if not samples:
                 continue
             entry: dict[str, Any] = summarize(samples)
-            backend = key.split(" / ", 1)[0]
             for baseline in self.baselines.get(key, ()):
-                ref = self.latency_samples.get(f"{backend} / {baseline}") or (
-                    self.latency_samples.get(f"asyncio / {baseline}")
-                )
+                ref = _baseline(self.latency_samples, key, baseline)
                 if ref:
                     entry[f"p50_vs_{baseline}"] = entry["p50_us"] / summarize(ref)["p50_us"]
             latency[key] = entry
-        throughput = {
-            key: {"msgs_per_s": float(np.median(values)), "rounds": len(values)}
-            for key, values in self.throughput.items()
-            if values
-        }
+        throughput: dict[str, Any] = {}
+        for key, values in self.throughput.items():
+            if not values:
+                continue
+            rate = float(np.median(values))
+            entry = {"msgs_per_s": rate, "rounds": len(values)}
+            for baseline in self.baselines.get(key, ()):
+                ref = _baseline(self.throughput, key, baseline)
+                if ref:
+                    entry[f"x_vs_{baseline}"] = rate / float(np.median(ref))
+            throughput[key] = entry
         return {
-            "environment": _environment(),
+            "environment": environment(["pdc-core", "anyio", "trio", "numpy", "pydotcompute"]),
             "settings": self.settings,
             "latency": latency,
             "throughput": throughput,
             "interrupted": self.interrupted,
         }
-
-
-def _environment() -> dict[str, str]:
-    env = {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpus": str(os.cpu_count()),
-    }
-    for name in ("pdc-core", "anyio", "trio", "numpy", "pydotcompute"):
-        try:
-            env[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            env[name] = "not installed"
-    return env
 
 
 def run_suite(
@@ -396,22 +250,20 @@ def run_suite(
     for path in lat:
         result.latency_samples.setdefault(path.key, [])
         result.baselines[path.key] = path.baselines
-    for backend, label, _ in thr:
-        result.throughput.setdefault(f"{backend} / {label}", [])
+    for tpath in thr:
+        result.throughput.setdefault(tpath.key, [])
+        result.baselines[tpath.key] = tpath.baselines
     for round_index in range(rounds):
-        shift = round_index % len(lat)
-        for path in lat[shift:] + lat[:shift]:
-            gc.collect()
-            samples = anyio.run(path.sampler, n, warmup, backend=path.async_backend)
+        for path in paths.rotated(lat, round_index):
+            samples = paths.run_fresh(path.async_backend, path.sampler, n, warmup)
             result.latency_samples[path.key] += samples
             if on_step:
                 on_step(path.key)
-        for backend, label, runner in thr:
-            gc.collect()
-            rate = anyio.run(measure_throughput, runner, throughput_n, backend=backend)
-            result.throughput[f"{backend} / {label}"].append(rate)
+        for tpath in paths.rotated(thr, round_index):
+            rate = paths.run_fresh(tpath.async_backend, tpath.runner, throughput_n)
+            result.throughput[tpath.key].append(rate)
             if on_step:
-                on_step(f"{backend} / {label}")
+                on_step(tpath.key)
     return result
 
 
@@ -498,8 +350,14 @@ def _table(payload: dict[str, Any]) -> None:
     throughput = Table(title="Throughput into one actor")
     throughput.add_column("path")
     throughput.add_column("msgs/s (median)", justify="right")
+    throughput.add_column("vs baselines (rate ratio)", justify="right")
     for key, entry in payload["throughput"].items():
-        throughput.add_row(key, f"{entry['msgs_per_s']:,.0f}")
+        ratios = ", ".join(
+            f"{name[len('x_vs_') :]}: {value:.1f}x"
+            for name, value in entry.items()
+            if name.startswith("x_vs_")
+        )
+        throughput.add_row(key, f"{entry['msgs_per_s']:,.0f}", ratios or "(baseline)")
     console.print(throughput)
 
 

@@ -1,6 +1,6 @@
-"""Small helpers shared by the benchmark scripts: percentiles, tables, environment.
+"""Statistics and report helpers of ``pdc bench`` and the ``benchmarks/`` scripts.
 
-Generic on purpose (no pdc import): any benchmark may use them.
+Generic on purpose (no import of the rest of pdc): any benchmark may use them.
 
 * :func:`percentile` / :func:`summarize` -- percentiles of timing samples, computed the
   way NumPy's default (linear interpolation) does, without needing NumPy.
@@ -24,6 +24,8 @@ from importlib import metadata
 
 __all__ = [
     "Summary",
+    "command_line",
+    "print_header",
     "environment",
     "gc_paused",
     "percentile",
@@ -160,3 +162,19 @@ def timed(fn: Callable[[], object]) -> float:
 def command_line() -> str:
     """The command that ran this benchmark, for the record."""
     return " ".join(["python", *sys.argv])
+
+
+def print_header(title: str, packages: Iterable[str], *lines: str) -> dict[str, str]:
+    """Print a benchmark's Markdown title, command, environment and ``lines``.
+
+    Returns the environment (for a JSON record).
+    """
+    env = environment(packages)
+    print(f"# {title}")
+    print()
+    print("Command: " + command_line())
+    print("Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+    for line in lines:
+        print(line)
+    print()
+    return env
