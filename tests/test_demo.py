@@ -75,7 +75,7 @@ async def test_backend_without_a_kernel_body_falls_back_to_the_mailbox_actor(
     assert result.summary()["anomalies_match"] is True
 
 
-def test_metal_runs_the_mailbox_actor_until_it_has_persistent_kernels() -> None:
+def test_metal_runs_its_persistent_kernel_where_it_has_them() -> None:
     backend = pytest.importorskip("pdc_metal", reason="pdc-metal is not installed")
     del backend
     metal = pdc_core.get_backend("metal")
@@ -97,6 +97,18 @@ def test_kernel_body_is_the_numpy_scoring_over_records() -> None:
     assert np.array_equal(replies["score"], numpy_scores(frames))
     assert FEATURE_KERNEL.body_for("cpu") is score_records
     assert "pdc_body" in FEATURE_KERNEL.body_for("cuda").source
+    median = np.median(frames, axis=1, keepdims=True)
+    assert np.array_equal(numpy_scores(frames), np.max(np.abs(frames - median), axis=1))
+
+
+def test_metal_body_is_the_same_scoring_in_mlx() -> None:
+    mx = pytest.importorskip("mlx.core", reason="mlx is not installed")
+    ids, frames = next(iter(synthetic_stream(DemoConfig(messages=300, seed=8))))
+    replies = FEATURE_KERNEL.body_for("metal")(
+        {"frame_id": mx.array(ids.astype(np.uint64)), "samples": mx.array(frames)}
+    )
+    assert np.array_equal(np.array(replies["frame_id"]), ids)
+    np.testing.assert_allclose(np.array(replies["score"]), numpy_scores(frames), rtol=1e-6)
 
 
 def test_stream_is_deterministic_and_plants_spikes() -> None:
@@ -114,8 +126,13 @@ def test_bad_config() -> None:
         DemoConfig(messages=0)
 
 
+def user_task_count() -> int:
+    """Tasks other than pdc's per-event-loop timer (a service started on first use)."""
+    return sum(task.name != "pdc-mailbox-timer" for task in anyio.get_running_tasks())
+
+
 async def test_cancelling_the_demo_leaves_partial_results_and_nothing_running() -> None:
-    tasks_before = len(anyio.get_running_tasks())
+    tasks_before = user_task_count()
     threads_before = thread_count()
     result = DemoResult(backend="cpu:0", async_backend="test")
     with anyio.move_on_after(0.2):
@@ -126,7 +143,7 @@ async def test_cancelling_the_demo_leaves_partial_results_and_nothing_running() 
     summary = result.summary()
     assert summary["interrupted"] is True
     assert summary["anomalies_match"] is True  # compared over the frames processed
-    assert len(anyio.get_running_tasks()) == tasks_before
+    assert user_task_count() == tasks_before
     assert thread_count() == threads_before, threading.enumerate()
 
 

@@ -31,7 +31,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -54,6 +54,7 @@ __all__ = [
     "add_arguments",
     "run",
     "run_demo",
+    "mlx_score_records",
     "score_records",
     "start_feature_stage",
     "synthetic_stream",
@@ -211,11 +212,17 @@ class Detections(NamedTuple):
     sent_ns: npt.NDArray[np.int64]
 
 
-def numpy_scores(frames: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-    """Score each frame: the largest absolute deviation from the frame's median."""
-    median = np.median(frames, axis=1, keepdims=True)
-    scores: npt.NDArray[np.float32] = np.max(np.abs(frames - median), axis=1)
-    return scores
+def numpy_scores(frames: Any, xp: Any = np) -> Any:
+    """Score each frame: the largest absolute deviation from the frame's median.
+
+    ``xp`` is the array module: NumPy (the host actor and the cpu kernel body) or
+    ``mlx.core`` (the metal kernel body): the one definition of the math. The median of
+    the even-length frame is the mean of its two middle samples, as ``np.median``'s.
+    """
+    ordered = xp.sort(frames, axis=1)
+    half = FRAME // 2
+    median = (ordered[:, half - 1 : half] + ordered[:, half : half + 1]) * 0.5
+    return xp.max(xp.abs(frames - median), axis=1)
 
 
 # -- the feature kernel -----------------------------------------------------------------------
@@ -232,6 +239,14 @@ def score_records(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
     replies["frame_id"] = requests["frame_id"]
     replies["score"] = numpy_scores(requests["samples"])
     return replies
+
+
+def mlx_score_records(requests: Mapping[str, Any]) -> dict[str, Any]:
+    """The feature kernel's ``metal`` body: :func:`numpy_scores` with MLX operations
+    over the request fields (pdc_metal's convention: a dict of MLX arrays in and out)."""
+    import mlx.core as mx
+
+    return {"frame_id": requests["frame_id"], "score": numpy_scores(requests["samples"], mx)}
 
 
 #: The feature kernel's ``cuda`` body (pdc_cuda's contract: one thread per request).
@@ -263,7 +278,7 @@ FEATURE_KERNEL: Final = PersistentKernel(
     FEATURE_REPLY,
     capacity=2 * CHUNK,
     max_batch=CHUNK,
-    bodies={"cpu": score_records, "cuda": CUDA_SCORE_BODY},
+    bodies={"cpu": score_records, "cuda": CUDA_SCORE_BODY, "metal": mlx_score_records},
 )
 
 
@@ -312,7 +327,8 @@ def host_scorer() -> Scorer:
     async def score(
         frame_ids: npt.NDArray[np.int64], frames: npt.NDArray[np.float32]
     ) -> npt.NDArray[np.float32]:
-        return numpy_scores(frames)
+        scores: npt.NDArray[np.float32] = numpy_scores(frames)
+        return scores
 
     return score
 
