@@ -450,7 +450,7 @@ def test_backends_without_python_kernels() -> None:
 
     with pytest.raises(CapabilityError, match="no python_kernels capability") as caught:
         increment(np.zeros(4), backend=SourceOnly())
-    assert "Backends here that can: cpu (pass backend=...)" in str(caught.value)
+    assert "Backends here that can: cpu" in str(caught.value)
 
     class Minimal(Backend):
         """The contract's defaults refuse both kinds of kernels."""

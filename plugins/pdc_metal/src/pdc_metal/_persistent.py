@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from pdc_core import HostWorkerKernel, PersistentKernel, RecordError, RingMemory
+from pdc_core._ring import _from_mapping
 
 from . import _mlx
 
@@ -168,20 +169,10 @@ class MetalResidentKernel(HostWorkerKernel):
                 f"it must return a mapping of the reply fields ({', '.join(fields)}) to "
                 f"arrays of {count} rows"
             )
-        missing = [name for name in fields if name not in result]
-        unknown = [str(name) for name in result if name not in fields]
-        if missing or unknown:
-            parts = []
-            if missing:
-                parts.append(f"missing field(s) {', '.join(missing)}")
-            if unknown:
-                parts.append(f"unknown field(s) {', '.join(unknown)}")
-            raise RecordError(
-                f"the metal body's replies have {' and '.join(parts)}; the reply dtype's "
-                f"fields are: {', '.join(fields)}"
-            )
-        for name, dtype in fields.items():
-            _store(result[name], replies[name], dtype, count, f"reply field {name!r}")
+        # Exactly the reply fields, or a RecordError naming the missing and unknown ones.
+        values = _from_mapping(result, replies.dtype, "metal body's reply")
+        for (name, dtype), value in zip(fields.items(), values, strict=True):
+            _store(value, replies[name], dtype, count, f"reply field {name!r}")
 
 
 def _arrays(result: Any) -> list[Any]:
