@@ -7,6 +7,8 @@ Tests that need a GPU are marked ``cuda`` and skip, with the backend's own reaso
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -27,3 +29,142 @@ def requires_gpu() -> pytest.MarkDecorator:
         not availability.available,
         reason=f"needs a CUDA GPU: the cuda backend is unavailable here: {availability.reason}",
     )
+
+
+class FakeRuntimeError(Exception):
+    """Stands for ``cupy.cuda.runtime.CUDARuntimeError``."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(f"cudaError {status}")
+        self.status = status
+
+
+class FakeRawStream:
+    """Stands for ``cupy.cuda.Stream``: records what is done to it."""
+
+    def __init__(self, ptr: int, log: list[tuple[str, int]]) -> None:
+        self.ptr = ptr
+        self.status = 0
+        self._log = log
+
+    def synchronize(self) -> None:
+        self._log.append(("stream.synchronize", self.ptr))
+
+    def __enter__(self) -> FakeRawStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+class FakeCupy:
+    """The slice of CuPy's API the backend's stream and launch paths use.
+
+    ``log`` records every synchronizing call, so a test can assert that nothing
+    waited for the whole device (``deviceSynchronize``).
+    """
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, int]] = []
+        self.null = FakeRawStream(0, self.log)
+        self.current = self.null
+        log = self.log
+        fake = self
+
+        class Event:
+            def __init__(self, block: bool = False, disable_timing: bool = False) -> None:
+                self.ptr = 0xE0
+                self.stream: FakeRawStream | None = None
+
+            def record(self, stream: FakeRawStream) -> None:
+                self.stream = stream
+                log.append(("event.record", stream.ptr))
+
+            def synchronize(self) -> None:
+                log.append(("event.synchronize", self.stream.ptr if self.stream else -1))
+
+            @property
+            def done(self) -> bool:
+                return True
+
+        def stream_query(ptr: int) -> int:
+            return fake.streams.get(ptr, fake.null).status
+
+        def device_synchronize() -> None:
+            log.append(("deviceSynchronize", -1))
+
+        self.streams: dict[int, FakeRawStream] = {}
+        runtime = type(
+            "runtime",
+            (),
+            {
+                "CUDARuntimeError": FakeRuntimeError,
+                "streamQuery": staticmethod(stream_query),
+                "eventQuery": staticmethod(lambda ptr: 0),
+                "deviceSynchronize": staticmethod(device_synchronize),
+            },
+        )
+        self.cuda = type(
+            "cuda",
+            (),
+            {
+                "runtime": runtime,
+                "Event": Event,
+                "get_current_stream": staticmethod(lambda: fake.current),
+            },
+        )
+
+    def stream(self, ptr: int) -> FakeRawStream:
+        """A new fake non-blocking stream with handle ``ptr``."""
+        raw = FakeRawStream(ptr, self.log)
+        self.streams[ptr] = raw
+        return raw
+
+
+H100_PROPERTIES = {
+    "name": b"NVIDIA H100",
+    "major": 9,
+    "minor": 0,
+    "canMapHostMemory": 1,
+    "kernelExecTimeoutEnabled": 0,
+    "multiProcessorCount": 132,
+    "maxThreadsPerBlock": 1024,
+}
+
+
+def fake_backend(**properties: Any) -> Any:
+    """A real ``CudaBackend`` bound to fake device properties, built without CUDA.
+
+    Its bookkeeping (resident kernels, deferred frees, streams) is the real code;
+    ``device_context`` does nothing. Install :class:`FakeCupy` as ``sys.modules
+    ["cupy"]`` for the methods that call CuPy.
+    """
+    import contextlib
+    import threading
+    import weakref
+
+    from pdc_cuda import CudaBackend, CudaDeviceProperties
+
+    parsed = CudaDeviceProperties.from_dict(0, {**H100_PROPERTIES, **properties})
+
+    class FakeCudaBackend(CudaBackend):
+        def __init__(self) -> None:
+            self.device = 0
+            self._lock = threading.Lock()
+            self._streams = weakref.WeakSet()
+            self._kernels = {}
+            self._resident = set()
+            self._deferred_frees = []
+
+        @property
+        def properties(self) -> CudaDeviceProperties:
+            return parsed
+
+        @contextlib.contextmanager
+        def device_context(self) -> Iterator[None]:
+            yield
+
+        def device_pointer(self, host: Any) -> int:
+            return int(host.ctypes.data)
+
+    return FakeCudaBackend()

@@ -3,8 +3,7 @@
 # ruff: noqa: E402 - pdc_cuda is imported after the skip guard above it
 from __future__ import annotations
 
-import weakref
-from types import SimpleNamespace
+import gc
 
 import numpy as np
 import pytest
@@ -13,7 +12,8 @@ from pdc_core import CapabilityError
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 persistent = pytest.importorskip("pdc_core._persistent")
-from pdc_cuda import CudaDeviceProperties, CudaRingBody
+from cuda_test_support import fake_backend
+from pdc_cuda import CudaRingBody
 from pdc_cuda._persistent import (
     CudaResidentKernel,
     check_device,
@@ -26,14 +26,6 @@ from pdc_core._ring import Offset, RingLayout, RingMemory
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
 REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)
 SOURCE = "__device__ int pdc_body(const pdc_request& q, pdc_reply& r) { r.id = q.id; return 0; }"
-H100 = {
-    "name": b"NVIDIA H100",
-    "major": 9,
-    "minor": 0,
-    "canMapHostMemory": 1,
-    "kernelExecTimeoutEnabled": 0,
-    "multiProcessorCount": 132,
-}
 
 
 def _kernel(body=SOURCE, max_batch=None):
@@ -87,19 +79,7 @@ def test_unknown_options_and_bodies_are_named():
 
 
 def _fake_backend(**props):
-    properties = CudaDeviceProperties.from_dict(0, {**H100, **props})
-
-    def require_mapped_memory(action):
-        if not properties.can_map_host_memory:
-            raise CapabilityError(f"cannot {action}: canMapHostMemory=False")
-
-    return SimpleNamespace(
-        properties=properties,
-        qualified_name="cuda:0",
-        require_mapped_memory=require_mapped_memory,
-        _resident=weakref.WeakSet(),
-        device_pointer=lambda array: int(array.ctypes.data),
-    )
+    return fake_backend(**props)
 
 
 def test_capability_checks_before_launch():
@@ -122,10 +102,11 @@ def test_region_address_is_the_allocation_address_plus_the_offset():
 
 
 class _FakeStream:
+    """Stands for a CudaStream: ``done`` raises like ``query_done`` on a failed stream."""
+
     def __init__(self):
         self.state = "running"
-        self.closed = False
-        self.cupy = self
+        self.discarded = False
 
     @property
     def done(self):
@@ -133,35 +114,63 @@ class _FakeStream:
             raise RuntimeError("cudaErrorIllegalAddress: an illegal memory access")
         return self.state == "done"
 
-    def close(self):
-        self.closed = True
+    def discard(self):
+        self.discarded = True
 
 
-def _resident():
+def _resident(backend=None):
     memory = RingMemory.from_buffer(RingLayout(REQUEST, REPLY, 8))
-    backend = _fake_backend()
+    backend = backend or _fake_backend()
     stream = _FakeStream()
     resident = CudaResidentKernel(
         backend, _kernel(), memory, None, stream, None, CudaRingBody(SOURCE)
     )
-    backend._resident.add(resident)
+    backend._register_resident(resident)
     return resident, backend, stream
 
 
 def test_exited_follows_the_stream_and_leaves_residency():
     resident, backend, stream = _resident()
     assert not resident.exited
-    assert resident in backend._resident
+    assert backend.resident_kernels() == [resident]
     resident.wake()  # a polling kernel needs no doorbell
     stream.state = "done"
     assert resident.exited
-    assert resident not in backend._resident
+    assert backend.resident_kernels() == []
     assert resident.failure is None
     assert resident.error is None
     assert resident.read_state() is None
     resident.release()
     resident.release()
-    assert stream.closed
+    assert stream.discarded  # never synchronized: it is done, or failed
+
+
+def test_a_dropped_kernel_stays_referenced_until_its_stream_is_done():
+    backend = _fake_backend()
+    resident, _, stream = _resident(backend)
+    del resident
+    gc.collect()
+    (kept,) = backend.resident_kernels()  # a strong reference: its rings stay mapped
+    stream.state = "done"
+    assert backend.resident_kernels() == []
+    assert kept.exited
+
+
+def test_memory_of_a_stopped_kernel_is_freed_only_once_none_is_resident():
+    backend = _fake_backend()
+    first, _, first_stream = _resident(backend)
+    second, _, second_stream = _resident(backend)
+    first_stream.state = "done"
+    assert first.exited
+    first.release()
+    # cudaFreeHost may wait for the whole device: the rings wait for the other kernel.
+    assert len(backend._deferred_frees) == 1
+    assert backend._deferred_frees[0][0] is first.memory
+    second_stream.state = "done"
+    assert backend.resident_kernels() == []
+    assert backend._deferred_frees == []
+    second.release()
+    assert backend._deferred_frees == []
 
 
 def test_a_faulting_kernel_is_a_failure_with_the_cuda_error():
@@ -173,7 +182,9 @@ def test_a_faulting_kernel_is_a_failure_with_the_cuda_error():
     assert error is not None
     assert error.code == 0
     assert "cudaErrorIllegalAddress" in error.detail
-    assert resident not in backend._resident
+    assert backend.resident_kernels() == []
+    resident.release()
+    assert stream.discarded
 
 
 def test_the_error_word_wins_over_the_failure():

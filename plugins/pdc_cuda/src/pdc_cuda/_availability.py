@@ -15,7 +15,13 @@ from dataclasses import dataclass
 
 from pdc_core import Availability
 
-__all__ = ["CudaProbe", "diagnose", "format_cuda_version", "probe"]
+__all__ = [
+    "CudaProbe",
+    "diagnose",
+    "format_cuda_version",
+    "prefer_eager_module_loading",
+    "probe",
+]
 
 #: ``cudaErrorInsufficientDriver``: the driver is older than the runtime CuPy was built for.
 CUDA_ERROR_INSUFFICIENT_DRIVER = 35
@@ -67,8 +73,22 @@ def _driver_loadable() -> bool:
     return False
 
 
+def prefer_eager_module_loading() -> None:
+    """Set ``CUDA_MODULE_LOADING=EAGER`` unless the user chose a mode.
+
+    Since CUDA 12.2 the driver loads kernels lazily, on first use, and "loading
+    kernels might require context synchronization" (CUDA Programming Guide, Lazy
+    Loading, Potential Hazards): loading any kernel while a resident ring kernel
+    runs could then wait for that kernel forever. The variable is read once, when CUDA
+    initialises in this process, so this runs before pdc's first CUDA call; it has no
+    effect if CUDA was initialised earlier (set the variable yourself then).
+    """
+    os.environ.setdefault("CUDA_MODULE_LOADING", "EAGER")
+
+
 def probe() -> CudaProbe:
     """Gather the facts :func:`diagnose` needs. Never raises."""
+    prefer_eager_module_loading()
     try:
         import cupy
     except Exception as exc:  # ImportError, or CuPy failing while it loads its libraries

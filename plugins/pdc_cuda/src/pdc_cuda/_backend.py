@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -28,12 +28,12 @@ from pdc_core import (
     normalize_shape_dtype,
 )
 
-from ._availability import diagnose, probe
+from ._availability import diagnose, prefer_eager_module_loading, probe
 from ._kernels import CudaKernel, compile_options, compile_raw_module
 from ._launch import Dims, LaunchConfig
 from ._memory import DevicePool, device_pointer, is_pinned, mapped_empty, pinned_empty
 from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
-from ._streams import CudaEvent, CudaStream
+from ._streams import CudaEvent, CudaStream, synchronize_stream
 
 if TYPE_CHECKING:
     from pdc_core._persistent import PersistentKernel
@@ -71,9 +71,15 @@ class CudaBackend(Backend):
     ``cudaHostAlloc(mapped | portable)``, for rings). Copies with a stream are truly
     asynchronous: pageable host memory is staged through pinned memory first.
 
+    Kernels: CUDA C source (:meth:`compile_kernel`, :meth:`launch_kernel`) through
+    ``cupy.RawModule``, and Python bodies in numba.cuda style (:meth:`run_python_kernel`)
+    through numba-cuda, an optional extra (``pip install 'pdc-cuda[numba]'``).
+
     Nothing this backend does waits for the whole device while one of its persistent
     kernels is resident: :meth:`synchronize` then synchronizes streams instead, and
-    :meth:`free_cached_memory` (which would call ``cudaFree``) refuses.
+    :meth:`free_cached_memory` (which would call ``cudaFree``) refuses. A resident
+    kernel is held (with its ring memory) until its stream is seen done, so a dropped
+    session cannot free memory the kernel still reads.
     """
 
     name: ClassVar[str] = "cuda"
@@ -87,6 +93,7 @@ class CudaBackend(Backend):
             Capability.MANAGED_MEMORY,
             Capability.ASYNC_COPIES,
             Capability.KERNELS,
+            Capability.PYTHON_KERNELS,
             Capability.PERSISTENT_KERNELS,
             Capability.CUDA_ARRAY_INTERFACE,
         }
@@ -98,6 +105,7 @@ class CudaBackend(Backend):
 
     def __init__(self, device: int = 0) -> None:
         super().__init__(device)
+        prefer_eager_module_loading()
         import cupy
 
         count = int(cupy.cuda.runtime.getDeviceCount())
@@ -108,8 +116,13 @@ class CudaBackend(Backend):
             self._pool = DevicePool(device, cupy.get_default_memory_pool())
         self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
         self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
-        #: Persistent kernels resident on this device right now (see _persistent.py).
-        self._resident: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: Persistent kernels launched on this device and not yet seen exited: strong
+        #: references, so a kernel (and the ring memory it reads) outlives a dropped
+        #: session until its stream is done. Pruned by :meth:`resident_kernels`.
+        self._resident: set[CudaResidentKernel] = set()
+        #: Memory of stopped kernels kept until no kernel is resident any more:
+        #: ``cudaFreeHost`` may wait for the whole device (see :meth:`defer_free`).
+        self._deferred_frees: list[Any] = []
 
     # -- discovery ------------------------------------------------------------------
 
@@ -268,7 +281,7 @@ class CudaBackend(Backend):
             if stream is None:
                 current = cupy.cuda.get_current_stream()
                 out.set(np.ascontiguousarray(source), stream=current)
-                current.synchronize()
+                synchronize_stream(current)
                 return out
             cuda_stream = self._check_stream(stream)
             if source.flags.c_contiguous and is_pinned(source):
@@ -380,19 +393,53 @@ class CudaBackend(Backend):
         import cupy
 
         with self.device_context():
-            if not self._resident:
+            resident = self.resident_kernels()
+            if not resident:
                 cupy.cuda.runtime.deviceSynchronize()
                 return
-            resident_streams = {id(kernel.stream) for kernel in list(self._resident)}
+            resident_streams = {id(kernel.stream) for kernel in resident}
             for stream in list(self._streams):
                 if id(stream) not in resident_streams:
                     stream.synchronize()
-            cupy.cuda.get_current_stream().synchronize()
+            synchronize_stream(cupy.cuda.get_current_stream())
+
+    def resident_kernels(self) -> list[CudaResidentKernel]:
+        """The persistent kernels still running on this device (prunes exited ones).
+
+        Never blocks: each kernel's stream is queried. Memory deferred by
+        :meth:`defer_free` is let go once none is left.
+        """
+        with self._lock:
+            candidates = list(self._resident)
+        running = [kernel for kernel in candidates if not kernel.exited]
+        with self._lock:
+            self._resident.difference_update(set(candidates) - set(running))
+            if not self._resident and self._deferred_frees:
+                self._deferred_frees.clear()
+        return running
+
+    def defer_free(self, memory: Any) -> None:
+        """Keep ``memory`` alive until no persistent kernel is resident on this device.
+
+        Freeing pinned memory (``cudaFreeHost``) or device memory (``cudaFree``) may
+        wait for the whole device, which never happens while a kernel is resident.
+        """
+        with self._lock:
+            self._deferred_frees.append(memory)
+
+    def _register_resident(self, kernel: CudaResidentKernel) -> None:
+        with self._lock:
+            self._resident.add(kernel)
+
+    def _forget_resident(self, kernel: CudaResidentKernel) -> None:
+        with self._lock:
+            self._resident.discard(kernel)
 
     def _refuse_while_resident(self, action: str) -> None:
-        if self._resident:
+        resident = self.resident_kernels()
+        if resident:
             raise BackendError(
-                f"cannot {action} on {self.qualified_name} while {len(self._resident)} "
+                f"cannot {action} on {self.qualified_name} while {len(resident)} "
                 "persistent kernel(s) are resident; stop them first"
             )
 
@@ -423,17 +470,15 @@ class CudaBackend(Backend):
             self._kernels.setdefault(key, kernel)
         return kernel
 
-    def launch_config(self, size: Dims, block: Dims | None = None) -> LaunchConfig:
-        """The grid and block covering ``size`` elements on this device (no kernel needed)."""
+    def launch_config(self, size: Any, block: Dims | None = None) -> LaunchConfig:
+        """The grid and block covering ``size`` elements on this device (no kernel needed):
+        :func:`pdc_core.launch_config` with the device's ``maxThreadsPerBlock``."""
         from ._launch import launch_config
 
-        props = self.properties
-        return launch_config(
-            size,
-            block,
-            max_threads_per_block=props.max_threads_per_block,
-            max_grid=(props.max_grid_dim_x, 65535, 65535),
-        )
+        limit = self.properties.max_threads_per_block
+        if limit:
+            return launch_config(size, block, max_threads_per_block=limit)
+        return launch_config(size, block)
 
     def launch_kernel(
         self,
@@ -445,10 +490,50 @@ class CudaBackend(Backend):
         stream: Stream | None = None,
         shared_mem: int = 0,
     ) -> None:
-        """Queue ``kernel`` with an explicit grid and block (see :meth:`CudaKernel.launch`)."""
+        """Launch ``kernel`` with an explicit grid and block (see :meth:`CudaKernel.launch`).
+
+        With a ``stream`` the launch is queued on it and this returns at once. Without
+        one it runs on CuPy's current stream and this returns once that stream has
+        finished it (a launch error or a fault of the kernel is raised here). Only
+        that stream is waited for, never the device, so a resident kernel on its own
+        stream does not block it.
+        """
         if not isinstance(kernel, CudaKernel) or kernel.backend is not self:
             raise TypeError(f"{kernel!r} was not compiled by {self!r}")
         kernel.launch(grid, block, args, stream=stream, shared_mem=shared_mem)
+        if stream is None:
+            import cupy
+
+            with self.device_context():
+                synchronize_stream(cupy.cuda.get_current_stream())
+
+    def run_python_kernel(
+        self,
+        body: Callable[..., Any],
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        args: tuple[Any, ...],
+        *,
+        shared_mem: int = 0,
+        stream: Stream | None = None,
+        options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Run a numba.cuda-style Python body with numba-cuda (``pdc-cuda[numba]``).
+
+        The body is compiled by ``numba.cuda.jit`` (:func:`pdc_core.cuda.to_numba`:
+        pdc's ``cuda`` names become numba's; cached per body and options) and launched
+        on ``stream``, or on CuPy's current stream and waited for (that stream only)
+        when ``stream`` is ``None``. ``options`` keys that are ``numba.cuda.jit``
+        keywords (``fastmath``, ``lineinfo``, ``max_registers``, ...) are passed on, the
+        others ignored. Arguments as for :meth:`launch_kernel`: CuPy arrays,
+        ``UnifiedBuffer`` (its device array) and scalars. Raises ``ImportError`` naming
+        ``pip install 'pdc-cuda[numba]'`` when numba-cuda is not installed.
+        """
+        from ._numba import run_numba_kernel
+
+        run_numba_kernel(
+            self, body, grid, block, args, shared_mem=shared_mem, stream=stream, options=options
+        )
 
     def launch_persistent_kernel(
         self, kernel: PersistentKernel, rings: RingMemory, **options: Any

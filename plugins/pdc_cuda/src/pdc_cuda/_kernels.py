@@ -3,7 +3,7 @@
 :class:`CudaKernel` is what :meth:`CudaBackend.compile_kernel` returns and what a
 generic ``@kernel`` decorator needs: :meth:`CudaKernel.launch` takes an explicit grid
 and block, and calling the kernel with a problem size computes them
-(:func:`~pdc_cuda._launch.launch_config`, capped by the compiled kernel's own
+(:func:`pdc_core.launch_config`, capped by the compiled kernel's own
 ``max_threads_per_block``).
 """
 
@@ -17,7 +17,7 @@ import numpy as np
 from pdc_core import Stream, UnifiedBuffer
 
 from ._exceptions import CudaCompileError
-from ._launch import Dims, LaunchConfig, launch_config
+from ._launch import Dims, LaunchConfig, explicit_config, launch_config
 
 if TYPE_CHECKING:
     from ._backend import CudaBackend
@@ -92,15 +92,17 @@ class CudaKernel:
         with self.backend.device_context():
             return int(self.raw.max_threads_per_block)
 
-    def config(self, size: Dims, block: Dims | None = None) -> LaunchConfig:
-        """The launch configuration covering ``size`` elements on this kernel's device."""
-        props = self.backend.properties
-        return launch_config(
-            size,
-            block,
-            max_threads_per_block=min(self.max_threads_per_block, props.max_threads_per_block),
-            max_grid=(props.max_grid_dim_x, 65535, 65535),
-        )
+    @property
+    def thread_limit(self) -> int:
+        """Threads per block this kernel can use on its device (kernel and device limits)."""
+        limit = self.max_threads_per_block
+        device_limit = self.backend.properties.max_threads_per_block
+        return min(limit, device_limit) if device_limit else limit
+
+    def config(self, size: Any, block: Dims | None = None) -> LaunchConfig:
+        """The launch configuration covering ``size`` elements on this kernel's device
+        (:func:`pdc_core.launch_config` with :attr:`thread_limit`)."""
+        return launch_config(size, block, max_threads_per_block=self.thread_limit)
 
     def launch(
         self,
@@ -113,21 +115,21 @@ class CudaKernel:
     ) -> None:
         """Queue one launch on ``stream`` (CuPy's current stream when ``None``).
 
-        Returns at once; the kernel runs asynchronously. An empty grid launches nothing.
+        Returns at once, like any CuPy launch: the kernel runs asynchronously, ordered
+        after earlier work on that stream (``CudaBackend.launch_kernel`` without a
+        stream is the form that waits). An empty grid launches nothing. Raises
+        ``ValueError`` for a block over the kernel's or CUDA's limits.
         """
-        config = LaunchConfig(
-            grid=_as3(grid, "grid"),
-            block=_as3(block, "block"),
-        )
-        if config.empty:
+        grid3, block3 = explicit_config(grid, block, max_threads_per_block=self.thread_limit)
+        if 0 in grid3:
             return
         converted = tuple(kernel_argument(arg) for arg in args)
         with self.backend.device_context(), self.backend.stream_context(stream):
-            self.raw(config.grid, config.block, converted, shared_mem=shared_mem)
+            self.raw(grid3, block3, converted, shared_mem=shared_mem)
 
     def __call__(
         self,
-        size: Dims,
+        size: Any,
         *args: Any,
         block: Dims | None = None,
         stream: Stream | None = None,
@@ -138,21 +140,12 @@ class CudaKernel:
         Returns the configuration used.
         """
         config = self.config(size, block)
-        self.launch(config.grid, config.block, args, stream=stream, shared_mem=shared_mem)
+        if not config.empty:
+            self.launch(config.grid, config.block, args, stream=stream, shared_mem=shared_mem)
         return config
 
     def __repr__(self) -> str:
         return f"<CudaKernel {self.name!r} on {self.backend.qualified_name}>"
-
-
-def _as3(value: Dims, what: str) -> tuple[int, int, int]:
-    from ._launch import _dims, _pad3
-
-    dims = _dims(value, what)
-    for extent in dims:
-        if extent < 0:
-            raise ValueError(f"{what} {dims} has a negative dimension")
-    return _pad3(dims)
 
 
 def compile_raw_module(source: str, options: tuple[str, ...], name: str) -> Any:

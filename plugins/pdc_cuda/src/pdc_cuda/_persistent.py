@@ -147,22 +147,30 @@ class CudaResidentKernel(ResidentKernel):
         self._failure: BaseException | None = None
         self._exited = False
         self._released = False
+        #: The state copied to the host when the kernel was released (after its stop).
+        self._final_state: npt.NDArray[Any] | None = None
 
     def wake(self) -> None:
         """Nothing to do: the kernel polls ``IN_HEAD``/``STOP``/``PAUSE`` itself."""
 
     @property
     def exited(self) -> bool:
+        """True once the kernel's stream is done, or failed (then :attr:`failure` is set).
+
+        Queries the stream (``cudaStreamQuery``) without blocking; a status other than
+        success or not-ready (an illegal address in the body, a launch failure) counts
+        as exited, so the session reports a crash instead of waiting for ``DONE``.
+        """
         if self._exited:
             return True
         try:
-            done = bool(self.stream.cupy.done)
+            done = self.stream.done
         except Exception as exc:  # CUDARuntimeError: the kernel's execution failed
             self._failure = exc
             done = True
         if done:
             self._exited = True
-            self.cuda_backend._resident.discard(self)
+            self.cuda_backend._forget_resident(self)
         return done
 
     @property
@@ -172,9 +180,10 @@ class CudaResidentKernel(ResidentKernel):
 
     def read_state(self) -> npt.NDArray[Any] | None:
         """A host copy of the device-resident state (copied on a side stream, never
-        waiting for the device); consistent while paused or after the stop."""
+        waiting for the device); consistent while paused or after the stop (the state
+        is then the copy taken when the kernel was released)."""
         if self.state_array is None:
-            return None
+            return None if self._final_state is None else self._final_state.copy()
         backend = self.cuda_backend
         side = backend.create_stream()
         try:
@@ -185,12 +194,27 @@ class CudaResidentKernel(ResidentKernel):
             side.close()
 
     def release(self) -> None:
-        """Drop the stream, the state and the compiled module (the core owns the rings)."""
+        """Drop the stream and the state (the core owns the rings); never waits.
+
+        Called after :attr:`exited`. The stream is discarded without synchronizing (it
+        is done, or failed). While other kernels are resident on the device, the ring
+        memory and the state are handed to :meth:`CudaBackend.defer_free`, so that
+        freeing them (``cudaFreeHost`` may wait for the whole device) happens only once
+        no kernel is resident.
+        """
         if self._released:
             return
         self._released = True
-        self.cuda_backend._resident.discard(self)
-        self.stream.close()
+        backend = self.cuda_backend
+        backend._forget_resident(self)
+        self.stream.discard()
+        if self.state_array is not None and self._failure is None:
+            try:
+                self._final_state = self.read_state()
+            except Exception:  # a failed context: there is no state to keep
+                self._final_state = None
+        if backend.resident_kernels():
+            backend.defer_free((self.memory, self.state_array))
         self.state_array = None
 
 
@@ -216,10 +240,10 @@ def launch_persistent_kernel(
     resident = CudaResidentKernel(backend, kernel, rings, compiled, stream, state, body)
     state_arg = state if state is not None else np.uint64(0)
     try:
-        backend._resident.add(resident)
+        backend._register_resident(resident)
         compiled.launch((1,), (threads,), (np.uint64(address), state_arg), stream=stream)
     except BaseException:
-        backend._resident.discard(resident)
-        stream.close()
+        backend._forget_resident(resident)
+        stream.discard()
         raise
     return resident

@@ -16,7 +16,47 @@ from pdc_core import Event, Stream
 if TYPE_CHECKING:
     from ._backend import CudaBackend
 
-__all__ = ["CudaEvent", "CudaStream"]
+__all__ = ["CudaEvent", "CudaStream", "query_done", "synchronize_stream"]
+
+#: ``cudaErrorNotReady``: what ``cudaStreamQuery``/``cudaEventQuery`` return while work runs.
+ERROR_NOT_READY = 600
+
+
+def query_done(status: int) -> bool:
+    """Interpret the status of ``cudaStreamQuery``/``cudaEventQuery``.
+
+    ``cudaSuccess`` -> True, ``cudaErrorNotReady`` -> False, any other status (the
+    work failed: an illegal address, a launch failure, ...) raises
+    ``cupy.cuda.runtime.CUDARuntimeError``. CuPy's own ``Stream.done``/``Event.done``
+    compare the status with 0 and so report a failed stream as "not done" forever,
+    which would turn a crashed kernel into a hang.
+    """
+    status = int(status)
+    if status == 0:
+        return True
+    if status == ERROR_NOT_READY:
+        return False
+    import cupy
+
+    raise cupy.cuda.runtime.CUDARuntimeError(status)
+
+
+def synchronize_stream(raw: Any) -> None:
+    """Wait for the work queued so far on the ``cupy.cuda.Stream`` ``raw``, and no more.
+
+    On the legacy default stream (``ptr == 0``) an event recorded on it is waited for
+    instead of ``cudaStreamSynchronize(0)``: the same guarantee (work queued on the
+    legacy stream, which itself waits for blocking streams), never the whole device,
+    so a resident kernel on a non-blocking stream is not waited for.
+    """
+    if int(raw.ptr) != 0:
+        raw.synchronize()
+        return
+    import cupy
+
+    event = cupy.cuda.Event(block=False, disable_timing=True)
+    event.record(raw)
+    event.synchronize()
 
 
 class CudaStream(Stream):
@@ -70,7 +110,10 @@ class CudaStream(Stream):
 
     @property
     def done(self) -> bool:
-        done = bool(self._stream.done)
+        """True once queued work is done; raises ``CUDARuntimeError`` if it failed."""
+        import cupy
+
+        done = query_done(cupy.cuda.runtime.streamQuery(self._stream.ptr))
         if done:
             with self._lock:
                 self._keep.clear()
@@ -87,11 +130,27 @@ class CudaStream(Stream):
         self._stream.wait_event(event.cupy)
 
     def close(self) -> None:
-        """Wait for queued work, then drop the stream (CuPy destroys the handle)."""
+        """Wait for queued work, then drop the stream (CuPy destroys the handle).
+
+        The stream is closed even when waiting raises (its work failed); the error is
+        raised after.
+        """
         if self._closed:
             return
-        self.synchronize()
+        try:
+            self.synchronize()
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Drop the stream without waiting for it (for a stream whose work failed or
+        has already been seen done). ``cudaStreamDestroy`` returns at once; CUDA
+        releases the stream when its work is over."""
+        if self._closed:
+            return
         self._closed = True
+        with self._lock:
+            self._keep.clear()
         self._backend._forget_stream(self)
 
     def __repr__(self) -> str:
@@ -119,7 +178,10 @@ class CudaEvent(Event):
 
     @property
     def done(self) -> bool:
-        return bool(self._event.done)
+        """True once the recorded work is done; raises ``CUDARuntimeError`` if it failed."""
+        import cupy
+
+        return query_done(cupy.cuda.runtime.eventQuery(self._event.ptr))
 
     def synchronize(self) -> None:
         self._event.synchronize()

@@ -216,8 +216,17 @@ extern "C" __global__ void __launch_bounds__(1024) pdc_ring_kernel(unsigned char
                 }
                 if (count == 0 || space == 0) {
                     if (count == 0 && stop == PDC_STOP_DRAIN && in_tail == out_head) {
-                        s_command = EXIT;  // every published request answered
-                        break;
+                        // STOP was loaded (relaxed) before IN_HEAD, so this IN_HEAD may
+                        // predate requests the host published before storing DRAIN. The
+                        // fence orders the STOP load before a fresh acquire of IN_HEAD;
+                        // exit only if that one shows nothing new either.
+                        cuda::atomic_thread_fence(cuda::memory_order_acquire,
+                                                  cuda::thread_scope_system);
+                        if (load_acquire64(region, PDC_OFF_IN_HEAD) == in_tail) {
+                            s_command = EXIT;  // every published request answered
+                            break;
+                        }
+                        continue;
                     }
                     if (backoff) __nanosleep(backoff);
                     backoff = backoff * 2 > PDC_BACKOFF_MAX_NS ? PDC_BACKOFF_MAX_NS : backoff * 2;
