@@ -508,6 +508,60 @@ async def test_wait_until_and_notify_changed() -> None:
                 await finished.wait()
 
 
+async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -> None:
+    """A watcher (an actor's serving loop) never leads: a caller leads its own request;
+    with nobody leading, the watcher's pumping sees a crash; notify_changed wakes it."""
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend(), auto=False) as session:
+        resident = session.resident
+        assert isinstance(resident, ScriptedKernel)
+        flag: list[bool] = []
+        watched = anyio.Event()
+
+        async def watch() -> None:
+            await session.watch_until(lambda: bool(flag))
+            watched.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await anyio.sleep(0.005)
+            assert not session._leader  # watching is not leading
+            got: list[int] = []
+
+            async def ask() -> None:
+                got.append(int((await session.request((5, 0.0)))["id"]))
+
+            tg.start_soon(ask)
+            await anyio.sleep(0.005)
+            assert session._leader  # the caller leads its own request
+            resident.step()
+            with anyio.fail_after(2):
+                while not got:  # noqa: ASYNC110 - the caller is woken by the ring
+                    await anyio.sleep(0.001)
+            assert got == [5]
+            assert not watched.is_set()
+            flag.append(True)
+            session.notify_changed()
+            with anyio.fail_after(0.5):
+                await watched.wait()
+
+        # Nobody waits on the ring: the watcher's own pumping sees the crash.
+        crashed = anyio.Event()
+
+        async def watch_forever() -> None:
+            await session.watch_until(lambda: False)
+            crashed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_forever)
+            await anyio.sleep(0.05)  # the watcher has backed off to its longest sleep
+            resident.crash(ErrorCode.USER + 1, "idle failure")
+            with anyio.fail_after(0.5):
+                await crashed.wait()
+        assert session.state is SessionState.CRASHED
+        with pytest.raises(ActorCrashed, match="idle failure"):
+            await session.receive()
+
+
 # -- stopping and crashing ----------------------------------------------------------------------
 
 

@@ -304,7 +304,7 @@ class PersistentKernelActor(ActorRunner):
         else:
             return
         if session is not None:
-            session.notify_changed()  # wake the serving loop, which leads the ring
+            session.notify_changed()  # wake the serving loop, which watches the ring
 
     async def run(self, started: Callable[[], None]) -> None:
         session = await PersistentKernelSession.start(
@@ -320,8 +320,8 @@ class PersistentKernelActor(ActorRunner):
             if self._paused:
                 await session.pause()
             started()
-            # Lead the ring while idle, so that a crash is seen without any request.
-            await session.wait_until(lambda: self.stop_requested)
+            # Watch the ring (callers lead it), so a crash is seen without any request.
+            await session.watch_until(lambda: self.stop_requested)
         finally:
             # Shielded and bounded by the timeout; raises KernelStopTimeout (a crash).
             await session.stop(self._stop_timeout, drain=self._drain)
