@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from pdc_core._bench import BenchResult, run_suite
@@ -118,3 +120,28 @@ def test_ctrl_c_prints_partial_results(async_backend: str) -> None:
     payload = json.loads(out)
     assert payload["interrupted"] is True
     assert payload["latency"]
+
+
+@pytest.mark.parametrize("library", ["asyncio", "trio"])
+def test_ctrl_c_ends_a_run_even_when_the_code_under_measurement_swallows_a_cancel(
+    library: str,
+) -> None:
+    import signal
+
+    from pdc_core._bench_paths import run_fresh
+
+    swallowed: list[bool] = []
+
+    async def stubborn() -> None:
+        signal.raise_signal(signal.SIGINT)  # handled by run_fresh's receiver
+        try:
+            await anyio.sleep(10)
+        except anyio.get_cancelled_exc_class():
+            swallowed.append(True)  # a badly behaved baseline: it carries on
+        await anyio.sleep(10)  # cancelled again: the scope stays cancelled
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        run_fresh(library, stubborn)
+    assert swallowed == [True]
+    assert time.monotonic() - started < 5

@@ -22,6 +22,7 @@ import gc
 import importlib
 import os
 import resource
+import signal
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -573,15 +574,54 @@ def thread_ping_pong(n: int) -> list[int]:
 
 
 def run_fresh(library: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-    """``fn(*args)`` in a fresh event loop of ``library``, the collector paused."""
+    """``fn(*args)`` in a fresh event loop of ``library``, the collector paused.
+
+    Ctrl-C (SIGINT, in the main thread) always ends it with ``KeyboardInterrupt``, once
+    ``fn`` has been cancelled and has cleaned up. The loop's own SIGINT handling is not
+    enough: asyncio's cancels the main task once, and code under measurement (a
+    baseline library, say) that swallows that one ``CancelledError`` would let the
+    whole suite run on; an anyio cancel scope stays cancelled until ``fn`` ends.
+    """
     gc.collect()
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return anyio.run(fn, *args, backend=library)
+        if threading.current_thread() is not threading.main_thread():
+            return anyio.run(fn, *args, backend=library)
+        interrupted: list[bool] = []
+        result = anyio.run(_interruptible, fn, args, interrupted, backend=library)
+        if interrupted:
+            raise KeyboardInterrupt
+        return result
     finally:
         if was_enabled:
             gc.enable()
+
+
+async def _interruptible(
+    fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...], interrupted: list[bool]
+) -> Any:
+    result: Any = None
+    error: Exception | None = None
+
+    async def call() -> None:
+        nonlocal result, error
+        try:
+            result = await fn(*args)
+        except Exception as exc:  # raised as itself below, not in an exception group
+            error = exc
+        tg.cancel_scope.cancel()  # done: stop watching for signals
+
+    with anyio.open_signal_receiver(signal.SIGINT) as signals:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(call)
+            async for _ in signals:
+                interrupted.append(True)
+                tg.cancel_scope.cancel()
+                break
+    if error is not None:
+        raise error
+    return result
 
 
 def rotated(items: list[Any], round_index: int) -> list[Any]:
