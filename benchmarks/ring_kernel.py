@@ -16,6 +16,8 @@ The work is the same everywhere: a request record ``(id: u8, x: f8)`` becomes a 
   would without a resident kernel. On ``cpu``: a new task per message, started in a
   task group, computing the body on a 1-record array and handing the reply back through
   an event (what an actor framework without rings does).
+* **persistent-kernel actor, ask**: the same kernel started as an actor of a nursery,
+  ``await ref.ask(record)`` (what the actor layer adds to the session's round trip).
 * **persistent, batched**: ``request_batch`` of many records (the ring's capacity is
   1024 slots, so a device batch is up to 1024 records, one body call over a NumPy
   slice) -> messages per second.
@@ -104,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(
             [library, "persistent kernel", "round trip", us(persistent.p50), us(persistent.p99), ""]
         )
+        print(f"[{library}] persistent-kernel actor asks ...", file=sys.stderr)
+        actor = summarize(
+            run(library, paths.persistent_actor_round_trip(args.backend), round_trips, WARMUP)
+        )
+        rows.append([library, "persistent-kernel actor", "ask", us(actor.p50), us(actor.p99), ""])
         print(f"[{library}] persistent batched ...", file=sys.stderr)
         persistent_rate = run(library, paths.persistent_batched(args.backend), batched)
         rows.append(
@@ -133,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratio(dispatched.p50, persistent.p50),
                 ratio(dispatched.p99, persistent.p99),
                 ratio(persistent_rate, dispatched_rate, 1),
+                ratio(actor.p50, persistent.p50),
             ]
         )
         if backend_name == "cpu":
@@ -178,12 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     if ratios:
         out += [
             "Ratios (same run): per-message / persistent latency (>1: the persistent kernel "
-            "is faster), persistent / per-message throughput",
+            "is faster), persistent / per-message throughput, and the actor's ask / the "
+            "session's round trip p50 (its overhead as an actor)",
             "",
             table(
-                ["loop", "round trip p50", "round trip p99", "batched throughput"],
+                ["loop", "round trip p50", "round trip p99", "batched throughput", "actor ask"],
                 ratios,
-                "lrrr",
+                "lrrrr",
             ),
             "",
         ]

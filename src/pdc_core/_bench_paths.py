@@ -34,6 +34,7 @@ import numpy.typing as npt
 import sniffio
 
 from ._actors import Actor, open_nursery
+from ._kernel_actor import PersistentKernelActor
 from ._messages import Request
 from ._persistent import PersistentKernel, open_persistent_kernel
 from ._ring_kernel import RingKernelRuntime, ring_kernel
@@ -56,6 +57,7 @@ __all__ = [
     "facade_streaming",
     "floor_handoff",
     "pdc_ask",
+    "persistent_actor_round_trip",
     "persistent_batched",
     "persistent_round_trip",
     "persistent_round_trips_and_idle",
@@ -469,6 +471,21 @@ def persistent_round_trip(backend: str = "cpu", **options: Any) -> LatencySample
 
     async def sample(n: int, warmup: int) -> list[int]:
         samples, _ = await persistent_round_trips_and_idle(backend, n, warmup, **options)
+        return samples
+
+    return sample
+
+
+def persistent_actor_round_trip(backend: str = "cpu") -> LatencySampler:
+    """``await ref.ask(record)`` on the same kernel run as an actor of a nursery."""
+
+    async def sample(n: int, warmup: int) -> list[int]:
+        one = _records(1)
+        async with open_nursery() as nursery:
+            actor = PersistentKernelActor(double_kernel(backend), backend)
+            ref = await nursery.start_actor(actor)
+            samples = await _sample(n, warmup, lambda: ref.ask(one))
+            await ref.stop()
         return samples
 
     return sample
