@@ -8,6 +8,9 @@ Needs an NVIDIA GPU, CuPy and NVRTC (``pip install -e . -e plugins/pdc_cpu
     python benchmarks/cuda_ring.py --markdown      # also print a section for docs/benchmarks.md
 
 On a machine without a usable GPU it refuses at once, saying why (exit status 2).
+A measurement that fails is reported (its cells say ``failed``, the error is printed)
+and the others go on; the exit status is then 1. A watchdog (``--timeout``, 600 s by
+default) dumps every thread's stack and exits if the run hangs on the device.
 
 What it measures, per payload size (the record size: 8 B .. 64 KiB; the body echoes
 the record, copying every byte in the kernel):
@@ -32,16 +35,28 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import platform
 import sys
 import time
-from typing import Any
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 
 PAYLOADS = {"8 B": 8, "64 B": 64, "512 B": 512, "4 KiB": 4096, "64 KiB": 65536}
 BACKOFFS = (0, 64, 256, 1024)
+LIBRARIES = ("asyncio", "trio")
+#: Records per request_batch in the throughput measurement (one whole ring).
+BATCH_CAPACITY = 1 << 16
+#: design.md §5, for an H100-class GPU.
+TARGET_P50_US = 10.0
+TARGET_SPEEDUP = 5.0
+TARGET_BATCHED = 10e6
+
+T = TypeVar("T")
 
 ECHO_BODY = """
 __device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
@@ -96,19 +111,33 @@ def refuse_without_gpu() -> Any:
 # -- resident kernel ----------------------------------------------------------------------
 
 
+def echo_kernel(name: str, dtype: np.dtype[Any], capacity: int) -> Any:
+    """The persistent kernel every resident measurement runs: echo the record."""
+    from pdc_core._persistent import PersistentKernel
+
+    kernel = PersistentKernel(name, dtype, dtype, capacity=capacity)
+    kernel.add_body("cuda", ECHO_BODY)
+    return kernel
+
+
+def launch_options(threads: int, backoff: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Options for ``open_persistent_kernel`` on the cuda backend."""
+    options: dict[str, Any] = {"threads": threads}
+    if backoff is not None:
+        options["backoff_min_ns"], options["backoff_max_ns"] = backoff
+    return options
+
+
 def resident_round_trips(
     backend: Any, size: int, count: int, library: str, backoff: tuple[int, int] | None = None
 ) -> list[float]:
     import anyio
 
-    from pdc_core._persistent import PersistentKernel, open_persistent_kernel
+    from pdc_core._persistent import open_persistent_kernel
 
     dtype = record_dtype(size)
-    kernel = PersistentKernel(f"echo{size}", dtype, dtype, capacity=64)
-    kernel.add_body("cuda", ECHO_BODY)
-    options: dict[str, Any] = {"threads": 32}
-    if backoff is not None:
-        options["backoff_min_ns"], options["backoff_max_ns"] = backoff
+    kernel = echo_kernel(f"echo{size}", dtype, 64)
+    options = launch_options(32, backoff)
     record = np.zeros((), dtype)
     samples: list[float] = []
 
@@ -129,23 +158,25 @@ def resident_round_trips(
     return samples
 
 
-def resident_throughput(backend: Any, library: str, batches: int) -> float:
+def resident_throughput(
+    backend: Any, library: str, batches: int, capacity: int = BATCH_CAPACITY
+) -> float:
     import anyio
 
-    from pdc_core._persistent import PersistentKernel, open_persistent_kernel
+    from pdc_core._persistent import open_persistent_kernel
 
     dtype = record_dtype(8)
-    capacity = 1 << 16
-    kernel = PersistentKernel("echo-batched", dtype, dtype, capacity=capacity)
-    kernel.add_body("cuda", ECHO_BODY)
+    kernel = echo_kernel("echo-batched", dtype, capacity)
     batch = np.zeros(capacity, dtype)
     batch["id"] = np.arange(capacity)
     elapsed = 0.0
 
     async def main() -> None:
         nonlocal elapsed
-        async with open_persistent_kernel(kernel, backend, threads=1024) as session:
-            await session.request_batch(batch)  # warm up
+        async with open_persistent_kernel(kernel, backend, **launch_options(1024)) as session:
+            replies = await session.request_batch(batch)  # warm up
+            if not np.array_equal(replies["id"], batch["id"]):
+                raise AssertionError("the batched echo returned other records")
             start = time.perf_counter()
             for _ in range(batches):
                 await session.request_batch(batch)
@@ -231,62 +262,160 @@ def environment(backend: Any) -> dict[str, Any]:
     }
 
 
+class Failures:
+    """Runs measurements, recording the ones that fail instead of stopping the run."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def run(self, label: str, measure: Callable[[], T]) -> T | None:
+        try:
+            return measure()
+        except Exception as exc:
+            self.errors.append(f"{label}: {type(exc).__name__}: {exc}")
+            print(f"FAILED {label}:", file=sys.stderr)
+            traceback.print_exc()
+            return None
+
+
+def cell(point: tuple[float, float] | None) -> str:
+    return "failed" if point is None else f"{point[0]:.1f} / {point[1]:.1f}"
+
+
+def ratio(numerator: tuple[float, float] | None, denominator: tuple[float, float] | None) -> str:
+    if numerator is None or denominator is None:
+        return "n/a"
+    return f"{numerator[0] / denominator[0]:.1f}x"
+
+
+def targets(results: dict[str, Any]) -> list[str]:
+    """design.md §5's CUDA targets, each with the figure measured and met / missed."""
+    lines = []
+    small = results["round_trip_us"].get("8 B", {})
+    resident = small.get("resident (asyncio)")
+    launched = small.get("launch + copies")
+    if resident is not None:
+        verdict = "met" if resident[0] <= TARGET_P50_US else "missed"
+        lines.append(
+            f"round trip p50 <= {TARGET_P50_US:g} us (8 B, asyncio): {resident[0]:.1f} us, "
+            f"{verdict}"
+        )
+    if resident is not None and launched is not None:
+        speedup = launched[0] / resident[0]
+        verdict = "met" if speedup >= TARGET_SPEEDUP else "missed"
+        lines.append(
+            f">= {TARGET_SPEEDUP:g}x faster than launch + copies (8 B): {speedup:.1f}x, {verdict}"
+        )
+    rates = [rate for rate in results["batched_msgs_per_s"].values() if rate is not None]
+    if rates:
+        best = max(rates)
+        verdict = "met" if best >= TARGET_BATCHED else "missed"
+        lines.append(
+            f"batched >= {TARGET_BATCHED / 1e6:g} M msgs/s: {best / 1e6:.2f} M msgs/s, {verdict}"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages per point")
     parser.add_argument("--markdown", action="store_true", help="print a docs section")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds before a hung run dumps its stacks and exits (0: no watchdog)",
+    )
     args = parser.parse_args(argv)
     backend = refuse_without_gpu()
+    if args.timeout > 0:
+        faulthandler.dump_traceback_later(args.timeout, exit=True, file=sys.stderr)
+    try:
+        return run(backend, args)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+def run(backend: Any, args: argparse.Namespace) -> int:
+    failures = Failures()
     count = 500 if args.quick else 5000
     results: dict[str, Any] = {"environment": environment(backend), "round_trip_us": {}}
     rows = []
     for label, size in PAYLOADS.items():
         n = count if size <= 4096 else max(100, count // 10)
-        point: dict[str, tuple[float, float]] = {}
-        for library in ("asyncio", "trio"):
-            point[f"resident ({library})"] = percentiles(
-                resident_round_trips(backend, size, n, library)
+        point: dict[str, tuple[float, float] | None] = {}
+        for library in LIBRARIES:
+            samples = failures.run(
+                f"resident {label} ({library})",
+                lambda size=size, n=n, library=library: resident_round_trips(
+                    backend, size, n, library
+                ),
             )
-        point["launch + copies"] = percentiles(launched_round_trips(backend, size, n, graph=False))
-        point["graph replay"] = percentiles(launched_round_trips(backend, size, n, graph=True))
+            point[f"resident ({library})"] = None if samples is None else percentiles(samples)
+        for name, graph in (("launch + copies", False), ("graph replay", True)):
+            samples = failures.run(
+                f"{name} {label}",
+                lambda size=size, n=n, graph=graph: launched_round_trips(backend, size, n, graph),
+            )
+            point[name] = None if samples is None else percentiles(samples)
         results["round_trip_us"][label] = point
-        resident = point["resident (asyncio)"][0]
+        resident = point["resident (asyncio)"]
         rows.append(
             (
                 label,
-                *(f"{p50:.1f} / {p99:.1f}" for p50, p99 in point.values()),
-                f"{point['launch + copies'][0] / resident:.1f}x",
-                f"{point['graph replay'][0] / resident:.1f}x",
+                *(cell(value) for value in point.values()),
+                ratio(point["launch + copies"], resident),
+                ratio(point["graph replay"], resident),
+                ratio(point["resident (trio)"], resident),
             )
         )
-        print(f"{label}: " + ", ".join(f"{k} p50 {v[0]:.1f} us" for k, v in point.items()))
-    backoffs = {}
+        print(f"{label}: " + ", ".join(f"{k} p50/p99 {cell(v)} us" for k, v in point.items()))
+    backoffs: dict[str, tuple[float, float] | None] = {}
     for ns in BACKOFFS:
-        p50, p99 = percentiles(
-            resident_round_trips(backend, 8, count, "asyncio", backoff=(ns, max(ns, 64)))
+        samples = failures.run(
+            f"back-off {ns} ns",
+            lambda ns=ns: resident_round_trips(
+                backend, 8, count, "asyncio", backoff=(ns, max(ns, 64))
+            ),
         )
-        backoffs[f"{ns} ns"] = (p50, p99)
-        print(f"back-off {ns} ns: p50 {p50:.1f} us, p99 {p99:.1f} us")
+        backoffs[f"{ns} ns"] = None if samples is None else percentiles(samples)
+        print(f"back-off {ns} ns: p50/p99 {cell(backoffs[f'{ns} ns'])} us")
     results["backoff_round_trip_us"] = backoffs
     batches = 5 if args.quick else 50
-    throughput = {lib: resident_throughput(backend, lib, batches) for lib in ("asyncio", "trio")}
+    throughput = {
+        library: failures.run(
+            f"batched ({library})",
+            lambda library=library: resident_throughput(backend, library, batches),
+        )
+        for library in LIBRARIES
+    }
     results["batched_msgs_per_s"] = throughput
-    for lib, rate in throughput.items():
-        print(f"batched ({lib}): {rate / 1e6:.2f} M msgs/s")
+    for library, rate in throughput.items():
+        shown = "failed" if rate is None else f"{rate / 1e6:.2f} M msgs/s"
+        print(f"batched ({library}): {shown}")
+    results["targets"] = targets(results)
+    results["failures"] = failures.errors
+    for line in results["targets"]:
+        print(f"target: {line}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
     if args.markdown:
         print_markdown(results, rows, backoffs, throughput)
+    if failures.errors:
+        print(f"\n{len(failures.errors)} measurement(s) failed:", file=sys.stderr)
+        for error in failures.errors:
+            print(f"  {error}", file=sys.stderr)
+        return 1
     return 0
 
 
 def print_markdown(
     results: dict[str, Any],
     rows: list[tuple[str, ...]],
-    backoffs: dict[str, tuple[float, float]],
-    throughput: dict[str, float],
+    backoffs: dict[str, tuple[float, float] | None],
+    throughput: dict[str, float | None],
 ) -> None:
     env = results["environment"]
     print("\n## CUDA resident ring kernel\n")
@@ -295,26 +424,35 @@ def print_markdown(
     print(f"- Versions: Python {env['python']}, NumPy {env['numpy']}, CuPy {env['cupy']}")
     print("- Command: `python benchmarks/cuda_ring.py --markdown`\n")
     print(
-        "Round trip p50 / p99 (us) per message, one record echoed by the kernel; last two "
-        "columns: how many times slower than the resident kernel (asyncio), by p50.\n"
+        "Round trip p50 / p99 (us) per message, one record echoed by the kernel. Ratio "
+        "columns, by p50: how many times slower than the resident kernel under asyncio.\n"
     )
     print(
         "| payload | resident (asyncio) | resident (trio) | launch + copies | graph replay "
-        "| launch / resident | graph / resident |"
+        "| launch / resident | graph / resident | trio / asyncio |"
     )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for row in rows:
         print("| " + " | ".join(row) + " |")
     print(
-        "\nIdle back-off of the kernel (8 B, asyncio): "
-        + ", ".join(
-            f"{name}: p50 {p50:.1f} us / p99 {p99:.1f} us" for name, (p50, p99) in backoffs.items()
-        )
+        "\nIdle back-off of the kernel (8 B, asyncio), p50 / p99 (us): "
+        + ", ".join(f"{name}: {cell(point)}" for name, point in backoffs.items())
     )
     print(
-        "\nBatched throughput (request_batch of 65536 8-byte records): "
-        + ", ".join(f"{lib} {rate / 1e6:.2f} M msgs/s" for lib, rate in throughput.items())
+        f"\nBatched throughput (request_batch of {BATCH_CAPACITY} 8-byte records): "
+        + ", ".join(
+            f"{lib} {'failed' if rate is None else f'{rate / 1e6:.2f} M msgs/s'}"
+            for lib, rate in throughput.items()
+        )
     )
+    if results.get("targets"):
+        print("\nTargets (design.md §5):\n")
+        for line in results["targets"]:
+            print(f"- {line}")
+    if results.get("failures"):
+        print("\nFailed measurements:\n")
+        for error in results["failures"]:
+            print(f"- {error}")
 
 
 if __name__ == "__main__":

@@ -7,12 +7,46 @@ Tests that need a GPU are marked ``cuda`` and skip, with the backend's own reaso
 from __future__ import annotations
 
 import functools
+import importlib.util
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pdc_core import Availability
+
+#: benchmarks/cuda_ring.py, which the tests load as a module.
+BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda_ring.py"
+
+
+def load_benchmark() -> Any:
+    """``benchmarks/cuda_ring.py`` imported as a module (it is not a package)."""
+    spec = importlib.util.spec_from_file_location("pdc_cuda_ring_benchmark", BENCHMARK)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def nvrtc_missing() -> str | None:
+    """Why NVRTC cannot be used here, or ``None`` when it can."""
+    from pdc_cuda import NvrtcUnavailable
+    from pdc_cuda._nvrtc import find_nvrtc
+
+    try:
+        find_nvrtc()
+    except NvrtcUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def needs_nvrtc() -> pytest.MarkDecorator:
+    """``skipif`` NVRTC is missing, with the reason (``pdc-cuda[nvrtc]`` provides it)."""
+    missing = nvrtc_missing()
+    return pytest.mark.skipif(missing is not None, reason=f"NVRTC cannot be loaded: {missing}")
 
 
 @functools.cache
@@ -168,3 +202,36 @@ def fake_backend(**properties: Any) -> Any:
             return int(host.ctypes.data)
 
     return FakeCudaBackend()
+
+
+# -- CUDA sources the GPU tests use (compiled to PTX without a GPU by
+#    test_cuda_gpu_sources.py, so a GPU run never fails on a typo) ---------------------
+
+REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
+REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)
+STATE = np.dtype([("count", "<u8")])
+
+#: Doubles ``x``; request id 0xDEAD makes the body return error code 300.
+DOUBLE = """
+__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
+    reply.id = request.id;
+    reply.y = 2.0f * request.x;
+    return request.id == 0xDEADull ? 300 : 0;
+}
+"""
+
+#: Counts requests in the device state; replies carry the count seen before each.
+COUNTING = """
+__device__ int pdc_body(const pdc_request& request, pdc_reply& reply, pdc_state* state) {
+    reply.id = atomicAdd(&state->count, 1ull);
+    reply.y = request.x;
+    return 0;
+}
+"""
+
+#: A plain kernel: ``x[i] *= a`` for ``i < n``.
+SCALE = (
+    'extern "C" __global__ void scale(float* x, float a, unsigned long long n) {'
+    "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;"
+    "  if (i < n) x[i] *= a; }"
+)

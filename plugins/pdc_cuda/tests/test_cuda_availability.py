@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import cuda_availability
+from cuda_test_support import BENCHMARK, cuda_availability
 from pdc_cuda import CudaBackend, CudaProbe, diagnose
 from pdc_cuda._availability import format_cuda_version
 
@@ -217,14 +217,11 @@ def test_format_cuda_version(version, text):
 
 
 def test_the_benchmark_refuses_without_a_gpu():
-    from pathlib import Path
-
     availability = cuda_availability()
     if availability.available:
         pytest.skip("a CUDA GPU is available here: the benchmark would run")
-    script = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda_ring.py"
     result = subprocess.run(
-        [sys.executable, str(script), "--quick"],
+        [sys.executable, str(BENCHMARK), "--quick"],
         capture_output=True,
         text=True,
         timeout=120,

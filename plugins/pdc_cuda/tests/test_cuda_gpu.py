@@ -1,15 +1,26 @@
 """Behaviour on a real GPU: marked ``cuda``, skipped with the backend's reason elsewhere.
 
-Run on a machine with an NVIDIA GPU: ``pytest -m cuda plugins/pdc_cuda``.
+Run on a machine with an NVIDIA GPU: ``pytest -m cuda plugins/pdc_cuda``. Every test
+runs under a watchdog (``PDC_CUDA_TEST_TIMEOUT`` seconds, 120 by default): a test that
+hangs on the device dumps every thread's stack and ends the run instead of using up
+the machine's time. Every CUDA source used here is also compiled to PTX without a GPU
+by ``test_cuda_gpu_sources.py``.
 """
 
 from __future__ import annotations
 
+import faulthandler
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+
+import anyio
 import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import requires_gpu
+from cuda_test_support import COUNTING, DOUBLE, REPLY, REQUEST, SCALE, STATE, requires_gpu
 from pdc_cuda import CudaCompileError, CudaRingBody
 
 import pdc_core
@@ -28,15 +39,16 @@ from pdc_core.testing.pytest_plugin import anyio_backend  # noqa: F401 - asyncio
 # alone (the pdc pytest plugin is loaded by the top-level tests/conftest.py only).
 pytestmark = [pytest.mark.cuda, requires_gpu(), pytest.mark.anyio]
 
-REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
-REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)
-DOUBLE = """
-__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
-    reply.id = request.id;
-    reply.y = 2.0f * request.x;
-    return request.id == 0xDEADull ? 300 : 0;
-}
-"""
+
+@pytest.fixture(autouse=True)
+def _watchdog() -> Iterator[None]:
+    """End the run, with every thread's stack, if a test hangs on the device."""
+    timeout = float(os.environ.get("PDC_CUDA_TEST_TIMEOUT", "120"))
+    faulthandler.dump_traceback_later(timeout, exit=True, file=sys.stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture
@@ -103,12 +115,7 @@ def test_pinned_unified_buffer_gives_cupy_arrays_and_interop(cuda):
 def test_kernels_compile_launch_and_report_errors(cuda):
     import cupy
 
-    kernel = cuda.compile_kernel(
-        'extern "C" __global__ void scale(float* x, float a, unsigned long long n) {'
-        "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;"
-        "  if (i < n) x[i] *= a; }",
-        "scale",
-    )
+    kernel = cuda.compile_kernel(SCALE, "scale")
     data = cupy.arange(100_000, dtype=cupy.float32)
     config = kernel(data.size, data, np.float32(3), np.uint64(data.size))
     assert config.block == (256, 1, 1)
@@ -172,3 +179,112 @@ async def test_body_that_does_not_compile_fails_the_launch(cuda):
         async with open_persistent_kernel(kernel, cuda):
             pass
     assert not cuda._resident
+
+
+def test_launch_kernel_without_a_stream_returns_completed(cuda):
+    import cupy
+
+    kernel = cuda.compile_kernel(SCALE, "scale")
+    data = cupy.ones(4096, dtype=cupy.float32)
+    config = kernel.config(data.size)
+    cuda.launch_kernel(
+        kernel, config.grid3, config.block3, (data, np.float32(5), np.uint64(data.size))
+    )
+    assert float(data.sum()) == 5 * 4096
+    stream = cuda.create_stream()
+    cuda.launch_kernel(
+        kernel, config.grid3, config.block3, (data, np.float32(2), np.uint64(data.size)),
+        stream=stream,
+    )  # fmt: skip
+    stream.synchronize()
+    assert float(data.sum()) == 10 * 4096
+    stream.close()
+
+
+def test_kernel_source_decorator_with_numpy_arguments(cuda):
+    scale = pdc_core.kernel.source(SCALE, name="scale")
+    data = np.arange(1000, dtype=np.float32)
+    scale(data, np.float32(3), np.uint64(data.size), backend=cuda)  # copied there and back
+    np.testing.assert_allclose(data, np.arange(1000, dtype=np.float32) * 3)
+
+
+async def test_kernel_launch_async(cuda):
+    scale = pdc_core.kernel.source(SCALE, name="scale")
+    data = np.ones(300, dtype=np.float32)
+    await scale.launch_async(data, np.float32(4), np.uint64(data.size), backend=cuda)
+    np.testing.assert_allclose(data, 4)
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None,
+    reason="numba-cuda is not installed: pip install -e 'plugins/pdc_cuda[numba]'",
+)
+def test_python_kernel_through_numba(cuda):
+    from pdc_core import cuda as pdc_cuda_api
+
+    @pdc_core.kernel(block=(128,))
+    def square(data, out):  # type: ignore[no-untyped-def]
+        i = pdc_cuda_api.grid(1)
+        if i < data.shape[0]:
+            out[i] = data[i] * data[i]
+
+    data = np.arange(1000, dtype=np.float32)
+    out = np.zeros_like(data)
+    square(data, out, backend=cuda)
+    np.testing.assert_allclose(out, data * data)
+
+
+async def test_plain_launches_while_a_kernel_is_resident(cuda):
+    """A launch without a stream waits for its own stream, never the resident kernel."""
+    import cupy
+
+    from pdc_core._persistent import open_persistent_kernel
+
+    kernel = cuda.compile_kernel(SCALE, "scale")  # compiled (and loaded) before residency
+    async with open_persistent_kernel(_double_kernel(), cuda) as session:
+        data = cupy.ones(256, dtype=cupy.float32)
+        cuda.launch_kernel(kernel, (1, 1, 1), (256, 1, 1), (data, np.float32(3), np.uint64(256)))
+        assert float(data.sum()) == 3 * 256
+        host = cuda.to_host(data)
+        assert host[0] == 3
+        reply = await session.request((1, 2.0))
+        assert float(reply["y"]) == 4.0
+
+
+async def test_drain_answers_every_published_request(cuda):
+    from pdc_core._persistent import open_persistent_kernel
+
+    batch = np.zeros(64, REQUEST)
+    batch["id"] = np.arange(64)
+    batch["x"] = 1
+    replies = {}
+    async with open_persistent_kernel(_double_kernel(), cuda) as session:
+
+        async def ask() -> None:
+            replies["batch"] = await session.request_batch(batch)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(ask)
+            with anyio.fail_after(10):
+                while session.resident.status.in_head < 64:  # noqa: ASYNC110 - host-side poll
+                    await anyio.sleep(0.001)
+            await session.stop(drain=True)
+    np.testing.assert_array_equal(replies["batch"]["id"], np.arange(64))
+    assert not cuda.resident_kernels()
+
+
+async def test_device_state_is_shared_and_read_back(cuda):
+    from pdc_core._persistent import PersistentKernel, open_persistent_kernel
+
+    kernel = PersistentKernel("counting", REQUEST, REPLY, capacity=64, state=np.zeros(1, STATE))
+    kernel.add_body("cuda", COUNTING)
+    batch = np.zeros(100, REQUEST)
+    batch["id"] = np.arange(100)
+    async with open_persistent_kernel(kernel, cuda) as session:
+        replies = await session.request_batch(batch)
+        assert sorted(int(seen) for seen in replies["id"]) == list(range(100))
+        await session.pause()
+        assert int(session.read_state()["count"][0]) == 100
+        await session.resume()
+        await session.request((0, 0.0))
+    assert int(session.read_state()["count"][0]) == 101  # the copy taken at the stop

@@ -15,16 +15,15 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
+import cuda_test_support
 from pdc_cuda import (
     CudaCompileError,
     CudaRingBody,
-    NvrtcUnavailable,
     compile_ring_kernel_ptx,
     compile_to_ptx,
     render_ring_kernel,
 )
 from pdc_cuda._codegen import PRELUDE, c_struct
-from pdc_cuda._nvrtc import find_nvrtc
 
 from pdc_core._ring import ERROR_MESSAGE_SIZE, RING_MAGIC, ErrorCode, Offset, StopMode
 
@@ -39,18 +38,7 @@ __device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
 """
 
 
-def _nvrtc_reason() -> str | None:
-    try:
-        find_nvrtc()
-    except NvrtcUnavailable as exc:
-        return str(exc)
-    return None
-
-
-NVRTC_MISSING = _nvrtc_reason()
-needs_nvrtc = pytest.mark.skipif(
-    NVRTC_MISSING is not None, reason=f"NVRTC cannot be loaded: {NVRTC_MISSING}"
-)
+needs_nvrtc = cuda_test_support.needs_nvrtc()
 
 
 # -- rendering (pure Python) ---------------------------------------------------------------

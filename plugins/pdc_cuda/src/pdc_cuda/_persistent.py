@@ -179,15 +179,20 @@ class CudaResidentKernel(ResidentKernel):
         return self._failure
 
     def read_state(self) -> npt.NDArray[Any] | None:
-        """A host copy of the device-resident state (copied on a side stream, never
-        waiting for the device); consistent while paused or after the stop (the state
-        is then the copy taken when the kernel was released)."""
+        """A host copy of the device-resident state; consistent while paused or after
+        the stop (the state is then the copy taken when the kernel was released).
+
+        Copied on a fresh non-blocking side stream into pageable memory, so it waits
+        for that copy only -- never for the device, and it allocates no pinned memory
+        while the kernel is resident.
+        """
         if self.state_array is None:
             return None if self._final_state is None else self._final_state.copy()
         backend = self.cuda_backend
         side = backend.create_stream()
         try:
-            host = backend.to_host(self.state_array, stream=side)
+            with backend.device_context():
+                host = self.state_array.get(stream=side.cupy)
             side.synchronize()
             return np.array(host, copy=True)
         finally:
