@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,21 @@ def needs_nvrtc() -> pytest.MarkDecorator:
     """``skipif`` NVRTC is missing, with the reason (``pdc-cuda[nvrtc]`` provides it)."""
     missing = nvrtc_missing()
     return pytest.mark.skipif(missing is not None, reason=f"NVRTC cannot be loaded: {missing}")
+
+
+def real_stderr(config: pytest.Config) -> int:
+    """A descriptor of the terminal's stderr, which pytest's output capture leaves alone.
+
+    pytest's faulthandler plugin keeps one (so crash dumps are seen); where it is not
+    there, the process's original stderr. A watchdog writing to the captured stderr
+    would end the run without a word.
+    """
+    try:
+        from _pytest.faulthandler import fault_handler_stderr_fd_key
+
+        return int(config.stash[fault_handler_stderr_fd_key])
+    except (ImportError, KeyError):
+        return sys.__stderr__.fileno() if sys.__stderr__ is not None else 2
 
 
 @functools.cache
