@@ -17,11 +17,12 @@ from pdc_cuda import CudaRingBody
 from pdc_cuda._persistent import (
     CudaResidentKernel,
     check_device,
+    launch_persistent_kernel,
     region_device_address,
     ring_body,
 )
 
-from pdc_core._ring import Offset, RingLayout, RingMemory
+from pdc_core._ring import Offset, RingLayout, RingMemory, StopMode
 
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
 REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)
@@ -197,3 +198,34 @@ def test_the_error_word_wins_over_the_failure():
     error = resident.error
     assert error.code == 300
     assert error.detail == message.decode()
+
+
+class _LaunchStream:
+    def __init__(self):
+        self.calls = []
+
+    def synchronize(self):
+        self.calls.append("synchronize")
+
+    def discard(self):
+        self.calls.append("discard")
+
+
+class _FailingKernel:
+    max_threads_per_block = 1024
+
+    def launch(self, grid, block, args, *, stream=None):
+        raise KeyboardInterrupt  # interrupted around the launch
+
+
+def test_a_failed_launch_leaves_a_stop_word_and_nothing_resident(monkeypatch):
+    backend = _fake_backend()
+    stream = _LaunchStream()
+    monkeypatch.setattr(backend, "compile_kernel", lambda *args: _FailingKernel())
+    monkeypatch.setattr(backend, "create_stream", lambda: stream)
+    memory = RingMemory.from_buffer(RingLayout(REQUEST, REPLY, 8))
+    with pytest.raises(KeyboardInterrupt):
+        launch_persistent_kernel(backend, _kernel(), memory)
+    assert memory.load32(Offset.STOP) == StopMode.NOW  # a kernel that did start exits
+    assert stream.calls == ["synchronize", "discard"]  # the rings outlive it
+    assert backend.resident_kernels() == []

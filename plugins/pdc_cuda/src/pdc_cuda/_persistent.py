@@ -21,6 +21,7 @@ then kept and the process's CUDA context has to go.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ import numpy.typing as npt
 
 from pdc_core import CapabilityError
 from pdc_core._persistent import DeviceSource, PersistentKernel, ResidentKernel
-from pdc_core._ring import RingMemory
+from pdc_core._ring import Offset, RingMemory, StopMode
 
 from ._ring_source import KERNEL_NAME, CudaRingBody, render_ring_kernel
 
@@ -248,6 +249,12 @@ def launch_persistent_kernel(
         backend._register_resident(resident)
         compiled.launch((1,), (threads,), (np.uint64(address), state_arg), stream=stream)
     except BaseException:
+        # Interrupted or failed: should the launch have been queued after all, the
+        # kernel finds STOP = NOW at its first poll, and the rings stay alive until
+        # the stream has passed it (a non-blocking stream: never the device).
+        rings.words32[Offset.STOP >> 2] = int(StopMode.NOW)
+        with contextlib.suppress(Exception):
+            stream.synchronize()
         backend._forget_resident(resident)
         stream.discard()
         raise
