@@ -243,3 +243,23 @@ async def test_restart_policy_launches_a_fresh_kernel() -> None:
         assert (stats.restarts, stats.errors) == (1, 1)
         assert stats.handled == 1
     await settle_threads(baseline)
+
+
+async def test_a_cancelled_caller_ends_cancelled_when_the_kernel_stopped_first() -> None:
+    """Cancelling a nursery may stop the kernel before the cancellation reaches a task
+    that calls it: that task must end by its cancellation, not by ActorStopped."""
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(make_kernel())
+        await ref.stop()
+        for call in (
+            lambda: ref.ask((1, 1.0)),
+            lambda: ref.tell((1, 1.0)),
+            lambda: ref.ask_batch(records(0, 2)),
+            lambda: ref.pause(),
+        ):
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await call()
+            assert scope.cancelled_caught
+        with pytest.raises(ActorStopped):
+            await ref.ask((1, 1.0))

@@ -47,7 +47,7 @@ import anyio
 import numpy as np
 import numpy.typing as npt
 
-from ._actors import ActorRef, ActorRunner, ActorState, ActorStatistics
+from ._actors import ActorRef, ActorRunner, ActorState, ActorStatistics, _cancellation_first
 from ._exceptions import ActorCrashed, ActorStopped, MessageTimeout
 from ._mailbox import check_priority
 from ._persistent import PersistentKernel, PersistentKernelSession, SessionState, backend_for
@@ -115,8 +115,14 @@ class KernelActorRef(ActorRef[Any, Any]):
             raise ActorStopped(f"actor {self.actor_id!r} is stopping", actor_id=self.actor_id)
         return session
 
-    def _translate(self, exc: ActorStopped) -> ActorStopped:
-        """The session's error, naming this actor rather than the kernel."""
+    async def _stopped(self, exc: ActorStopped) -> ActorStopped:
+        """The error to raise for ``exc``, naming this actor rather than the kernel.
+
+        A task being cancelled raises its cancellation instead: when a nursery is
+        cancelled the kernel may stop before the cancellation reaches a caller, which
+        must then end cancelled, not by an ``ActorStopped``.
+        """
+        await _cancellation_first()
         if exc.actor_id == self.actor_id:
             return exc
         if isinstance(exc, ActorCrashed):
@@ -125,46 +131,46 @@ class KernelActorRef(ActorRef[Any, Any]):
 
     async def tell(self, message: Any, *, priority: int | None = None) -> None:
         """Publish one request whose reply is discarded; waits while the ring is full."""
-        session = self._open_session(priority)
         try:
+            session = self._open_session(priority)
             await session.send(message, reply=False)
         except ActorStopped as exc:
-            raise self._translate(exc) from exc.__cause__
+            raise await self._stopped(exc) from exc.__cause__
 
     async def tell_many(self, messages: Iterable[Any], *, priority: int | None = None) -> None:
         """Publish a batch of requests whose replies are discarded."""
-        session = self._open_session(priority)
         try:
+            session = self._open_session(priority)
             await session.send_batch(_records(messages, session), reply=False)
         except ActorStopped as exc:
-            raise self._translate(exc) from exc.__cause__
+            raise await self._stopped(exc) from exc.__cause__
 
     async def ask(
         self, message: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> Any:
         """Send one request and return the kernel's reply record."""
-        session = self._open_session(priority)
         try:
+            session = self._open_session(priority)
             if timeout is None:
                 return await session.request(message)
             with anyio.move_on_after(timeout):
                 return await session.request(message)
         except ActorStopped as exc:
-            raise self._translate(exc) from exc.__cause__
+            raise await self._stopped(exc) from exc.__cause__
         raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
 
     async def ask_batch(
         self, messages: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> npt.NDArray[Any]:
         """Send a batch and return the replies, in order, as one record array."""
-        session = self._open_session(priority)
         try:
+            session = self._open_session(priority)
             if timeout is None:
                 return await session.request_batch(_records(messages, session))
             with anyio.move_on_after(timeout):
                 return await session.request_batch(_records(messages, session))
         except ActorStopped as exc:
-            raise self._translate(exc) from exc.__cause__
+            raise await self._stopped(exc) from exc.__cause__
         raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
 
     async def ask_many(
@@ -175,19 +181,19 @@ class KernelActorRef(ActorRef[Any, Any]):
 
     async def pause(self) -> None:
         """Park the kernel (pause word); returns once it has acknowledged."""
-        session = self._open_session(None)
         try:
+            session = self._open_session(None)
             await session.pause()
         except ActorStopped as exc:
-            raise self._translate(exc) from exc.__cause__
+            raise await self._stopped(exc) from exc.__cause__
 
     async def resume(self) -> None:
         """Let a paused kernel go on; returns once it has left its pause."""
-        session = self._open_session(None)
         try:
+            session = self._open_session(None)
             await session.resume()
         except ActorStopped as exc:
-            raise self._translate(exc) from exc.__cause__
+            raise await self._stopped(exc) from exc.__cause__
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop the kernel (stop word) and wait until the actor has stopped.

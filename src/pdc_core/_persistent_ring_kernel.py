@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._actors import ActorRunner, ActorState
+from ._actors import ActorRunner, ActorState, _cancellation_first
 from ._exceptions import ActorStopped, KernelStateError, MessageTimeout
 from ._kernel_actor import KernelActorRef, PersistentKernelActor
 from ._mailbox import check_priority
@@ -209,9 +209,11 @@ class PersistentRingKernel(KernelActorRef):
         """
         if priority is not None:
             check_priority(priority)
-        self._require("send to", *_SEND_STATES)
-        session = self._open_session(None)
+        if self.kernel_state not in _SEND_STATES:
+            await _cancellation_first()  # a cancelled sender ends cancelled
+            self._require("send to", *_SEND_STATES)
         try:
+            session = self._open_session(None)
             if timeout is None:
                 await session.send(message)
                 return
@@ -219,6 +221,7 @@ class PersistentRingKernel(KernelActorRef):
                 await session.send(message)
                 return
         except ActorStopped:
+            await _cancellation_first()
             raise self._state_error("send to", _SEND_ALLOWED) from None
         raise MessageTimeout(f"kernel {self.kernel_id!r}: input ring still full after {timeout} s")
 
@@ -237,6 +240,7 @@ class PersistentRingKernel(KernelActorRef):
             with anyio.move_on_after(timeout):
                 return await session.receive()
         except ActorStopped:
+            await _cancellation_first()
             raise self._state_error("receive from", _RECEIVE_STATES) from None
         raise MessageTimeout(f"nothing received from kernel {self.kernel_id!r} within {timeout} s")
 
