@@ -1,4 +1,5 @@
-"""Every ``python`` code block in the README and in docs/ is executed.
+"""Every ``python`` code block in the READMEs (the project's and each plugin's) and in
+docs/ is executed.
 
 The blocks of one file run in order in one namespace, so a later block may use what
 an earlier one defined. A block preceded by ``<!-- doctest: skip REASON -->`` is
@@ -14,7 +15,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[1]
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [
+    ROOT / "README.md",
+    *sorted((ROOT / "plugins").glob("*/README.md")),
+    *sorted((ROOT / "docs").glob("*.md")),
+]
 _BLOCK = re.compile(
     r"(?:<!--\s*doctest:\s*skip\s*(?P<reason>[^>]*?)\s*-->\s*\n)?^```python[^\n]*\n(?P<code>.*?)^```",
     re.MULTILINE | re.DOTALL,
