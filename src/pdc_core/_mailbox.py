@@ -1045,6 +1045,51 @@ class Mailbox(Generic[T]):
         result: T | Control = item
         return result
 
+    def _release_taker(self, waiter: Waiter) -> Any:
+        """A taker's wait ended early: free the taker slot and return the item handed
+        to it meanwhile (``None`` if none), which the caller must not lose."""
+        if self._taker is waiter:
+            self._taker = None
+        handed = woken_value(waiter)
+        return None if handed is _TIMED_OUT else handed
+
+    async def _take(
+        self, kit: Kit, timeout: float | None, abandon: Callable[[Any, BaseException], None]
+    ) -> Any:
+        """Wait for the next item as the mailbox's single taker (see :meth:`_handoff`).
+
+        Returns the item, ``_TIMED_OUT`` after ``timeout`` seconds, or ``_EMPTY`` once
+        the mailbox is closed and empty. A wait that ends with an exception frees the
+        slot and calls ``abandon(handed, exc)`` with the item handed meanwhile (or
+        ``None``) before the exception propagates. Only for mailboxes that carry no
+        control messages and are not paused while taken from (a ring kernel's queues).
+        """
+        deadline = None if timeout is None else kit.now() + timeout
+        remaining = timeout
+        while True:
+            if self._closed and not self._size:
+                return _EMPTY
+            waiter = kit.waiter()
+            self._taker = waiter
+            if remaining is not None:
+                kit.arm(waiter, remaining)
+            try:
+                result = await waiter
+            except BaseException as exc:
+                abandon(self._release_taker(waiter), exc)
+                raise
+            if result is _TIMED_OUT:
+                if self._taker is waiter:
+                    self._taker = None
+                return _TIMED_OUT
+            if result is not None:
+                return result
+            item = self._poll()
+            if item is not _EMPTY:
+                return item
+            if deadline is not None:
+                remaining = max(0.0, deadline - kit.now())
+
     async def _wait_receive(self, kit: Kit, timeout: float | None) -> Any:
         deadline = None if timeout is None else kit.now() + timeout
         remaining = timeout

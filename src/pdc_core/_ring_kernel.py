@@ -99,7 +99,6 @@ from ._mailbox import (
     current_kit,
     fail,
     wake,
-    woken_value,
 )
 from ._persistent import PersistentKernel
 from ._telemetry import KernelTelemetry, Telemetry
@@ -383,7 +382,7 @@ class RingKernelContext:
                 try:
                     item = await waiter
                 except BaseException as exc:
-                    self._abandon(waiter, exc)
+                    self._abandon(inbox._release_taker(waiter), exc)
                     raise
                 if item is None:
                     item = await self._wait(None)
@@ -409,13 +408,9 @@ class RingKernelContext:
             f"kernel {kernel_id!r} is terminating and its queue is drained", actor_id=kernel_id
         )
 
-    def _abandon(self, waiter: Any, exc: BaseException) -> None:
-        """The taker's wait ended with ``exc``: give up the slot, keep what was handed."""
-        inbox = self._inbox
-        if inbox._taker is waiter:
-            inbox._taker = None
-        handed = woken_value(waiter)
-        if handed is not None and handed is not _TIMED_OUT:
+    def _abandon(self, handed: Any, exc: BaseException) -> None:
+        """The taker's wait ended with ``exc``: account for the message handed meanwhile."""
+        if handed is not None:
             self._kernel._lost(handed)
         if not isinstance(exc, Exception):
             self._kernel._interrupted = True
@@ -434,33 +429,14 @@ class RingKernelContext:
             except BaseException:
                 self._kernel._interrupted = True
                 raise
-        deadline = None if timeout is None else kit.now() + timeout
-        remaining = timeout
-        while True:
-            if inbox._closed and not inbox._size:
-                raise self._terminated()
-            waiter = kit.waiter()
-            inbox._taker = waiter
-            if remaining is not None:
-                kit.arm(waiter, remaining)
-            try:
-                result = await waiter
-            except BaseException as exc:
-                self._abandon(waiter, exc)
-                raise
-            if result is _TIMED_OUT:
-                if inbox._taker is waiter:
-                    inbox._taker = None
-                raise MessageTimeout(
-                    f"kernel {self._kernel._kernel_id!r} received nothing within {timeout} s"
-                )
-            if result is not None:
-                return result
-            item = inbox._poll()
-            if item is not _EMPTY:
-                return item
-            if deadline is not None:
-                remaining = max(0.0, deadline - kit.now())
+        item = await inbox._take(kit, timeout, self._abandon)
+        if item is _EMPTY:
+            raise self._terminated()
+        if item is _TIMED_OUT:
+            raise MessageTimeout(
+                f"kernel {self._kernel._kernel_id!r} received nothing within {timeout} s"
+            )
+        return item
 
     def receive_nowait(self) -> Any:
         """Return the next message without waiting; raise ``anyio.WouldBlock`` if none."""
@@ -833,39 +809,20 @@ class RingKernel(ActorRef[Any, Any]):
             except MailboxClosed:
                 await _cancellation_first()
                 raise self._state_error("receive from", _RECEIVE_STATES) from None
-        kit = self._kit
-        deadline = None if timeout is None else kit.now() + timeout
-        remaining = timeout
-        while True:
-            waiter = kit.waiter()
-            outbox._taker = waiter
-            if remaining is not None:
-                kit.arm(waiter, remaining)
-            try:
-                result = await waiter
-            except BaseException:
-                if outbox._taker is waiter:
-                    outbox._taker = None
-                handed = woken_value(waiter)
-                if handed is not None and handed is not _TIMED_OUT:
-                    outbox._requeue(handed, _priority_of(handed))
-                raise
-            if result is _TIMED_OUT:
-                if outbox._taker is waiter:
-                    outbox._taker = None
-                raise MessageTimeout(
-                    f"nothing received from kernel {self._kernel_id!r} within {timeout} s"
-                )
-            if result is not None:
-                return result
-            item = outbox._poll()
-            if item is not _EMPTY:
-                return item
-            if outbox._closed and not outbox._size:
-                await _cancellation_first()
-                raise self._state_error("receive from", _RECEIVE_STATES)
-            if deadline is not None:
-                remaining = max(0.0, deadline - kit.now())
+        item = await outbox._take(self._kit, timeout, self._requeue_reply)
+        if item is _TIMED_OUT:
+            raise MessageTimeout(
+                f"nothing received from kernel {self._kernel_id!r} within {timeout} s"
+            )
+        if item is _EMPTY:
+            await _cancellation_first()
+            raise self._state_error("receive from", _RECEIVE_STATES)
+        return item
+
+    def _requeue_reply(self, handed: Any, exc: BaseException) -> None:
+        """A receive ended with ``exc``: a reply handed to it meanwhile goes back in front."""
+        if handed is not None:
+            self._outbox._requeue(handed, _priority_of(handed))
 
     async def tell(self, message: Any, *, priority: int | None = None) -> None:
         await self.send(message, priority=priority)
