@@ -961,8 +961,6 @@ class PersistentKernelSession:
             error = PersistentKernelError(
                 name, int(ErrorCode.NONE), "it finished without being asked to stop"
             )
-        for watcher in self._watchers:
-            wake(watcher)
         unprocessed = ring.in_head - self._replied
         self._unprocessed = unprocessed
         if error is not None:
