@@ -22,13 +22,13 @@ Contenders, each echoing the same pre-built ``Request`` object back to the calle
 
 The kernel is the seeds' loop shape (``while not ctx.should_terminate``, wait while
 inactive, ``msg = await ctx.receive(timeout=TIMEOUT)`` -- skipping on any exception --,
-``await ctx.send(msg)``; ``pdc_core._bench_paths``), run twice: with ``TIMEOUT=0.1``
+``await ctx.send(msg)``; ``pdc_core._cli._bench_paths``), run twice: with ``TIMEOUT=0.1``
 (as every seed kernel does) and with ``TIMEOUT=None``.
 (``except Exception`` because PyDotCompute's receive timeout, ``QueueTimeoutError``,
 is not a ``TimeoutError``: the seeds' ``except asyncio.TimeoutError`` would let it
 kill the kernel there.)
 
-The contenders are the paths of ``pdc_core._bench_paths`` (shared with ``pdc bench``);
+The contenders are the paths of ``pdc_core._cli._bench_paths`` (shared with ``pdc bench``);
 this script only chooses them, runs the rounds and prints. Each contender runs in a
 fresh event loop per round (the collector paused); within a round the contenders
 run back to back in a rotating order. The table shows percentiles of all samples
@@ -46,8 +46,8 @@ import statistics
 import sys
 
 import pdc_core
-from pdc_core import _bench_paths as paths
-from pdc_core._bench_stats import command_line, print_header, ratio, summarize, table
+from pdc_core._cli import _bench_paths as paths
+from pdc_core._cli._bench_stats import command_line, print_header, ratio, summarize, table
 
 PACKAGES = ["anyio", "trio", "numpy", "sniffio", "pydotcompute", "pdc-core"]
 FLOOR = "floor: bare two-task handoff, no queue"

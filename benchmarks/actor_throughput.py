@@ -21,7 +21,7 @@ the last reply.
   ``handle_batch(msgs)`` returning ``[m.data * 2 for m in msgs]``, called once per run
   of waiting messages (up to 4096), the shape of a GPU kernel over a batch.
 
-The contenders are the paths of ``pdc_core._bench_paths`` (shared with ``pdc bench``);
+The contenders are the paths of ``pdc_core._cli._bench_paths`` (shared with ``pdc bench``);
 this script only chooses them, runs the rounds and prints. Rounds are interleaved in a
 rotating order (each contender in a fresh event loop, the collector paused); the table
 shows each contender's median rate over rounds, and its ratio to PyDotCompute's rate in
@@ -35,8 +35,8 @@ import argparse
 import statistics
 import sys
 
-from pdc_core import _bench_paths as paths
-from pdc_core._bench_stats import print_header, table
+from pdc_core._cli import _bench_paths as paths
+from pdc_core._cli._bench_stats import print_header, table
 
 PYDOT = "PyDotCompute 0.2.0 streaming"
 

@@ -113,7 +113,7 @@ def refuse_without_gpu() -> Any:
 
 def echo_kernel(name: str, dtype: np.dtype[Any], capacity: int) -> Any:
     """The persistent kernel every resident measurement runs: echo the record."""
-    from pdc_core._persistent import PersistentKernel
+    from pdc_core import PersistentKernel
 
     kernel = PersistentKernel(name, dtype, dtype, capacity=capacity)
     kernel.add_body("cuda", ECHO_BODY)
@@ -133,7 +133,7 @@ def resident_round_trips(
 ) -> list[float]:
     import anyio
 
-    from pdc_core._persistent import open_persistent_kernel
+    from pdc_core import open_persistent_kernel
 
     dtype = record_dtype(size)
     kernel = echo_kernel(f"echo{size}", dtype, 64)
@@ -163,7 +163,7 @@ def resident_throughput(
 ) -> float:
     import anyio
 
-    from pdc_core._persistent import open_persistent_kernel
+    from pdc_core import open_persistent_kernel
 
     dtype = record_dtype(8)
     kernel = echo_kernel("echo-batched", dtype, capacity)
@@ -192,7 +192,7 @@ def resident_throughput(
 def launched_round_trips(backend: Any, size: int, count: int, graph: bool) -> list[float]:
     import cupy
 
-    from pdc_core import MemoryKind
+    from pdc_core.backend import MemoryKind
 
     words = size // 8
     kernel = backend.compile_kernel(ECHO_KERNEL, "echo")

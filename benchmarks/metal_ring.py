@@ -6,7 +6,7 @@ Run from the repository root, with pdc-cpu and pdc-metal installed::
     python benchmarks/metal_ring.py --quick    # fewer messages
 
 Both backends run the same protocol through the same host-worker kernel
-(``pdc_core.HostWorkerKernel``); what differs is the body. The work is that of
+(``pdc_core.backend.HostWorkerKernel``); what differs is the body. The work is that of
 ``benchmarks/ring_kernel.py``: a
 request ``(id: u8, x: f8)`` becomes a reply ``(id: u8, y: f8)`` with ``y = 2 x``.
 
@@ -32,7 +32,14 @@ import anyio
 import numpy as np
 
 try:  # the helpers moved into pdc-core; older checkouts have them beside this script
-    from pdc_core._bench_stats import command_line, environment, gc_paused, ratio, summarize, table
+    from pdc_core._cli._bench_stats import (
+        command_line,
+        environment,
+        gc_paused,
+        ratio,
+        summarize,
+        table,
+    )
 except ImportError:  # pragma: no cover
     from _stats import command_line, environment, gc_paused, ratio, summarize, table
 

@@ -30,9 +30,9 @@ on the control block instead of sleeping on a doorbell (``worker_wait="spin"``),
 host that polls in the event loop instead of sleeping until the worker signals
 (``host_wait="poll"``).
 
-The paths are those of ``pdc_core._bench_paths`` (shared with ``pdc bench``); this
+The paths are those of ``pdc_core._cli._bench_paths`` (shared with ``pdc bench``); this
 script only chooses them and prints. ``--backend`` selects the backend; a backend needs
-a body in ``pdc_core._bench_paths.BODIES`` and a per-message baseline in its
+a body in ``pdc_core._cli._bench_paths.BODIES`` and a per-message baseline in its
 ``PER_MESSAGE`` (the CUDA rows: see also
 ``benchmarks/cuda_ring.py``, which measures the resident CUDA kernel against a launch
 plus copies per message).
@@ -46,9 +46,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pdc_core import _bench_paths as paths
 from pdc_core import get_backend
-from pdc_core._bench_stats import command_line, environment, ratio, summarize, table
+from pdc_core._cli import _bench_paths as paths
+from pdc_core._cli._bench_stats import command_line, environment, ratio, summarize, table
 
 #: Untimed round trips before each timed series.
 WARMUP = 200

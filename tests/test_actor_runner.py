@@ -29,7 +29,7 @@ from pdc_core import (
     RestartPolicy,
     open_nursery,
 )
-from pdc_core._actors import ActorRunner
+from pdc_core.lowlevel import ActorRunner
 
 LIMIT = 10
 

@@ -101,7 +101,9 @@ async def test_start_is_a_handshake() -> None:
 
     class Slow(Actor[Any, Any]):
         async def on_start(self) -> None:
-            await anyio.sleep(0.02)
+            # Still starting while every other task runs as far as it can: start_actor()
+            # must not have returned by then.
+            await anyio.wait_all_tasks_blocked()
             events.append("started")
 
         async def handle(self, message: Any) -> Any:
@@ -177,8 +179,7 @@ async def test_crash_fails_requests_waiting_outside_the_nursery() -> None:
         async def handle(self, message: Any) -> Any:
             if message == "boom":
                 raise Boom
-            await anyio.sleep(0.05)
-            return message
+            return message  # never reached: "boom" is handled first and crashes the actor
 
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as tg:
@@ -189,7 +190,7 @@ async def test_crash_fails_requests_waiting_outside_the_nursery() -> None:
                     refs.append(ref)
                     await ref.tell("boom")
                     ready.set()
-                    await anyio.sleep(0.01)  # the outside ask is queued behind "boom"
+                    await _wait_for_depth(ref, 2)  # the outside ask is queued behind "boom"
                     await ref.resume()
                     await anyio.sleep_forever()
     assert len(outcomes) == 1
@@ -270,14 +271,32 @@ async def test_restart_budget_exhausted_escalates() -> None:
 
 async def test_restart_waits_for_the_backoff() -> None:
     policy = RestartPolicy(max_restarts=1, within=10, backoff=0.05)
-    async with open_nursery() as nursery:
-        ref = await nursery.start_actor(Counter, restart=policy)
-        with pytest.raises(ActorCrashed):
-            await ref.ask("boom")
-        assert ref.state is ActorState.RESTARTING
-        start = time.monotonic()
-        assert await ref.ask("after") == 1
-        assert time.monotonic() - start >= 0.04
+    crashed_at: list[float] = []
+    started_at: list[float] = []
+    restart_may_finish = anyio.Event()
+
+    class Timed(Counter):
+        async def on_start(self) -> None:
+            started_at.append(time.monotonic())
+            if len(started_at) > 1:  # the restart: RESTARTING until the test has looked
+                await restart_may_finish.wait()
+
+        async def handle(self, message: Any) -> int:
+            if message == "boom":
+                crashed_at.append(time.monotonic())  # the backoff starts after this
+            return await super().handle(message)
+
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(Timed, restart=policy)
+            with pytest.raises(ActorCrashed):
+                await ref.ask("boom")
+            assert ref.state is ActorState.RESTARTING
+            restart_may_finish.set()
+            assert await ref.ask("after") == 1
+    # From the crash to the new instance's start: the backoff, measured from both ends
+    # by the actor itself, so a late test task cannot shorten it.
+    assert started_at[1] - crashed_at[0] >= 0.04
 
 
 def test_restart_policy_validation_and_backoff() -> None:
@@ -325,15 +344,18 @@ async def test_stop_drain_handles_everything_queued() -> None:
 
 
 async def test_stop_timeout_cancels_a_stuck_handler() -> None:
+    handling = anyio.Event()
+
     class Stuck(Actor[Any, Any]):
         async def handle(self, message: Any) -> Any:
+            handling.set()
             await anyio.sleep_forever()
 
     with anyio.fail_after(LIMIT):
         async with open_nursery() as nursery:
             ref = await nursery.start_actor(Stuck)
             stuck = await _spawn_ask(nursery, ref, "x")
-            await anyio.sleep(0.01)
+            await handling.wait()  # the handler is stuck now
             await ref.stop(timeout=0.05)
             assert isinstance(await stuck.wait(), ActorStopped)
             assert ref.state is ActorState.STOPPED
@@ -451,6 +473,12 @@ async def _wait_for_depth(ref: ActorRef[Any, Any], depth: int) -> None:
             await anyio.sleep(0.001)
 
 
+def _depth(ref: ActorRef[Any, Any]) -> int:
+    stats = ref.statistics().mailbox
+    assert stats is not None
+    return stats.depth
+
+
 async def _spawn_ask_many(nursery: Any, ref: ActorRef[Any, Any], batch: list[Any]) -> _Result:
     result = _Result()
 
@@ -518,12 +546,15 @@ async def test_overload_keeps_memory_bounded(policy: str) -> None:
     """A producer much faster than the actor: the mailbox never holds more than its
     capacity, and every message is handled, refused or dropped (and counted)."""
     handled = 0
+    produced_all = False
 
     async def slow(message: int) -> None:
         nonlocal handled
         handled += 1
         if message % 50 == 0:
-            await anyio.sleep(0.001)
+            # Fall behind: let the producer fill the mailbox (or finish) before going on.
+            while not produced_all and _depth(ref) < 32:
+                await anyio.lowlevel.checkpoint()
 
     offered = 5000
     rejected = 0
@@ -536,6 +567,7 @@ async def test_overload_keeps_memory_bounded(policy: str) -> None:
                 except MailboxFull:
                     rejected += 1
                     await anyio.lowlevel.checkpoint()
+            produced_all = True
             await ref.stop(drain=True)
     stats = ref.statistics().mailbox
     assert stats is not None
@@ -629,8 +661,12 @@ async def test_cancellation_mid_traffic_leaves_nothing_behind() -> None:
     threads_before = threading.active_count()
     refs: list[ActorRef[Any, Any]] = []
     outcomes: list[str] = []
+    producers = 9
+    flowing = 0
+    all_flowing = anyio.Event()
 
     async def producer(ref: ActorRef[Any, Any], kind: str) -> None:
+        nonlocal flowing
         try:
             i = 0
             while True:
@@ -641,6 +677,10 @@ async def test_cancellation_mid_traffic_leaves_nothing_behind() -> None:
                     await ref.ask(i, timeout=1)
                 else:
                     await ref.tell(i)
+                if i == 100:  # this producer's traffic is flowing
+                    flowing += 1
+                    if flowing == producers:
+                        all_flowing.set()
         except BaseException as exc:
             outcomes.append(type(exc).__name__)
             raise
@@ -651,13 +691,15 @@ async def test_cancellation_mid_traffic_leaves_nothing_behind() -> None:
                 await anyio.lowlevel.checkpoint()
             return message
 
-    with anyio.move_on_after(0.2) as scope:
+    with anyio.fail_after(LIMIT), anyio.CancelScope() as scope:
         async with open_nursery() as nursery:
             for i in range(3):
                 ref = await nursery.start_actor(Busy, name=f"busy-{i}", capacity=16)
                 refs.append(ref)
                 for kind in ("ask", "timed", "tell"):
                     nursery._tg.start_soon(producer, ref, kind)
+            await all_flowing.wait()
+            scope.cancel()  # mid-traffic: every producer is still sending
             await anyio.sleep_forever()
     assert scope.cancelled_caught
     await anyio.lowlevel.checkpoint()

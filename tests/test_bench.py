@@ -10,8 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from pdc_core._bench import BenchResult, run_suite
 from pdc_core._cli import main
+from pdc_core._cli._bench import BenchResult, run_suite
 
 
 def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -128,7 +128,7 @@ def test_ctrl_c_ends_a_run_even_when_the_code_under_measurement_swallows_a_cance
 ) -> None:
     import signal
 
-    from pdc_core._bench_paths import run_fresh
+    from pdc_core._cli._bench_paths import run_fresh
 
     swallowed: list[bool] = []
 

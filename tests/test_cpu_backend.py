@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from pdc_cpu import CpuBackend
 
-from pdc_core import Capability, MemoryKind, get_backend
+from pdc_core import Capability, get_backend
+from pdc_core.backend import MemoryKind
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import pytest
 import pdc_core
 from pdc_core import PersistentKernel
 from pdc_core._cli import main
-from pdc_core._demo import (
+from pdc_core._cli._demo import (
     FEATURE_KERNEL,
     DemoConfig,
     DemoResult,
@@ -69,7 +69,7 @@ async def test_backend_without_a_kernel_body_falls_back_to_the_mailbox_actor(
         FEATURE_KERNEL.reply_dtype,
         bodies={"cuda": "__device__ int pdc_body(const pdc_request&, pdc_reply&) { return 0; }"},
     )
-    monkeypatch.setattr("pdc_core._demo.FEATURE_KERNEL", cuda_only)
+    monkeypatch.setattr("pdc_core._cli._demo.FEATURE_KERNEL", cuda_only)
     result = await run_demo(DemoConfig(messages=2000, backend="cpu", seed=4))
     assert result.feature_stage.endswith("(cpu has no persistent-kernel body)")
     assert result.summary()["anomalies_match"] is True
@@ -135,8 +135,10 @@ async def test_cancelling_the_demo_leaves_partial_results_and_nothing_running() 
     tasks_before = user_task_count()
     threads_before = thread_count()
     result = DemoResult(backend="cpu:0", async_backend="test")
-    with anyio.move_on_after(0.2):
-        await run_demo(DemoConfig(messages=10_000_000, backend="cpu"), result)
+    with anyio.CancelScope() as scope:  # cancelled mid-stream: once frames came through
+        await run_demo(
+            DemoConfig(messages=10_000_000, backend="cpu"), result, lambda _: scope.cancel()
+        )
     assert result.interrupted
     assert 0 < result.sent < 10_000_000
     assert result.processed <= result.sent
@@ -180,6 +182,48 @@ def test_bad_options_exit_2(argv: list[str]) -> None:
     assert info.value.code == 2
 
 
+class _StderrLines:
+    """Reads a process's stderr line by line on a thread, so a test can wait for a line."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self.ended = False
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._thread.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, prefix: str, timeout: float) -> bool:
+        """Whether a line starting with ``prefix`` came (before the end, within ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not any(line.startswith(prefix) for line in self.lines):
+                remaining = deadline - time.monotonic()
+                if self.ended or remaining <= 0:
+                    return False
+                self._changed.wait(remaining)
+            return True
+
+    def text(self, timeout: float) -> str:
+        """Everything read, once the stream has ended."""
+        self._thread.join(timeout)
+        with self._changed:
+            return "".join(self.lines)
+
+
+#: What ``pdc demo`` prints on stderr (also with ``--json``) once frames flow.
+RUNNING_LINE = "pdc demo: running"
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
 def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
@@ -201,9 +245,20 @@ def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
         text=True,
         env=env,
     )
-    time.sleep(2.5)  # past start-up (imports), into the pipeline
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=30)
+    try:
+        assert proc.stdout is not None
+        stderr = _StderrLines(proc)
+        # past start-up (imports), into the pipeline: frames have been processed
+        running = stderr.wait_for(RUNNING_LINE, timeout=60)
+        assert running, f"no {RUNNING_LINE!r} line on stderr:\n{stderr.text(timeout=0)}"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)  # stdout (the JSON summary) is far below a pipe's buffer
+        out = proc.stdout.read()
+        err = stderr.text(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     summary = json.loads(out)

@@ -17,23 +17,19 @@ import numpy.typing as npt
 import pytest
 
 from pdc_core import (
-    Availability,
     Backend,
     BackendUnavailable,
     BufferState,
     Capability,
     CapabilityError,
     DeviceInfo,
-    Event,
     Kernel,
-    MemoryKind,
-    MemoryStatistics,
-    Stream,
     UnifiedBuffer,
     cuda,
     get_backend,
     kernel,
 )
+from pdc_core.backend import Availability, Event, MemoryKind, MemoryStatistics, Stream
 
 
 @kernel(block=(128,))

@@ -20,7 +20,7 @@ from pdc_core import (
     MailboxFull,
     MessageTimeout,
 )
-from pdc_core._mailbox import check_priority
+from pdc_core._actors import check_priority
 
 
 class Stop(Control):

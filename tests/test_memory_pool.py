@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pdc_core import MemoryPool, PoolError, PoolLimitError, get_memory_pool
-from pdc_core.core.memory_pool import get_memory_pool as seed_get_memory_pool
+from pdc_core import get_memory_pool as seed_get_memory_pool
 
 
 def test_seed_import_path_gives_the_same_pool():

@@ -19,28 +19,30 @@ import pytest
 from pdc_core import (
     ActorCrashed,
     ActorStopped,
-    Availability,
     Backend,
     Capability,
     CapabilityError,
     DeviceInfo,
     DeviceSource,
-    ErrorCode,
     KernelBodyMissing,
     KernelStopTimeout,
-    MemoryKind,
-    MemoryStatistics,
     PersistentKernel,
     PersistentKernelError,
     PersistentKernelSession,
     RecordError,
+    SessionState,
+    open_persistent_kernel,
+    persistent_kernel,
+)
+from pdc_core.backend import (
+    Availability,
+    ErrorCode,
+    MemoryKind,
+    MemoryStatistics,
     ResidentKernel,
     RingDevice,
     RingMemory,
-    SessionState,
     StopMode,
-    open_persistent_kernel,
-    persistent_kernel,
 )
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
@@ -197,6 +199,17 @@ async def step_until(
     raise AssertionError("condition never held")
 
 
+async def until(condition: Any) -> None:
+    """Wait until ``condition()`` holds: another task has got somewhere by now.
+
+    Polled, since the leader polls its (scripted) device: ``wait_all_tasks_blocked``
+    would rarely catch every task asleep under asyncio.
+    """
+    with anyio.fail_after(10):
+        while not condition():  # noqa: ASYNC110 - a state of the session, not an event
+            await anyio.sleep(0.001)
+
+
 # -- the spec ---------------------------------------------------------------------------------
 
 
@@ -249,7 +262,7 @@ async def test_start_refuses_missing_body_and_capability() -> None:
 
 
 async def test_polling_waiter_spins_while_replies_are_due_then_backs_off() -> None:
-    from pdc_core import PollingWaiter
+    from pdc_core.backend import PollingWaiter
 
     requested: list[float] = []
 
@@ -393,7 +406,7 @@ async def test_receive_window_bounds_unreceived_replies() -> None:
         assert session.statistics.sent == 3
 
         async def receiver() -> None:
-            await anyio.sleep(0.01)
+            await until(lambda: session._leader)  # the send below is waiting now
             assert (await session.receive())["id"] == 0
 
         async with anyio.create_task_group() as tg:
@@ -444,9 +457,9 @@ async def test_leader_cancelled_follower_takes_over() -> None:
         async with anyio.create_task_group() as tg:
             async with anyio.create_task_group() as leaders:
                 leaders.start_soon(ask, 1)
-                await anyio.sleep(0.005)
+                await until(lambda: session._leader)  # 1 leads
                 tg.start_soon(ask, 2)
-                await anyio.sleep(0.005)
+                await until(lambda: len(session._followers) == 1)  # 2 follows
                 leaders.cancel_scope.cancel()  # the first (leading) waiter goes away
             await step_until(session, lambda: got == [2])
 
@@ -466,14 +479,15 @@ async def test_a_leader_remains_when_leader_and_promoted_follower_are_cancelled(
                     await ask(i)
 
             tg.start_soon(doomed, leader, 1)  # leads
-            await anyio.sleep(0.005)
+            await until(lambda: session._leader)
             tg.start_soon(doomed, promoted, 2)  # first follower: promoted when the leader goes
-            await anyio.sleep(0.005)
+            await until(lambda: len(session._followers) == 1)
             tg.start_soon(ask, 3)  # must still be served
-            await anyio.sleep(0.005)
+            await until(lambda: len(session._followers) == 2)
             leader.cancel()  # the leader leaves and promotes 2 ...
             promoted.cancel()  # ... which leaves before it can lead
-            await anyio.sleep(0.01)  # let both go before the device answers
+            # let both go before the device answers: 3 is left, and leads
+            await until(lambda: session._leader and not session._followers)
             with anyio.fail_after(5):
                 await step_until(session, lambda: bool(got))
         assert got == [3]
@@ -492,7 +506,7 @@ async def test_wait_until_and_notify_changed() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve)
-            await anyio.sleep(0.005)  # serve() leads now
+            await until(lambda: session._leader)  # serve() leads now
             got: list[int] = []
 
             async def ask() -> None:
@@ -523,7 +537,7 @@ async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
-            await anyio.sleep(0.005)
+            await until(lambda: bool(session._watchers))  # watch() is waiting now
             assert not session._leader  # watching is not leading
             got: list[int] = []
 
@@ -531,7 +545,7 @@ async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -
                 got.append(int((await session.request((5, 0.0)))["id"]))
 
             tg.start_soon(ask)
-            await anyio.sleep(0.005)
+            await until(lambda: session.statistics.sent == 1)  # ask() has sent, and waits
             assert session._leader  # the caller leads its own request
             resident.step()
             with anyio.fail_after(2):
@@ -581,7 +595,7 @@ async def test_stop_fails_unprocessed_requests_and_keeps_published_replies() -> 
     async with anyio.create_task_group() as tg:
         for i in range(4):
             tg.start_soon(ask, i)
-        await anyio.sleep(0.01)
+        await until(lambda: session.statistics.sent == 6)  # all four requests are waiting
         session.resident.step(3)  # type: ignore[attr-defined]  # answers 100, 101, one request
         await session.stop()
     assert len(replies) == 1  # the first request published (task order is the library's)
@@ -614,7 +628,7 @@ async def test_drain_stop_answers_everything() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ask)
-        await anyio.sleep(0.005)
+        await until(lambda: session._leader)  # the batch is published and waiting
         session.resident.step(2)  # type: ignore[attr-defined]
         assert session.statistics.sent == 7
 
@@ -645,7 +659,7 @@ async def test_error_word_surfaces_as_actor_crashed() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ask)
-        await anyio.sleep(0.005)
+        await until(lambda: session._leader)  # request 2 is published and waiting
         resident.crash(ErrorCode.USER + 1, "matrix not invertible")
     (crash,) = caught
     assert isinstance(crash.cause, PersistentKernelError)
@@ -665,7 +679,7 @@ async def test_unreported_crash_is_raised_on_exit() -> None:
     async def run() -> None:
         async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
             session.resident.crash(ErrorCode.BODY, "boom")  # type: ignore[attr-defined]
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # nobody looks at the ring meanwhile
 
     with pytest.raises(ActorCrashed, match="boom"):
         await run()

@@ -12,7 +12,7 @@ from pdc_core._cli import main
 
 THIRD_PARTY = """
 from pdc_example_backend import ExampleBackend
-from pdc_core import hookimpl
+from pdc_core.backend import hookimpl
 
 class ThirdPartyBackend(ExampleBackend):
     name = "thirdparty"
@@ -29,7 +29,7 @@ raise ImportError("this plugin is deliberately broken")
 """
 
 HOOK_RAISES = """
-from pdc_core import hookimpl
+from pdc_core.backend import hookimpl
 
 @hookimpl
 def pdc_register_backends(register):
@@ -37,7 +37,7 @@ def pdc_register_backends(register):
 """
 
 RETURNS_GARBAGE = """
-from pdc_core import hookimpl
+from pdc_core.backend import hookimpl
 
 @hookimpl
 def pdc_register_backends(register):
@@ -45,7 +45,7 @@ def pdc_register_backends(register):
 """
 
 REGISTERS_GARBAGE = """
-from pdc_core import hookimpl
+from pdc_core.backend import hookimpl
 
 @hookimpl
 def pdc_register_backends(register):
@@ -54,7 +54,7 @@ def pdc_register_backends(register):
 
 UNAVAILABLE = """
 from pdc_example_backend import ExampleBackend
-from pdc_core import Availability, hookimpl
+from pdc_core.backend import Availability, hookimpl
 
 class GhostBackend(ExampleBackend):
     name = "ghost"
@@ -114,7 +114,7 @@ def test_third_party_backend_is_usable_and_broken_plugin_is_reported(third_party
     [
         (HOOK_RAISES, "boom in the hook"),
         (RETURNS_GARBAGE, "returned [42]"),
-        (REGISTERS_GARBAGE, "not a subclass of pdc_core.Backend"),
+        (REGISTERS_GARBAGE, "not a subclass of pdc_core.backend.Backend"),
     ],
 )
 def test_misbehaving_hooks_are_reported_and_skipped(install_plugins, source, expected):
@@ -182,7 +182,7 @@ def test_malformed_backend_names(name):
 def test_duplicate_backend_name_is_reported(install_plugins, monkeypatch):
     source = """
 from pdc_cpu import CpuBackend
-from pdc_core import hookimpl
+from pdc_core.backend import hookimpl
 
 @hookimpl
 def pdc_register_backends(register):
@@ -227,6 +227,6 @@ def test_import_never_loads_plugins():
     import subprocess
     import sys
 
-    code = "import pdc_core, pdc_core._plugins as p; assert p._state is None; print('ok')"
+    code = "import pdc_core, pdc_core._plugins._loader as p; assert p._state is None; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "ok", result.stderr

@@ -14,22 +14,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdc_core import (
-    ErrorCode,
-    RecordError,
-    RingDevice,
-    RingHost,
-    RingLayout,
-    RingMemory,
-    RingProtocolError,
-    StopMode,
-)
-from pdc_core._ring import (
+from pdc_core import RecordError, RingProtocolError
+from pdc_core.backend import (
     CONTROL_BLOCK_SIZE,
     ERROR_MESSAGE_SIZE,
     LINE_SIZE,
     RING_MAGIC,
+    ErrorCode,
     Offset,
+    RingDevice,
+    RingHost,
+    RingLayout,
+    RingMemory,
+    StopMode,
     coerce_batch,
     coerce_record,
 )

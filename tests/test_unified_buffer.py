@@ -131,7 +131,8 @@ class TestDiscreteDeviceStateMachine:
 def test_pinned_without_the_capability_is_refused(install_plugins, example_backend_importable):
     source = """
 from pdc_example_backend import ExampleBackend
-from pdc_core import Capability, hookimpl
+from pdc_core import Capability
+from pdc_core.backend import hookimpl
 
 class NoPinBackend(ExampleBackend):
     name = "nopin"

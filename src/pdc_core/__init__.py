@@ -4,31 +4,30 @@ Actors are async functions fed through mailboxes, or persistent kernels resident
 a device, run inside actor nurseries under asyncio or trio. Backends (``cpu``,
 ``cuda``, ``metal`` and third-party ones) are pluggy plugins found through the
 ``pdc`` entry-point group.
+
+This module is the user's API. Backend authors use :mod:`pdc_core.backend`; authors
+of new kinds of actor use :mod:`pdc_core.lowlevel`; kernel bodies use
+:mod:`pdc_core.cuda`; :mod:`pdc_core.testing` has the conformance kit.
 """
 
 from __future__ import annotations
 
-from . import cuda
+from typing import TYPE_CHECKING, Any
+
 from ._actors import (
     Actor,
     ActorNursery,
     ActorRef,
     ActorState,
     ActorStatistics,
+    Backpressure,
+    Control,
+    Mailbox,
+    MailboxStatistics,
     RestartPolicy,
     open_nursery,
 )
-from ._backend import (
-    Availability,
-    Backend,
-    Capability,
-    DeviceInfo,
-    Event,
-    MemoryKind,
-    MemoryStatistics,
-    Stream,
-)
-from ._buffer import BufferState, UnifiedBuffer, normalize_shape_dtype
+from ._buffer import BufferState, UnifiedBuffer
 from ._exceptions import (
     ActorCrashed,
     ActorError,
@@ -57,146 +56,87 @@ from ._exceptions import (
     RecordError,
     RingProtocolError,
 )
-from ._host_kernel import HostWorkerKernel
-from ._kernel import Kernel, LaunchConfig, auto_block_size, kernel, launch_config
-from ._kernel_actor import KernelActorRef, PersistentKernelActor
-from ._mailbox import (
-    Backpressure,
-    Control,
-    Mailbox,
-    MailboxStatistics,
-)
+from ._kernel import Kernel, kernel
+from ._launch import LaunchConfig, auto_block_size, launch_config
 from ._memory_pool import MemoryPool, PoolStatistics, get_memory_pool
-from ._messages import (
-    Message,
-    Request,
-    Response,
-    RingKernelMessage,
-    message,
-)
 from ._persistent import (
-    DeviceSource,
-    HostWaiter,
-    KernelStatus,
-    PersistentKernel,
+    KernelActorRef,
+    PersistentKernelActor,
     PersistentKernelSession,
-    PollingWaiter,
-    ResidentKernel,
     SessionState,
     SessionStatistics,
     open_persistent_kernel,
-    persistent_kernel,
 )
-from ._persistent_ring_kernel import PersistentRingKernel
-from ._plugins import PluginInfo, hookimpl, list_plugins, reload_plugins
-from ._registry import BackendInfo, available_backends, get_backend
-from ._ring import ErrorCode, RingDevice, RingHost, RingLayout, RingMemory, StopMode
-from ._ring_kernel import (
+from ._plugins import (
+    BackendInfo,
+    PluginInfo,
+    available_backends,
+    get_backend,
+    list_plugins,
+    reload_plugins,
+)
+from ._publish import publish
+from ._ring_kernels import (
     KernelState,
+    Message,
+    PersistentRingKernel,
+    Request,
+    Response,
     RingKernel,
     RingKernelContext,
     RingKernelDefinition,
+    RingKernelMessage,
     RingKernelRuntime,
+    RingKernelTelemetry,
+    Telemetry,
+    message,
     ring_kernel,
 )
-from ._telemetry import RingKernelTelemetry, Telemetry
 from ._version import __version__
-from ._worker_stream import WorkerEvent, WorkerStream
+from .backend import (
+    Backend,
+    Capability,
+    DeviceInfo,
+    DeviceSource,
+    KernelStatus,
+    PersistentKernel,
+    persistent_kernel,
+)
+
+if TYPE_CHECKING:
+    from . import cuda
 
 __all__ = [
-    "Availability",
-    "Backend",
-    "BackendInfo",
-    "BufferState",
-    "Capability",
-    "DeviceInfo",
-    "Event",
-    "MemoryKind",
-    "MemoryPool",
-    "MemoryStatistics",
-    "PluginInfo",
-    "PoolStatistics",
-    "Stream",
-    "UnifiedBuffer",
-    "WorkerEvent",
-    "WorkerStream",
-    "available_backends",
-    "get_backend",
-    "get_memory_pool",
-    # kernels
-    "Kernel",
-    "LaunchConfig",
-    "auto_block_size",
-    "cuda",
-    "kernel",
-    "launch_config",
-    "hookimpl",
-    "list_plugins",
-    "normalize_shape_dtype",
-    "reload_plugins",
-    "BackendError",
-    "BackendUnavailable",
-    "CapabilityError",
-    "PdcError",
-    "PluginError",
-    "PoolError",
-    "PoolLimitError",
-    # persistent kernels
-    "DeviceSource",
-    "ErrorCode",
-    "HostWaiter",
-    "HostWorkerKernel",
-    "KernelActorRef",
-    "KernelBodyMissing",
-    "KernelStatus",
-    "KernelStopTimeout",
-    "PersistentKernel",
-    "PersistentKernelActor",
-    "PersistentKernelError",
-    "PersistentKernelSession",
-    "PersistentRingKernel",
-    "PollingWaiter",
-    "RecordError",
-    "ResidentKernel",
-    "RingDevice",
-    "RingHost",
-    "RingLayout",
-    "RingMemory",
-    "RingProtocolError",
-    "SessionState",
-    "SessionStatistics",
-    "StopMode",
-    "open_persistent_kernel",
-    "persistent_kernel",
-    # actors, mailboxes and the ring-kernel API
+    "__version__",
+    # actors and mailboxes
     "Actor",
-    "ActorCrashed",
-    "ActorError",
     "ActorNursery",
     "ActorRef",
     "ActorState",
     "ActorStatistics",
-    "ActorStopped",
     "Backpressure",
     "Control",
-    "DuplicateActorError",
-    "KernelAlreadyExistsError",
-    "KernelNotFoundError",
-    "KernelState",
-    "KernelStateError",
-    "KernelTerminated",
-    "LifecycleError",
     "Mailbox",
-    "MailboxClosed",
-    "MailboxError",
-    "MailboxFull",
     "MailboxStatistics",
+    "RestartPolicy",
+    "open_nursery",
+    # persistent kernels
+    "DeviceSource",
+    "KernelActorRef",
+    "KernelStatus",
+    "PersistentKernel",
+    "PersistentKernelActor",
+    "PersistentKernelSession",
+    "SessionState",
+    "SessionStatistics",
+    "open_persistent_kernel",
+    "persistent_kernel",
+    # the seeds' ring-kernel API
+    "KernelState",
     "Message",
-    "MessageDropped",
-    "MessageTimeout",
+    "PersistentRingKernel",
     "Request",
     "Response",
-    "RestartPolicy",
     "RingKernel",
     "RingKernelContext",
     "RingKernelDefinition",
@@ -205,7 +145,73 @@ __all__ = [
     "RingKernelTelemetry",
     "Telemetry",
     "message",
-    "open_nursery",
     "ring_kernel",
-    "__version__",
+    # buffers, kernels and backends
+    "Backend",
+    "BackendInfo",
+    "BufferState",
+    "Capability",
+    "DeviceInfo",
+    "Kernel",
+    "LaunchConfig",
+    "MemoryPool",
+    "PluginInfo",
+    "PoolStatistics",
+    "UnifiedBuffer",
+    "auto_block_size",
+    "available_backends",
+    "cuda",
+    "get_backend",
+    "get_memory_pool",
+    "kernel",
+    "launch_config",
+    "list_plugins",
+    "reload_plugins",
+    # exceptions
+    "ActorCrashed",
+    "ActorError",
+    "ActorStopped",
+    "BackendError",
+    "BackendUnavailable",
+    "CapabilityError",
+    "DuplicateActorError",
+    "KernelAlreadyExistsError",
+    "KernelBodyMissing",
+    "KernelNotFoundError",
+    "KernelStateError",
+    "KernelStopTimeout",
+    "KernelTerminated",
+    "LifecycleError",
+    "MailboxClosed",
+    "MailboxError",
+    "MailboxFull",
+    "MessageDropped",
+    "MessageTimeout",
+    "PdcError",
+    "PersistentKernelError",
+    "PluginError",
+    "PoolError",
+    "PoolLimitError",
+    "RecordError",
+    "RingProtocolError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # pdc_core.cuda (the kernel-body vocabulary and its CPU simulator) loads on first use.
+    if name == "cuda":
+        import importlib
+
+        return importlib.import_module(".cuda", __name__)
+    raise AttributeError(f"module 'pdc_core' has no attribute {name!r}")
+
+
+def _publish_faces() -> None:
+    from . import backend, lowlevel
+
+    publish(__name__, globals(), (name for name in __all__ if name != "cuda"))
+    publish(backend.__name__, vars(backend), backend.__all__)
+    publish(lowlevel.__name__, vars(lowlevel), lowlevel.__all__)
+
+
+_publish_faces()

@@ -27,13 +27,19 @@ from typing import TYPE_CHECKING, Any, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
-from ._backend import Backend, Capability, MemoryKind
+from ._backend._contract import Backend, Capability, MemoryKind
 from ._exceptions import BackendUnavailable
+from ._plugins import get_backend, registered_backends, resolve_backend
 
 if TYPE_CHECKING:
-    from ._backend import Stream
+    from ._backend._contract import Stream
 
-__all__ = ["BufferState", "UnifiedBuffer", "normalize_shape_dtype"]
+__all__ = [
+    "BufferState",
+    "ShapeLike",
+    "UnifiedBuffer",
+    "normalize_shape_dtype",
+]
 
 ShapeLike = SupportsIndex | Sequence[SupportsIndex]
 
@@ -86,14 +92,6 @@ class BufferState(enum.Enum):
     DEVICE_DIRTY = "device_dirty"
 
 
-def _resolve_backend(backend: Backend | str | None) -> Backend:
-    if isinstance(backend, Backend):
-        return backend
-    from ._registry import get_backend
-
-    return get_backend(backend)
-
-
 class UnifiedBuffer:
     """An n-dimensional array with host and device views and lazy synchronization.
 
@@ -116,7 +114,7 @@ class UnifiedBuffer:
         backend: Backend | str | None = None,
     ) -> None:
         shape, dtype = normalize_shape_dtype(shape, dtype)
-        self._init(_resolve_backend(backend), pinned)
+        self._init(resolve_backend(backend), pinned)
         self._host = self._allocate_host(shape, dtype)
         self._host.fill(0)
         self._attach_host()
@@ -134,7 +132,7 @@ class UnifiedBuffer:
         """
         host = np.asarray(array)
         self = cls.__new__(cls)
-        self._init(_resolve_backend(backend), pinned)
+        self._init(resolve_backend(backend), pinned)
         normalize_shape_dtype(host.shape, host.dtype)
         viewable = not self._unified or self._backend.can_view(host)
         if pinned or not (host.flags.c_contiguous and host.flags.writeable and viewable):
@@ -256,10 +254,7 @@ class UnifiedBuffer:
         """
         if self._backend.name == "metal":
             return self.device
-        from . import _plugins
-        from ._registry import get_backend
-
-        if "metal" not in _plugins.registered_backends():
+        if "metal" not in registered_backends():
             raise BackendUnavailable(
                 "UnifiedBuffer.metal needs the metal backend, which is not installed: "
                 "pip install pdc-metal"

@@ -39,7 +39,14 @@ __all__ = [
 
 
 class PdcError(Exception):
-    """Base class of every error raised by pdc."""
+    """Base class of every error raised by pdc.
+
+    Every pdc error pickles with all its fields (across processes, e.g. to and from
+    Ray workers), whatever its constructor takes.
+    """
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class PluginError(PdcError):
@@ -88,9 +95,6 @@ class MailboxFull(MailboxError, RuntimeError):
         super().__init__(message)
         self.capacity = capacity
         self.accepted = accepted
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class MailboxClosed(MailboxError, RuntimeError):
@@ -143,10 +147,8 @@ class ActorCrashed(ActorStopped):
         detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
         super().__init__(f"actor {actor_id!r} crashed{note}: {detail}", actor_id=actor_id)
         self.cause = cause
+        self.note = note
         self.__cause__ = cause
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.actor_id, self.cause))
 
 
 class KernelTerminated(ActorStopped):
@@ -174,9 +176,6 @@ class KernelNotFoundError(ActorError, LookupError):
         self.kernel_id = kernel_id
         self.known = tuple(sorted(known))
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (type(self), self.args, self.__dict__))
-
 
 class LifecycleError(ActorError, RuntimeError):
     """An operation is not allowed in the current lifecycle state; the message names it."""
@@ -191,9 +190,6 @@ class KernelStateError(LifecycleError):
         self.kernel_id = kernel_id
         self.state = state
         self.operation = operation
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 # --- persistent kernels and their rings ------------------------------------------
@@ -236,9 +232,6 @@ class PersistentKernelError(BackendError):
         self.code = code
         self.detail = detail
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.kernel, self.code, self.detail))
-
 
 class KernelStopTimeout(BackendError, TimeoutError):
     """A persistent kernel did not stop within the timeout it was given.
@@ -252,8 +245,11 @@ class KernelStopTimeout(BackendError, TimeoutError):
 def _rebuild(
     cls: type[BaseException], args: tuple[object, ...], state: dict[str, object]
 ) -> BaseException:
-    """Unpickle an exception whose ``__init__`` takes keyword-only or derived arguments."""
+    """Unpickle a pdc error as it was, without calling its ``__init__`` again."""
     exc = cls.__new__(cls)
     exc.args = args
     exc.__dict__.update(state)
+    cause = state.get("cause")
+    if isinstance(cause, BaseException):  # ActorCrashed: ``cause`` is also ``__cause__``
+        exc.__cause__ = cause
     return exc

@@ -31,212 +31,32 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import re
 import threading
 import types
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, overload
 
 import anyio
 import numpy as np
 
-from ._backend import Backend, Capability, Stream
+from ._backend._contract import Backend, Capability, Stream
 from ._buffer import UnifiedBuffer
 from ._exceptions import CapabilityError
-from ._kernel_sim import (
+from ._launch import (
     DEFAULT_MAX_THREADS_PER_BLOCK,
-    MAX_BLOCK_DIMS,
-    MAX_GRID_DIMS,
-    dim3,
+    Dims,
+    LaunchConfig,
+    auto_block,
+    check_block,
+    check_grid,
     dims,
+    launch_config,
+    problem_size,
 )
+from ._plugins import available_backends, resolve_backend
 
-__all__ = ["Kernel", "LaunchConfig", "auto_block_size", "kernel", "launch_config"]
-
-Dims = int | Sequence[int]
-
-#: The seeds' table of threads per block, as (largest problem size, threads).
-BLOCK_SIZE_TABLE: Final = ((64, 64), (999, 128), (100_000, 256))
-#: Threads per block above the table's last size.
-LARGE_BLOCK_SIZE: Final = 512
-
-
-def auto_block_size(size: int) -> int:
-    """Threads per block for a problem of ``size`` elements (the seeds' table).
-
-    ========================  ===============
-    elements                  threads / block
-    ========================  ===============
-    0 to 64                   64
-    65 to 999 (< 1 K)         128
-    1,000 to 100,000          256
-    more than 100,000         512
-    ========================  ===============
-
-    Small problems get small blocks so that even a few hundred elements spread over
-    several multiprocessors; 256 threads (8 warps) is the usual sweet spot; very large
-    problems get 512 to halve the number of blocks.
-    """
-    if isinstance(size, bool) or not isinstance(size, int | np.integer):
-        raise TypeError(f"size must be an int, not {size!r}")
-    if size < 0:
-        raise ValueError(f"size must not be negative, got {size}")
-    for largest, threads in BLOCK_SIZE_TABLE:
-        if size <= largest:
-            return threads
-    return LARGE_BLOCK_SIZE
-
-
-@dataclass(frozen=True)
-class LaunchConfig:
-    """A grid of blocks and a block of threads, with the same number of dimensions (1-3)."""
-
-    grid: tuple[int, ...]
-    block: tuple[int, ...]
-
-    @property
-    def ndim(self) -> int:
-        return len(self.block)
-
-    @property
-    def threads_per_block(self) -> int:
-        return math.prod(self.block)
-
-    @property
-    def blocks(self) -> int:
-        return math.prod(self.grid)
-
-    @property
-    def threads(self) -> int:
-        """Threads launched: at least the problem size, rounded up to whole blocks."""
-        return self.blocks * self.threads_per_block
-
-    @property
-    def empty(self) -> bool:
-        """True when the problem is empty: nothing is launched."""
-        return self.blocks == 0
-
-    @property
-    def grid3(self) -> tuple[int, int, int]:
-        return dim3(self.grid)
-
-    @property
-    def block3(self) -> tuple[int, int, int]:
-        return dim3(self.block)
-
-
-def _problem_size(size: Any) -> tuple[int, ...]:
-    if isinstance(size, UnifiedBuffer) or _is_array(size):
-        shape = tuple(int(extent) for extent in size.shape)
-        if not shape:
-            raise ValueError("a 0-dimensional array has no size to launch over; give size=")
-        if len(shape) > 3:
-            raise ValueError(
-                f"an array of shape {shape} has {len(shape)} dimensions; a launch covers at "
-                "most 3: give size= or a block"
-            )
-        return shape
-    if isinstance(size, bool) or not isinstance(size, int | np.integer | Sequence):
-        raise TypeError(f"size must be an int, a tuple of up to 3 ints or an array, not {size!r}")
-    if isinstance(size, str | bytes):
-        raise TypeError(f"size must be an int, a tuple of up to 3 ints or an array, not {size!r}")
-    return dims(size, "size", allow_zero=True)
-
-
-def _pow2_floor(value: int) -> int:
-    return 1 << (value.bit_length() - 1)
-
-
-def _pow2_ceil(value: int) -> int:
-    return 1 if value <= 1 else 1 << (value - 1).bit_length()
-
-
-def _auto_block(sizes: tuple[int, ...], max_threads: int) -> tuple[int, ...]:
-    threads = min(auto_block_size(math.prod(sizes)), _pow2_floor(max_threads))
-    if len(sizes) == 1:
-        return (threads,)
-    block = [1] * len(sizes)
-    caps = [min(_pow2_ceil(extent), MAX_BLOCK_DIMS[axis]) for axis, extent in enumerate(sizes)]
-    product = 1
-    grown = True
-    while product < threads and grown:
-        grown = False
-        for axis in range(len(sizes)):
-            if product < threads and block[axis] < caps[axis]:
-                block[axis] *= 2
-                product *= 2
-                grown = True
-    return tuple(block)
-
-
-def _check_block(block: tuple[int, ...], max_threads: int) -> None:
-    for axis, (extent, limit) in enumerate(zip(block, MAX_BLOCK_DIMS, strict=False)):
-        if extent > limit:
-            raise ValueError(
-                f"block {block}: dimension {'xyz'[axis]} is {extent}; CUDA allows at most {limit}"
-            )
-    threads = math.prod(block)
-    if threads > max_threads:
-        raise ValueError(
-            f"block {block} has {threads} threads; the device allows at most {max_threads} "
-            "per block"
-        )
-
-
-def _check_grid(grid: tuple[int, ...], block: tuple[int, ...]) -> None:
-    if len(grid) != len(block):
-        raise ValueError(
-            f"grid {grid} has {len(grid)} dimension(s) but block {block} has {len(block)}"
-        )
-    for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID_DIMS, strict=False)):
-        if extent > limit:
-            raise ValueError(
-                f"grid {grid}: dimension {'xyz'[axis]} is {extent} blocks, over the limit "
-                f"{limit}; use larger blocks or a grid-stride loop"
-            )
-
-
-def launch_config(
-    size: Any,
-    block: Dims | None = None,
-    *,
-    max_threads_per_block: int = DEFAULT_MAX_THREADS_PER_BLOCK,
-) -> LaunchConfig:
-    """The grid and block covering a problem of ``size`` elements.
-
-    ``size`` is an int, a tuple of 1 to 3 ints, or an array (its shape). Without
-    ``block``, a 1-D problem gets :func:`auto_block_size` threads; a 2-D or 3-D problem
-    gets as many threads in total (by its element count), spread in powers of two over
-    its dimensions, x first, never wider than a dimension needs — (16, 16) for
-    100 x 100, (32, 16) for 1000 x 1000, (8, 8, 8) for 64 x 64 x 64. The grid is
-    ``ceil(size / block)`` per dimension; a zero-sized problem gives an empty grid.
-
-    Raises ``TypeError`` for a size or block that is not made of ints, and
-    ``ValueError`` naming the value for a negative size, a zero or negative block
-    dimension, more than ``max_threads_per_block`` threads (1024 on CUDA devices), a
-    block over CUDA's per-dimension limits (1024, 1024, 64), a block with another
-    number of dimensions than the size, or a grid over the device's limits.
-    """
-    sizes = _problem_size(size)
-    if isinstance(max_threads_per_block, bool) or not isinstance(max_threads_per_block, int):
-        raise TypeError(f"max_threads_per_block must be an int, not {max_threads_per_block!r}")
-    if max_threads_per_block < 1:
-        raise ValueError(f"max_threads_per_block must be positive, not {max_threads_per_block}")
-    if block is None:
-        blocks = _auto_block(sizes, max_threads_per_block)
-    else:
-        blocks = dims(block, "block")
-        if len(blocks) != len(sizes):
-            raise ValueError(
-                f"block {blocks} has {len(blocks)} dimension(s) but size {sizes} has {len(sizes)}"
-            )
-    _check_block(blocks, max_threads_per_block)
-    grid = tuple(-(-extent // threads) for extent, threads in zip(sizes, blocks, strict=True))
-    _check_grid(grid, blocks)
-    return LaunchConfig(grid=grid, block=blocks)
-
+__all__ = ["ConfiguredKernel", "Kernel", "kernel"]
 
 # --------------------------------------------------------------------------------------
 # arguments
@@ -254,14 +74,6 @@ def _is_array(value: Any) -> bool:
 
 
 _SCALARS = (bool, int, float, complex, np.generic)
-
-
-def _resolve_backend(backend: Backend | str | None) -> Backend:
-    if isinstance(backend, Backend):
-        return backend
-    from ._registry import get_backend
-
-    return get_backend(backend)
 
 
 _MAX_THREADS: dict[str, int] = {}
@@ -370,12 +182,12 @@ class Kernel:
         self.block: tuple[int, ...] | None = None
         if block is not None:
             self.block = dims(block, "block")
-            _check_block(self.block, DEFAULT_MAX_THREADS_PER_BLOCK)
+            check_block(self.block, DEFAULT_MAX_THREADS_PER_BLOCK)
         self.grid: tuple[int, ...] | None = None
         if grid is not None:
             self.grid = dims(grid, "grid")
             if self.block is not None:
-                _check_grid(self.grid, self.block)
+                check_grid(self.grid, self.block)
         if backend is not None and not isinstance(backend, Backend | str):
             raise TypeError(
                 f"backend must be a name such as 'cuda:1' or a Backend, not {backend!r}"
@@ -505,10 +317,10 @@ class Kernel:
             )
         candidates: list[tuple[str, Backend]] = []
         if backend is not None:
-            resolved = _resolve_backend(backend)
+            resolved = resolve_backend(backend)
             candidates.append((f"backend= names {resolved.qualified_name}", resolved))
         elif self.backend is not None:
-            resolved = _resolve_backend(self.backend)
+            resolved = resolve_backend(self.backend)
             candidates.append((f"the kernel's backend is {resolved.qualified_name}", resolved))
         if stream is not None:
             candidates.append((f"the stream is on {stream.backend.qualified_name}", stream.backend))
@@ -519,7 +331,7 @@ class Kernel:
                     (f"argument {position} (a UnifiedBuffer) is on {where}", arg.backend)
                 )
         if not candidates:
-            return _resolve_backend(None)
+            return resolve_backend(None)
         first, chosen = candidates[0]
         for other, candidate in candidates[1:]:
             if candidate.qualified_name != chosen.qualified_name:
@@ -542,9 +354,9 @@ class Kernel:
         if grid_dims is not None:
             if block_dims is None:
                 sizes = self._sizes(args, size, len(grid_dims), missing="block= (or size=)")
-                block_dims = _auto_block(sizes, max_threads)
-            _check_block(block_dims, max_threads)
-            _check_grid(grid_dims, block_dims)
+                block_dims = auto_block(sizes, max_threads)
+            check_block(block_dims, max_threads)
+            check_grid(grid_dims, block_dims)
             return LaunchConfig(grid=grid_dims, block=block_dims)
         ndim = len(block_dims) if block_dims is not None else None
         return launch_config(
@@ -555,7 +367,7 @@ class Kernel:
         self, args: tuple[Any, ...], size: Any, ndim: int | None, missing: str = "size= or grid="
     ) -> tuple[int, ...]:
         if size is not None:
-            sizes = _problem_size(size)
+            sizes = problem_size(size)
         else:
             shape: tuple[int, ...] | None = None
             for arg in args:
@@ -591,8 +403,6 @@ class Kernel:
             )
         if not backend.has(needed):
             declared = ", ".join(sorted(backend.capabilities)) or "none"
-            from ._registry import available_backends
-
             able = [
                 info.name
                 for info in available_backends()

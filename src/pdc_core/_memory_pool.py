@@ -12,9 +12,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._backend import Backend
-from ._buffer import ShapeLike, UnifiedBuffer, _resolve_backend, normalize_shape_dtype
+from ._backend._contract import Backend
+from ._buffer import ShapeLike, UnifiedBuffer, normalize_shape_dtype
 from ._exceptions import PoolError, PoolLimitError
+from ._plugins import resolve_backend
 
 __all__ = ["MemoryPool", "PoolStatistics", "get_memory_pool"]
 
@@ -79,7 +80,7 @@ class MemoryPool:
     ) -> UnifiedBuffer:
         """A buffer of ``shape`` and ``dtype``, reused when one was released."""
         shape, canonical = normalize_shape_dtype(shape, dtype)
-        resolved = _resolve_backend(backend if backend is not None else self._backend)
+        resolved = resolve_backend(backend if backend is not None else self._backend)
         key: _Key = (resolved.qualified_name, shape, canonical.str, bool(pinned))
         with self._lock:
             candidates = self._free_by_key.get(key)

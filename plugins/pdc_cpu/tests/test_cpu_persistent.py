@@ -18,19 +18,18 @@ from pdc_core import (
     ActorCrashed,
     ActorStopped,
     Capability,
-    ErrorCode,
     KernelBodyMissing,
     KernelStopTimeout,
     PersistentKernel,
     PersistentKernelError,
     PersistentKernelSession,
     RecordError,
-    RingMemory,
     SessionState,
     get_backend,
     open_persistent_kernel,
     persistent_kernel,
 )
+from pdc_core.backend import ErrorCode, RingMemory
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
@@ -178,7 +177,9 @@ async def test_stop_during_traffic_loses_nothing_acknowledged(drain: bool) -> No
         async with anyio.create_task_group() as tg:
             for index in range(5):
                 tg.start_soon(client, index)
-            await anyio.sleep(0.05)
+            # mid-traffic: every client has had a reply, and none is near its last request
+            while len({ident // 10_000 for ident in answered}) < 5:  # noqa: ASYNC110
+                await anyio.sleep(0.001)
             await session.stop(drain=drain)
     stats = session.statistics
     assert len(stopped) == 5  # every client was told, none hangs
@@ -233,7 +234,9 @@ async def test_unreported_crash_raises_on_exit() -> None:
     async def run() -> None:
         async with open_persistent_kernel(make(body=explode), "cpu") as session:
             await session.send((1, 0.0), reply=False)
-            await anyio.sleep(0.05)
+            with anyio.fail_after(10):  # the worker thread writes the error word
+                while session.resident.error is None:  # noqa: ASYNC110 - a thread
+                    await anyio.sleep(0.001)
 
     with pytest.raises(ActorCrashed, match="nobody asked"):
         await run()
@@ -241,14 +244,18 @@ async def test_unreported_crash_raises_on_exit() -> None:
 
 async def test_stop_timeout_reports_a_kernel_that_does_not_stop() -> None:
     release = threading.Event()
+    busy = threading.Event()
 
     def stuck(requests: Any) -> Any:
+        busy.set()
         release.wait(10)
         return doubled(requests)
 
     session = await PersistentKernelSession.start(make(body=stuck), "cpu")
     await session.send((1, 0.0))
-    await anyio.sleep(0.01)
+    with anyio.fail_after(10):  # the worker has the batch in hand
+        while not busy.is_set():  # noqa: ASYNC110 - a thread
+            await anyio.sleep(0.001)
     started = time.monotonic()
     with pytest.raises(KernelStopTimeout, match=r"did not stop within 0\.1 s"):
         await session.stop(timeout=0.1)
@@ -278,6 +285,7 @@ async def test_device_resident_state() -> None:
     assert kernel.state[0] == 0
 
 
+@pytest.mark.slow
 async def test_idle_worker_burns_no_cpu_and_spinning_does() -> None:
     def cpu_seconds() -> float:
         usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -301,8 +309,27 @@ async def test_polling_host_waiter_also_works() -> None:
 
 
 async def test_cancellation_stops_the_worker() -> None:
-    with anyio.move_on_after(0.05):
-        async with open_persistent_kernel(make(body=lambda r: time.sleep(0.2))) as session:
+    busy = threading.Event()
+
+    def body(requests: Any) -> None:
+        busy.set()
+        # Still running when the session stops (it returns no replies: a bad reply).
+        deadline = time.monotonic() + 10
+        while session.resident.status.stop.name == "RUN" and time.monotonic() < deadline:
+            time.sleep(0.001)
+
+    async def cancel_when_busy(scope: anyio.CancelScope) -> None:
+        with anyio.fail_after(10):
+            while not busy.is_set():  # noqa: ASYNC110 - a thread
+                await anyio.sleep(0.001)
+        scope.cancel()  # while the request is in flight and its batch in hand
+
+    with anyio.CancelScope() as scope:
+        async with (
+            open_persistent_kernel(make(body=body)) as session,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(cancel_when_busy, scope)
             await session.request((1, 0.0))
     # the stop is shielded and bounded: the worker finishes its batch and exits
     assert session.state in (SessionState.STOPPED, SessionState.CRASHED) or kernel_threads()

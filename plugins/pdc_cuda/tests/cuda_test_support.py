@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pdc_core import Availability
+from pdc_core.backend import Availability
 
 #: benchmarks/cuda_ring.py, which the tests load as a module.
 BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda_ring.py"

@@ -30,7 +30,7 @@ def test_plugin_is_registered_and_loads():
 
 def test_availability_never_raises_and_is_precise():
     availability = CudaBackend.availability()
-    assert isinstance(availability, pdc_core.Availability)
+    assert isinstance(availability, pdc_core.backend.Availability)
     assert availability.reason
     if not availability.available:
         assert availability.reason.startswith(

@@ -32,14 +32,8 @@ from cuda_test_support import (
 from pdc_cuda import CudaCompileError, CudaRingBody
 
 import pdc_core
-from pdc_core import (
-    ActorCrashed,
-    BackendError,
-    BackendUnavailable,
-    BufferState,
-    MemoryKind,
-    UnifiedBuffer,
-)
+from pdc_core import ActorCrashed, BackendError, BackendUnavailable, BufferState, UnifiedBuffer
+from pdc_core.backend import MemoryKind
 from pdc_core.testing import BackendConformance
 from pdc_core.testing.pytest_plugin import anyio_backend  # noqa: F401 - asyncio and trio
 
@@ -135,7 +129,7 @@ def test_kernels_compile_launch_and_report_errors(cuda):
 
 
 def _double_kernel(**kw):
-    from pdc_core._persistent import PersistentKernel
+    from pdc_core import PersistentKernel
 
     kernel = PersistentKernel("double", REQUEST, REPLY, capacity=64, **kw)
     kernel.add_body("cuda", DOUBLE)
@@ -143,7 +137,7 @@ def _double_kernel(**kw):
 
 
 async def test_resident_kernel_round_trips_and_stops(cuda):
-    from pdc_core._persistent import open_persistent_kernel
+    from pdc_core import open_persistent_kernel
 
     async with open_persistent_kernel(_double_kernel(), cuda) as session:
         assert cuda._resident
@@ -164,7 +158,7 @@ async def test_resident_kernel_round_trips_and_stops(cuda):
 
 
 async def test_error_word_surfaces_as_actor_crashed(cuda):
-    from pdc_core._persistent import open_persistent_kernel
+    from pdc_core import open_persistent_kernel
 
     with pytest.raises(ActorCrashed) as caught:
         async with open_persistent_kernel(_double_kernel(), cuda) as session:
@@ -174,7 +168,7 @@ async def test_error_word_surfaces_as_actor_crashed(cuda):
 
 
 async def test_body_that_does_not_compile_fails_the_launch(cuda):
-    from pdc_core._persistent import PersistentKernel, open_persistent_kernel
+    from pdc_core import PersistentKernel, open_persistent_kernel
 
     kernel = PersistentKernel("broken", REQUEST, REPLY)
     kernel.add_body(
@@ -246,7 +240,7 @@ async def test_plain_launches_while_a_kernel_is_resident(cuda):
     """A launch without a stream waits for its own stream, never the resident kernel."""
     import cupy
 
-    from pdc_core._persistent import open_persistent_kernel
+    from pdc_core import open_persistent_kernel
 
     # Everything a launch needs is compiled and loaded before the kernel is resident:
     # the test is about waiting (one stream, never the device), not module loading.
@@ -261,7 +255,7 @@ async def test_plain_launches_while_a_kernel_is_resident(cuda):
 
 
 async def test_drain_answers_every_published_request(cuda):
-    from pdc_core._persistent import open_persistent_kernel
+    from pdc_core import open_persistent_kernel
 
     batch = np.zeros(64, REQUEST)
     batch["id"] = np.arange(64)
@@ -283,7 +277,7 @@ async def test_drain_answers_every_published_request(cuda):
 
 
 async def test_device_state_is_shared_and_read_back(cuda):
-    from pdc_core._persistent import PersistentKernel, open_persistent_kernel
+    from pdc_core import PersistentKernel, open_persistent_kernel
 
     kernel = PersistentKernel("counting", REQUEST, REPLY, capacity=64, state=np.zeros(1, STATE))
     kernel.add_body("cuda", COUNTING)

@@ -11,7 +11,7 @@ import pytest
 from pdc_core import CapabilityError
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-persistent = pytest.importorskip("pdc_core._persistent")
+persistent = pytest.importorskip("pdc_core.backend")
 from cuda_test_support import fake_backend
 from pdc_cuda import CudaRingBody
 from pdc_cuda._persistent import (
@@ -22,7 +22,7 @@ from pdc_cuda._persistent import (
     ring_body,
 )
 
-from pdc_core._ring import Offset, RingLayout, RingMemory, StopMode
+from pdc_core.backend import Offset, RingLayout, RingMemory, StopMode
 
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
 REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)

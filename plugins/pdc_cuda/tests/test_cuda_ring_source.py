@@ -25,7 +25,7 @@ from pdc_cuda import (
 )
 from pdc_cuda._codegen import PRELUDE, c_struct
 
-from pdc_core._ring import ERROR_MESSAGE_SIZE, RING_MAGIC, ErrorCode, Offset, StopMode
+from pdc_core.backend import ERROR_MESSAGE_SIZE, RING_MAGIC, ErrorCode, Offset, StopMode
 
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f4"), ("tag", "u1")], align=True)
 REPLY = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from metal_support import HAS_MLX, metal_backend, needs_mlx
 
-from pdc_core import BackendError, BufferState, MemoryKind, UnifiedBuffer
+from pdc_core import BackendError, BufferState, UnifiedBuffer
+from pdc_core.backend import MemoryKind
 from pdc_core.testing import BackendConformance
 
 pytestmark = needs_mlx

@@ -24,8 +24,6 @@ from pdc_core import (
     ActorState,
     ActorStopped,
     Capability,
-    ErrorCode,
-    HostWorkerKernel,
     KernelActorRef,
     KernelBodyMissing,
     MessageTimeout,
@@ -33,11 +31,11 @@ from pdc_core import (
     PersistentKernelActor,
     PersistentKernelError,
     PersistentKernelSession,
-    RingMemory,
     SessionState,
     open_nursery,
     open_persistent_kernel,
 )
+from pdc_core.backend import ErrorCode, HostWorkerKernel, RingMemory
 
 pytestmark = needs_mlx
 

@@ -9,6 +9,9 @@
 This package needs pytest, which pdc-core itself does not depend on.
 """
 
+from .._publish import publish
 from ._conformance import BackendConformance
 
 __all__ = ["BackendConformance"]
+
+publish(__name__, globals(), __all__)

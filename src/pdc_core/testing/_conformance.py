@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from .._backend import Backend, Capability, MemoryKind
+from .._backend._contract import Backend, Capability, MemoryKind
 from .._buffer import BufferState, UnifiedBuffer
 from .._memory_pool import MemoryPool
-from .._registry import get_backend
+from .._plugins import get_backend
 
 __all__ = ["BackendConformance"]
 

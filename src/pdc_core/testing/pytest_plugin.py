@@ -17,6 +17,12 @@ from typing import Any
 
 import pytest
 
+__all__ = [
+    "ASYNC_BACKENDS",
+    "anyio_backend",
+    "pytest_pycollect_makeitem",
+]
+
 ASYNC_BACKENDS = ("asyncio", "trio")
 
 

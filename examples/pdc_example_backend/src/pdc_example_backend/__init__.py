@@ -17,11 +17,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import (
+from pdc_core import Backend, Capability, DeviceInfo
+from pdc_core.backend import (
     Availability,
-    Backend,
-    Capability,
-    DeviceInfo,
     Event,
     MemoryKind,
     MemoryStatistics,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pdc_core import Backend, hookimpl
+from pdc_core import Backend
+from pdc_core.backend import hookimpl
 
 from ._backend import CpuBackend
 from ._version import __version__

@@ -11,14 +11,11 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import (
+from pdc_core import Backend, Capability, DeviceInfo, PersistentKernel
+from pdc_core.backend import (
     Availability,
-    Backend,
-    Capability,
-    DeviceInfo,
     MemoryKind,
     MemoryStatistics,
-    PersistentKernel,
     ResidentKernel,
     RingMemory,
     Stream,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import MemoryStatistics
+from pdc_core.backend import MemoryStatistics
 
 #: Blocks are rounded up to a multiple of this many bytes (and aligned to it by NumPy's
 #: allocator for large blocks), so nearby sizes share cached blocks.

@@ -1,18 +1,19 @@
 """The CPU backend's persistent kernel: a worker thread running the ring protocol.
 
-The worker is :class:`pdc_core.HostWorkerKernel` (shared by every host backend) in its
+The worker is :class:`pdc_core.backend.HostWorkerKernel` (shared by every host backend) in its
 default configuration: it calls the kernel's ``cpu`` body once per contiguous run of
 requests with a read-only NumPy record array, and expects a record array of replies;
 device-resident state is a NumPy array the body updates in place. The worker sleeps
 on a doorbell and the host sleeps in its selector, so neither burns the GIL; see
-:mod:`pdc_core._host_kernel` for the measured cost of spinning instead.
+:class:`pdc_core.backend.HostWorkerKernel` for the measured cost of spinning instead.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pdc_core import HostWorkerKernel, PersistentKernel, RingMemory
+from pdc_core import PersistentKernel
+from pdc_core.backend import HostWorkerKernel, RingMemory
 
 if TYPE_CHECKING:
     from ._backend import CpuBackend
@@ -24,7 +25,7 @@ class CpuResidentKernel(HostWorkerKernel):
     """A persistent kernel resident in a worker thread of the CPU backend.
 
     Launch options (``open_persistent_kernel(kernel, "cpu", **options)``): those of
-    :class:`~pdc_core.HostWorkerKernel` -- ``worker_wait`` (``"doorbell"`` or, for
+    :class:`~pdc_core.backend.HostWorkerKernel` -- ``worker_wait`` (``"doorbell"`` or, for
     measurement only, ``"spin"``), ``host_wait`` (``"notify"`` or, for measurement
     only, ``"poll"``) and ``idle_timeout`` (seconds).
 

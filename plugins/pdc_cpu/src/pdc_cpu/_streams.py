@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pdc_core import WorkerEvent, WorkerStream
+from pdc_core.backend import WorkerEvent, WorkerStream
 
 
 class CpuStream(WorkerStream):

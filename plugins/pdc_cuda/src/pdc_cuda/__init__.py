@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pdc_core import Backend, hookimpl
+from pdc_core import Backend
+from pdc_core.backend import hookimpl
 
 from ._availability import CudaProbe, diagnose, probe
 from ._backend import CudaBackend

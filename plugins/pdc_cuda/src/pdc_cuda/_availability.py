@@ -3,7 +3,7 @@
 Probing is split in two so every branch can be tested on a machine without a GPU:
 :func:`probe` gathers facts (is CuPy importable, can the driver library be loaded,
 what do the driver and runtime report) and never raises; :func:`diagnose` turns those
-facts into an :class:`~pdc_core.Availability` with a message a user can act on.
+facts into an :class:`~pdc_core.backend.Availability` with a message a user can act on.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from pdc_core import Availability
+from pdc_core.backend import Availability
 
 __all__ = [
     "CudaProbe",

@@ -15,13 +15,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import (
+from pdc_core import Backend, BackendError, Capability, CapabilityError, DeviceInfo
+from pdc_core.backend import (
     Availability,
-    Backend,
-    BackendError,
-    Capability,
-    CapabilityError,
-    DeviceInfo,
     MemoryKind,
     MemoryStatistics,
     Stream,
@@ -36,8 +32,8 @@ from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
 from ._streams import CudaEvent, CudaStream, synchronize_stream
 
 if TYPE_CHECKING:
-    from pdc_core._persistent import PersistentKernel
-    from pdc_core._ring import RingMemory
+    from pdc_core import PersistentKernel
+    from pdc_core.backend import RingMemory
 
     from ._persistent import CudaResidentKernel
 

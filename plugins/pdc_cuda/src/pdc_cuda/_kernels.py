@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from pdc_core import Stream, UnifiedBuffer
+from pdc_core import UnifiedBuffer
+from pdc_core.backend import Stream
 
 from ._exceptions import CudaCompileError
 from ._launch import Dims, LaunchConfig, explicit_config, launch_config

@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from pdc_core import LaunchConfig, auto_block_size, launch_config
-from pdc_core._kernel import Dims, _check_block, _check_grid
-from pdc_core._kernel_sim import dim3, dims
+from pdc_core.backend import Dims, check_block, check_grid, dim3, dims
 
 __all__ = ["Dims", "LaunchConfig", "auto_block_size", "explicit_config", "launch_config"]
 
@@ -32,10 +31,10 @@ def explicit_config(
     """
     grid_dims = dims(grid, "grid", allow_zero=True)
     block_dims = dims(block, "block")
-    _check_block(block_dims, max_threads_per_block)
+    check_block(block_dims, max_threads_per_block)
     if len(grid_dims) != len(block_dims):
         # RawKernel takes triples: a 1-D grid with a 2-D block is legal CUDA.
         grid_dims = dim3(grid_dims)
         block_dims = dim3(block_dims)
-    _check_grid(grid_dims, block_dims)
+    check_grid(grid_dims, block_dims)
     return dim3(grid_dims), dim3(block_dims)

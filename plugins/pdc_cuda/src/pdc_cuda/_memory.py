@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import MemoryStatistics
+from pdc_core.backend import MemoryStatistics
 
 __all__ = [
     "DevicePool",

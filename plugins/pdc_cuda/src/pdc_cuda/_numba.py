@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pdc_core import Stream
+from pdc_core.backend import Stream
 
 from ._kernels import kernel_argument
 from ._launch import explicit_config

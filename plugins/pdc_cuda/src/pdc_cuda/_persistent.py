@@ -28,9 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import CapabilityError
-from pdc_core._persistent import DeviceSource, PersistentKernel, ResidentKernel
-from pdc_core._ring import Offset, RingMemory, StopMode
+from pdc_core import CapabilityError, DeviceSource, PersistentKernel
+from pdc_core.backend import Offset, ResidentKernel, RingMemory, StopMode
 
 from ._ring_source import KERNEL_NAME, CudaRingBody, render_ring_kernel
 

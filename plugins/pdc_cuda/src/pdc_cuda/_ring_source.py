@@ -1,7 +1,7 @@
 """The resident ring kernel's CUDA C: the loop template and the user's device function.
 
 :func:`render_ring_kernel` fills ``ring_kernel.cu`` (shipped as package data) with the
-control-block constants of :mod:`pdc_core._ring` (so the layout has one source of
+control-block constants of :mod:`pdc_core.backend` (so the layout has one source of
 truth), C structs generated from the request and reply dtypes, and the user's source,
 which must define::
 
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core._ring import (
+from pdc_core.backend import (
     ERROR_MESSAGE_SIZE,
     RING_MAGIC,
     RING_VERSION,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Any
 
-from pdc_core import Event, Stream
+from pdc_core.backend import Event, Stream
 
 if TYPE_CHECKING:
     from ._backend import CudaBackend

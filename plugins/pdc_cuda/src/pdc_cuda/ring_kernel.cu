@@ -2,7 +2,7 @@
 //
 // Rendered by pdc_cuda._ring_source.render_ring_kernel(): every marker below (a name
 // between double at-signs) is replaced before NVRTC sees the source. The offsets come from
-// pdc_core._ring.Offset, so the layout has one source of truth (docs/ring-protocol.md).
+// pdc_core.backend.Offset, so the layout has one source of truth (docs/ring-protocol.md).
 //
 // One thread block serves one ring region. Thread 0 polls the host-written words with
 // system-scope acquire loads (ld.acquire.sys), backing off with __nanosleep while
@@ -16,7 +16,7 @@
 typedef unsigned long long pdc_u64;
 typedef unsigned int pdc_u32;
 
-// ---- control block (generated from pdc_core._ring) ---------------------------------
+// ---- control block (generated from pdc_core.backend) ------------------------------
 @@OFFSETS@@
 
 // ---- record layouts (generated from the NumPy record dtypes) -----------------------

@@ -39,19 +39,21 @@ import numpy as np
 import numpy.typing as npt
 
 from pdc_core import (
-    Availability,
     Backend,
     BackendError,
     Capability,
     CapabilityError,
     DeviceInfo,
+    PersistentKernel,
+    UnifiedBuffer,
+)
+from pdc_core.backend import (
+    Availability,
     MemoryKind,
     MemoryStatistics,
-    PersistentKernel,
     ResidentKernel,
     RingMemory,
     Stream,
-    UnifiedBuffer,
     normalize_shape_dtype,
 )
 
@@ -116,7 +118,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
     when asked (``get_backend("metal")``, ``PDC_BACKEND=metal``) or when no cpu backend
     is installed, because MLX on a CPU is no accelerator.
 
-    Memory is unified: every :class:`~pdc_core.MemoryKind` is MLX-allocated memory.
+    Memory is unified: every :class:`~pdc_core.backend.MemoryKind` is MLX-allocated memory.
     ``HOST``/``PINNED``/``MAPPED`` allocations are NumPy views of it, ``DEVICE`` and
     ``MANAGED`` allocations MLX arrays; :meth:`device_view` turns such a NumPy view
     into an MLX array of the very same bytes. Copies (:meth:`to_device`,
@@ -614,7 +616,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
 
         The body's calling convention (request fields in as MLX arrays, reply fields
         out) is documented in :mod:`pdc_metal._persistent`. Options: ``worker_wait``,
-        ``host_wait``, ``idle_timeout``, as for :class:`~pdc_core.HostWorkerKernel`.
+        ``host_wait``, ``idle_timeout``, as for :class:`~pdc_core.backend.HostWorkerKernel`.
         """
         from ._persistent import launch
 

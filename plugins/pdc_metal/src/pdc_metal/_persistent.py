@@ -2,7 +2,7 @@
 
 Metal has no way to keep a compute kernel resident and polling host-mapped memory from
 Python, so the metal backend emulates the persistent kernel: a host worker thread (the
-shared :class:`pdc_core.HostWorkerKernel`) runs the protocol of
+shared :class:`pdc_core.backend.HostWorkerKernel`) runs the protocol of
 ``docs/ring-protocol.md`` on the same ring layout as every backend, and drives MLX work
 on a dedicated MLX stream of its own, made that thread's default for its whole life.
 Per contiguous run of requests it converts the request fields to MLX arrays, calls the
@@ -46,8 +46,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import HostWorkerKernel, PersistentKernel, RecordError, RingMemory
-from pdc_core._ring import _from_mapping
+from pdc_core import PersistentKernel, RecordError
+from pdc_core.backend import HostWorkerKernel, RingMemory, record_from_mapping
 
 from . import _mlx
 
@@ -84,7 +84,7 @@ def _check_mlx(dtype: np.dtype[Any], what: str) -> None:
 class MetalResidentKernel(HostWorkerKernel):
     """A persistent kernel emulated on MLX: a worker thread with a dedicated MLX stream.
 
-    Launch options: those of :class:`~pdc_core.HostWorkerKernel` (``worker_wait``,
+    Launch options: those of :class:`~pdc_core.backend.HostWorkerKernel` (``worker_wait``,
     ``host_wait``, ``idle_timeout``). See :mod:`pdc_metal._persistent` for the
     ``metal`` body's calling convention.
     """
@@ -170,7 +170,7 @@ class MetalResidentKernel(HostWorkerKernel):
                 f"arrays of {count} rows"
             )
         # Exactly the reply fields, or a RecordError naming the missing and unknown ones.
-        values = _from_mapping(result, replies.dtype, "metal body's reply")
+        values = record_from_mapping(result, replies.dtype, "metal body's reply")
         for (name, dtype), value in zip(fields.items(), values, strict=True):
             _store(value, replies[name], dtype, count, f"reply field {name!r}")
 

@@ -13,12 +13,13 @@ a host read sees them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from pdc_core import WorkerEvent, WorkerStream
-from pdc_core._worker_stream import WorkQueue, run_work_queue
+from pdc_core.backend import ThreadContext, WorkerEvent, WorkerStream
 
 if TYPE_CHECKING:
     from ._backend import MetalBackend
@@ -26,12 +27,14 @@ if TYPE_CHECKING:
 __all__ = ["MetalEvent", "MetalStream"]
 
 
-def _worker(work: WorkQueue, device: Any) -> None:
+@contextlib.contextmanager
+def _own_mlx_stream(device: Any) -> Iterator[None]:
+    """On the worker thread: a dedicated MLX stream, current while the work runs."""
     import mlx.core as mx
 
     mlx_stream = mx.new_stream(device)
     with mx.stream(mlx_stream):
-        run_work_queue(work)
+        yield
     mx.synchronize(mlx_stream)
 
 
@@ -62,8 +65,8 @@ class MetalStream(WorkerStream):
     def backend(self) -> MetalBackend:
         return self._backend
 
-    def _worker(self) -> tuple[Callable[..., None], tuple[Any, ...]]:
-        return _worker, (self._work, self._backend.mlx_device)
+    def thread_context(self) -> ThreadContext:
+        return functools.partial(_own_mlx_stream, self._backend.mlx_device)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
         """Queue ``fn(*args, **kwargs)``; the future holds its evaluated result.

@@ -1,0 +1,50 @@
+"""The concurrency stack's upper half: mailboxes, actor handles and runners, mailbox
+actors and the nursery. Knows no device. Only this package touches a
+:class:`Mailbox`'s internals; other layers use its public fast-path methods."""
+
+from ._mailbox import (
+    DEFAULT_CAPACITY,
+    DEFAULT_PRIORITY,
+    EMPTY,
+    Backpressure,
+    Control,
+    Mailbox,
+    MailboxStatistics,
+    check_priority,
+)
+from ._mailbox_actor import Actor, BatchReply, MailboxActor, MailboxActorRef
+from ._nursery import ActorNursery, RestartPolicy, open_nursery
+from ._refs import (
+    ActorRef,
+    ActorRunner,
+    ActorState,
+    ActorStatistics,
+    StartOptions,
+    cancellation_first,
+    runner_for,
+)
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "DEFAULT_PRIORITY",
+    "EMPTY",
+    "Actor",
+    "ActorNursery",
+    "ActorRef",
+    "ActorRunner",
+    "ActorState",
+    "ActorStatistics",
+    "Backpressure",
+    "BatchReply",
+    "Control",
+    "Mailbox",
+    "MailboxActor",
+    "MailboxActorRef",
+    "MailboxStatistics",
+    "RestartPolicy",
+    "StartOptions",
+    "cancellation_first",
+    "check_priority",
+    "open_nursery",
+    "runner_for",
+]

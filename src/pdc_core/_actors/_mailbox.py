@@ -1,0 +1,855 @@
+"""Mailboxes: bounded, prioritised message queues with backpressure and a control lane.
+
+A :class:`Mailbox` is the queue in front of every mailbox actor. It guarantees:
+
+* **Bounded.** At most ``capacity`` data messages are queued (default 1024). What
+  happens to a sender when it is full is the mailbox's :class:`Backpressure` policy:
+  ``"block"`` (the default) waits for room, ``"raise"`` raises :class:`MailboxFull`,
+  ``"drop_oldest"`` evicts the oldest message of the lowest priority present.
+* **Prioritised.** Each message has a priority in 0..255; higher priorities are
+  received first and messages of equal priority in the order they were sent. A
+  priority outside 0..255 is a :class:`ValueError` naming the value.
+* **Nothing silent.** Every message the mailbox accepted is eventually received,
+  dropped by the ``"drop_oldest"`` policy or discarded by :meth:`Mailbox.discard`, and
+  each of those is counted in :meth:`Mailbox.statistics`:
+  ``sent == received + dropped + discarded + depth`` holds at every moment.
+* **A separate control lane.** :meth:`Mailbox.send_control` never blocks and never
+  drops, whatever the data lane holds, and control messages are received ahead of all
+  data, so a full mailbox can never lose a stop. :meth:`Mailbox.pause` is a state of
+  the mailbox, not a message, so it cannot be lost either: while paused, data stays
+  queued and only control messages are delivered.
+
+Mailboxes work under asyncio and trio (whichever anyio runs on); waiting integrates
+with anyio cancel scopes, and a cancelled ``send`` or ``receive`` neither loses nor
+duplicates a message. The waiting itself uses each event loop's cheapest primitive
+(an ``asyncio.Future``, or ``trio.lowlevel.wait_task_rescheduled``) rather than
+``anyio`` streams, whose per-operation checkpoints would double the cost of a
+round trip. Operations that complete without waiting still yield to the scheduler
+once every 64 calls, so a busy producer or consumer cannot starve other tasks or
+ignore cancellation.
+
+A mailbox belongs to the event loop that first waits on it.
+"""
+
+# Timeouts are parameters, not cancel scopes, on purpose: a deadline scope costs more than
+# a whole round trip (see the mailbox module docstring), and the seed API takes them.
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import enum
+import operator
+from bisect import insort
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+
+from anyio import WouldBlock
+
+from .._exceptions import MailboxClosed, MailboxFull, MessageTimeout
+from .._loop import TIMED_OUT, Kit, Waiter, current_kit, woken_value
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "DEFAULT_PRIORITY",
+    "EMPTY",
+    "Backpressure",
+    "Control",
+    "Mailbox",
+    "MailboxStatistics",
+    "check_priority",
+]
+
+T = TypeVar("T")
+
+#: Priority of a message that does not say otherwise (the seeds' default).
+DEFAULT_PRIORITY: Final = 128
+#: Capacity of a mailbox that does not say otherwise.
+DEFAULT_CAPACITY: Final = 1024
+#: Operations that complete without waiting yield to the scheduler once every this many.
+_CHECKPOINT_EVERY: Final = 64
+#: What :meth:`Mailbox.poll` and :meth:`Mailbox.take` return when there is nothing.
+EMPTY: Final = object()
+
+
+def check_priority(priority: object) -> int:
+    """Return ``priority`` as an int after checking it is in 0..255.
+
+    Raises :class:`ValueError` naming the value when it is out of range, and
+    :class:`TypeError` when it is not an integer.
+    """
+    if type(priority) is int and 0 <= priority <= 255:
+        return priority
+    if isinstance(priority, bool):
+        raise TypeError(f"priority must be an int in 0..255, got {priority!r}")
+    try:
+        value = operator.index(priority)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(
+            f"priority must be an int in 0..255, got {type(priority).__name__} {priority!r}"
+        ) from None
+    if not 0 <= value <= 255:
+        raise ValueError(f"priority must be in 0..255 (higher is served first), got {priority!r}")
+    return value
+
+
+class Backpressure(enum.Enum):
+    """What a mailbox does with a data message when it is full."""
+
+    #: Wait until there is room (the default). Never loses a message.
+    BLOCK = "block"
+    #: Raise :class:`~pdc_core.MailboxFull` at once; the message is not enqueued.
+    RAISE = "raise"
+    #: Evict the oldest message of the lowest priority present to make room. A message
+    #: is never evicted in favour of one of lower priority: when the newcomer's priority
+    #: is below everything queued, the newcomer itself is dropped. Every drop is counted.
+    DROP_OLDEST = "drop_oldest"
+
+    @classmethod
+    def coerce(cls, value: Backpressure | str) -> Backpressure:
+        """Accept a member or its name (``"block"``, ``"raise"``, ``"drop_oldest"``).
+
+        PyDotCompute's spellings ``"reject"`` and ``"drop"`` are accepted too.
+        """
+        if isinstance(value, Backpressure):
+            return value
+        if isinstance(value, str):
+            key = value.strip().lower().replace("-", "_")
+            key = {"reject": "raise", "drop": "drop_oldest"}.get(key, key)
+            for member in cls:
+                if member.value == key:
+                    return member
+        choices = ", ".join(repr(m.value) for m in cls)
+        raise ValueError(f"unknown backpressure policy {value!r}; choose one of {choices}")
+
+
+class Control:
+    """Base class of control messages.
+
+    Control messages travel on their own lane: :meth:`Mailbox.send_control` never
+    blocks and never drops, and :meth:`Mailbox.receive` returns them ahead of any data,
+    even while the mailbox is paused. Subclass it for your own control messages.
+    """
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MailboxStatistics:
+    """A snapshot of a mailbox's counters.
+
+    ``sent == received + dropped + discarded + depth`` always holds: every data
+    message the mailbox accepted is accounted for.
+    """
+
+    #: Name given to the mailbox, if any.
+    name: str | None
+    #: Most data messages the mailbox holds.
+    capacity: int
+    #: What a sender meets when the mailbox is full.
+    backpressure: Backpressure
+    #: Data messages queued now.
+    depth: int
+    #: Highest ``depth`` seen.
+    peak_depth: int
+    #: Control messages queued now.
+    control_depth: int
+    #: Data messages accepted (including those later dropped).
+    sent: int
+    #: Data messages handed to a receiver.
+    received: int
+    #: Data messages dropped by the ``"drop_oldest"`` policy.
+    dropped: int
+    #: ``dropped`` broken down by priority.
+    dropped_by_priority: Mapping[int, int]
+    #: Data messages refused with :class:`~pdc_core.MailboxFull` (``"raise"`` policy).
+    rejected: int
+    #: Data messages removed unreceived by :meth:`Mailbox.discard`.
+    discarded: int
+    #: Control messages sent.
+    control_sent: int
+    #: Tasks waiting to send because the mailbox is full.
+    senders_waiting: int
+    #: Tasks waiting to receive.
+    receivers_waiting: int
+    #: Whether data delivery is paused.
+    paused: bool
+    #: Whether the mailbox refuses new data.
+    closed: bool
+
+
+def _remove(waiters: deque[Any], waiter: Any) -> None:
+    try:  # noqa: SIM105 - contextlib.suppress is slower, and this runs per timed-out wait
+        waiters.remove(waiter)
+    except ValueError:
+        pass
+
+
+# --------------------------------------------------------------------------------------
+# The mailbox.
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Counters:
+    sent: int = 0
+    received: int = 0
+    dropped: int = 0
+    rejected: int = 0
+    discarded: int = 0
+    control_sent: int = 0
+    peak: int = 0
+    dropped_by_priority: dict[int, int] = field(default_factory=dict)
+
+
+class Mailbox(Generic[T]):
+    """A bounded, prioritised queue of messages with a separate control lane.
+
+    See the module documentation for the guarantees. ``on_drop`` is called with each
+    data message the ``"drop_oldest"`` policy drops, after it has been removed (actors
+    use it to fail the dropped request's caller). It is not called for messages removed
+    by :meth:`discard`.
+    """
+
+    __slots__ = (
+        "_backpressure",
+        "_capacity",
+        "_closed",
+        "_counts",
+        "_ctrl",
+        "_kit",
+        "_lanes",
+        "_name",
+        "_on_drop",
+        "_ops",
+        "_paused",
+        "_prios",
+        "_receivers",
+        "_senders",
+        "_size",
+        "_taker",
+    )
+
+    def __init__(
+        self,
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        name: str | None = None,
+        on_drop: Callable[[T], object] | None = None,
+    ) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int):
+            raise TypeError(f"capacity must be a positive int, got {capacity!r}")
+        if capacity < 1:
+            raise ValueError(f"capacity must be at least 1, got {capacity}")
+        self._capacity = capacity
+        self._backpressure = Backpressure.coerce(backpressure)
+        self._name = name
+        self._on_drop = on_drop
+        self._lanes: list[deque[T] | None] = [None] * 256
+        self._prios: list[int] = []  # priorities with queued data, ascending
+        self._size = 0
+        self._ctrl: deque[Control] = deque()
+        self._receivers: deque[Any] = deque()
+        self._taker: Any = None
+        self._senders: deque[Any] = deque()
+        self._kit: Kit | None = None
+        self._paused = False
+        self._closed = False
+        self._ops = 0
+        self._counts = _Counters()
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def capacity(self) -> int:
+        """Most data messages the mailbox holds."""
+        return self._capacity
+
+    @property
+    def backpressure(self) -> Backpressure:
+        """The policy applied to a sender when the mailbox is full."""
+        return self._backpressure
+
+    @property
+    def name(self) -> str | None:
+        """The name given at construction, used in error messages."""
+        return self._name
+
+    @property
+    def paused(self) -> bool:
+        """Whether data delivery is paused (control messages are still delivered)."""
+        return self._paused
+
+    @property
+    def closed(self) -> bool:
+        """Whether the mailbox refuses new data."""
+        return self._closed
+
+    def __len__(self) -> int:
+        """Number of data messages queued."""
+        return self._size
+
+    def __repr__(self) -> str:
+        label = f" {self._name!r}" if self._name else ""
+        flags = "".join((" paused" if self._paused else "", " closed" if self._closed else ""))
+        return f"<Mailbox{label} {self._size}/{self._capacity} {self._backpressure.value}{flags}>"
+
+    def _label(self) -> str:
+        return f"mailbox {self._name!r}" if self._name else "mailbox"
+
+    def statistics(self) -> MailboxStatistics:
+        """Return a snapshot of the counters (see :class:`MailboxStatistics`)."""
+        c = self._counts
+        return MailboxStatistics(
+            name=self._name,
+            capacity=self._capacity,
+            backpressure=self._backpressure,
+            depth=self._size,
+            peak_depth=c.peak,
+            control_depth=len(self._ctrl),
+            sent=c.sent,
+            received=c.received,
+            dropped=c.dropped,
+            dropped_by_priority=MappingProxyType(dict(c.dropped_by_priority)),
+            rejected=c.rejected,
+            discarded=c.discarded,
+            control_sent=c.control_sent,
+            senders_waiting=len(self._senders),
+            receivers_waiting=len(self._receivers) + (self._taker is not None),
+            paused=self._paused,
+            closed=self._closed,
+        )
+
+    def _bind(self) -> Kit:
+        kit = self._kit = current_kit()
+        return kit
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _push(self, item: T, priority: int) -> None:
+        lane = self._lanes[priority]
+        if lane is None:
+            lane = self._lanes[priority] = deque()
+        if not lane:
+            insort(self._prios, priority)
+        lane.append(item)
+        size = self._size = self._size + 1
+        c = self._counts
+        c.sent += 1
+        if size > c.peak:
+            c.peak = size
+        if (self._receivers or self._taker is not None) and not self._paused:
+            self._wake_receiver()
+
+    def _requeue(self, item: T, priority: int) -> None:
+        """Put back, first in its priority, an item whose receiver was cancelled after
+        it was handed over (asyncio can cancel a task whose wake-up is pending). The
+        mailbox may hold ``capacity + 1`` messages until it is received."""
+        lane = self._lanes[priority]
+        if lane is None:
+            lane = self._lanes[priority] = deque()
+        if not lane:
+            insort(self._prios, priority)
+        lane.appendleft(item)
+        self._size += 1
+        self._counts.received -= 1
+        if (self._receivers or self._taker is not None) and not self._paused:
+            self._wake_receiver()
+
+    def _pop(self) -> T:
+        prios = self._prios
+        lane = self._lanes[prios[-1]]
+        assert lane is not None
+        item = lane.popleft()
+        if not lane:
+            prios.pop()
+        size = self._size = self._size - 1
+        self._counts.received += 1
+        if self._senders:
+            self._wake_sender()
+        if not size and self._closed:
+            self._wake_all_receivers()
+        return item
+
+    def _wake_all_receivers(self) -> None:
+        """Closed and empty: every waiting receiver must find out."""
+        while self._receivers or self._taker is not None:
+            self._wake_receiver()
+
+    def _poll(self) -> Any:
+        """Take the next deliverable item, control first, or return ``EMPTY``."""
+        if self._ctrl:
+            return self._ctrl.popleft()
+        if self._size and not self._paused:
+            return self._pop()
+        return EMPTY
+
+    def _deliverable(self) -> bool:
+        return bool(self._ctrl) or (self._size > 0 and not self._paused)
+
+    def _wake_receiver(self) -> None:
+        taker = self._taker
+        if taker is not None:
+            self._taker = None
+            if not taker.done():
+                taker.set_result(None)
+                return
+        receivers = self._receivers
+        while receivers:
+            waiter = receivers.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _handoff(self, item: T) -> bool:
+        """Hand ``item`` straight to the waiting taker; False if there is none.
+
+        An actor's loop waits as the mailbox's single *taker* when nothing is
+        deliverable; while it does (and the mailbox is neither paused nor closed)
+        nothing is queued, so a new message can skip the queue without breaking the
+        priority or FIFO order. It is counted as sent and received.
+        """
+        taker = self._taker
+        if taker is None or self._paused or self._closed or item is None:
+            return False
+        self._taker = None
+        if taker.done():
+            return False
+        taker.set_result(item)
+        c = self._counts
+        c.sent += 1
+        c.received += 1
+        return True
+
+    def _abandon_receiver(self, waiter: Any) -> None:
+        """A receiver's wait ended by an exception: pass on a wake-up it may have had."""
+        kit = self._kit
+        assert kit is not None
+        if kit.woken(waiter):
+            if self._deliverable():
+                self._wake_receiver()
+        else:
+            _remove(self._receivers, waiter)
+
+    def _wake_sender(self) -> None:
+        senders = self._senders
+        if senders:
+            while senders:
+                waiter = senders.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
+                    return
+
+    def _drop(self, item: T, priority: int) -> None:
+        c = self._counts
+        c.dropped += 1
+        c.dropped_by_priority[priority] = c.dropped_by_priority.get(priority, 0) + 1
+        if self._on_drop is not None:
+            self._on_drop(item)
+
+    def _offer_full(self, item: T, priority: int) -> None:
+        """Apply the drop-oldest policy to a full mailbox."""
+        prios = self._prios
+        lowest = prios[0]
+        if priority < lowest:
+            self._counts.sent += 1
+            self._drop(item, priority)
+            return
+        lane = self._lanes[lowest]
+        assert lane is not None
+        victim = lane.popleft()
+        if not lane:
+            prios.pop(0)
+        self._size -= 1
+        self._push(item, priority)
+        self._drop(victim, lowest)
+
+    def _full_error(self, accepted: int = 0) -> MailboxFull:
+        return MailboxFull(
+            f"{self._label()} is full ({self._capacity} messages) and its backpressure "
+            f"policy is 'raise'",
+            capacity=self._capacity,
+            accepted=accepted,
+        )
+
+    def _closed_error(self) -> MailboxClosed:
+        return MailboxClosed(f"{self._label()} is closed")
+
+    # -- sending ------------------------------------------------------------------------
+
+    def send_nowait(self, item: T, priority: int = DEFAULT_PRIORITY) -> None:
+        """Enqueue ``item`` without waiting.
+
+        When the mailbox is full: ``"drop_oldest"`` makes room as documented, the other
+        policies raise :class:`~pdc_core.MailboxFull` (counted as ``rejected``).
+        Raises :class:`~pdc_core.MailboxClosed` after :meth:`close`.
+        """
+        if type(priority) is not int or not 0 <= priority <= 255:
+            priority = check_priority(priority)
+        if self._closed:
+            raise self._closed_error()
+        if self._size < self._capacity:
+            self._push(item, priority)
+        elif self._backpressure is Backpressure.DROP_OLDEST:
+            self._offer_full(item, priority)
+        else:
+            self._counts.rejected += 1
+            raise self._full_error()
+
+    async def send(self, item: T, priority: int = DEFAULT_PRIORITY) -> None:
+        """Enqueue ``item``, applying the backpressure policy when the mailbox is full.
+
+        With ``"block"`` this waits for room; cancelling the wait leaves the item
+        unsent. Raises :class:`~pdc_core.MailboxClosed` if the mailbox is (or gets)
+        closed before the item is enqueued.
+        """
+        if type(priority) is not int or not 0 <= priority <= 255:
+            priority = check_priority(priority)
+        kit = self._kit or self._bind()
+        ops = self._ops = self._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await kit.checkpoint()
+        if self._closed:
+            raise self._closed_error()
+        if self._size < self._capacity:
+            self._push(item, priority)
+            return
+        if self._backpressure is Backpressure.DROP_OLDEST:
+            self._offer_full(item, priority)
+            return
+        if self._backpressure is Backpressure.RAISE:
+            self._counts.rejected += 1
+            raise self._full_error()
+        await self._wait_for_room(kit)
+        self._push(item, priority)
+
+    async def _wait_for_room(self, kit: Kit) -> None:
+        """Wait until the mailbox has room (or raise MailboxClosed)."""
+        while True:
+            waiter = kit.waiter()
+            self._senders.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if kit.woken(waiter):
+                    if self._size < self._capacity:
+                        self._wake_sender()
+                else:
+                    _remove(self._senders, waiter)
+                raise
+            if self._closed:
+                if self._size < self._capacity:
+                    self._wake_sender()
+                raise self._closed_error()
+            if self._size < self._capacity:
+                return
+
+    def send_many_nowait(self, items: Iterable[T], priority: int = DEFAULT_PRIORITY) -> int:
+        """Enqueue as many of ``items`` as the policy allows without waiting.
+
+        Returns how many were accepted. With ``"drop_oldest"`` all are accepted (some
+        may be dropped, and counted); otherwise, if not all fit, the ones that fit are
+        enqueued and :class:`~pdc_core.MailboxFull` is raised with ``accepted`` set.
+        """
+        priority = check_priority(priority)
+        if self._closed:
+            raise self._closed_error()
+        batch = items if isinstance(items, Sequence) else list(items)
+        accepted = self._push_many(batch, 0, priority)
+        if accepted < len(batch):
+            if self._backpressure is Backpressure.DROP_OLDEST:
+                for item in batch[accepted:]:
+                    self._offer_full(item, priority)
+                return len(batch)
+            self._counts.rejected += len(batch) - accepted
+            raise self._full_error(accepted)
+        return accepted
+
+    async def send_many(self, items: Iterable[T], priority: int = DEFAULT_PRIORITY) -> int:
+        """Enqueue all of ``items`` at ``priority``, waking the receiver once per chunk.
+
+        This is the fast path for bulk traffic. With ``"block"`` it waits for room
+        whenever the mailbox fills, so memory stays bounded; if cancelled while waiting,
+        the items before the wait were enqueued and the rest were not. The other
+        policies behave as :meth:`send_many_nowait`. Returns the number accepted.
+        """
+        priority = check_priority(priority)
+        kit = self._kit or self._bind()
+        await kit.checkpoint()
+        if self._closed:
+            raise self._closed_error()
+        batch = items if isinstance(items, Sequence) else list(items)
+        total = len(batch)
+        done = self._push_many(batch, 0, priority)
+        if done == total:
+            return total
+        if self._backpressure is Backpressure.DROP_OLDEST:
+            for item in batch[done:]:
+                self._offer_full(item, priority)
+            return total
+        if self._backpressure is Backpressure.RAISE:
+            self._counts.rejected += total - done
+            raise self._full_error(done)
+        while done < total:
+            await self._wait_for_room(kit)
+            done = self._push_many(batch, done, priority)
+        return total
+
+    def _push_many(self, batch: Sequence[T], start: int, priority: int) -> int:
+        """Append ``batch[start:]`` while there is room; return the new start index."""
+        room = self._capacity - self._size
+        if room <= 0 or start >= len(batch):
+            return start
+        stop = min(len(batch), start + room)
+        lane = self._lanes[priority]
+        if lane is None:
+            lane = self._lanes[priority] = deque()
+        if not lane:
+            insort(self._prios, priority)
+        if start == 0 and stop == len(batch):
+            lane.extend(batch)
+        else:
+            lane.extend(batch[start:stop])  # not islice: that would skip `start` items
+        n = stop - start
+        size = self._size = self._size + n
+        c = self._counts
+        c.sent += n
+        if size > c.peak:
+            c.peak = size
+        if (self._receivers or self._taker is not None) and not self._paused:
+            self._wake_receiver()
+        return stop
+
+    def send_control(self, message: Control) -> None:
+        """Enqueue a control message. Never blocks, never drops, never fails.
+
+        Control messages are received before any data, even while paused or closed.
+        """
+        if not isinstance(message, Control):
+            raise TypeError(f"control messages must be Control instances, got {message!r}")
+        self._ctrl.append(message)
+        self._counts.control_sent += 1
+        if self._receivers or self._taker is not None:
+            self._wake_receiver()
+
+    # -- receiving ----------------------------------------------------------------------
+
+    def receive_nowait(self) -> T | Control:
+        """Return the next control message, else the next data message, without waiting.
+
+        Raises :class:`anyio.WouldBlock` when nothing is deliverable (empty, or only
+        data while paused) and :class:`~pdc_core.MailboxClosed` when the mailbox is
+        closed and holds nothing more to receive.
+        """
+        item = self._poll()
+        if item is EMPTY:
+            if self._closed and not self._size:
+                raise self._closed_error()
+            raise WouldBlock
+        result: T | Control = item
+        return result
+
+    async def receive(self, timeout: float | None = None) -> T | Control:
+        """Return the next control message, else the highest-priority data message.
+
+        Waits while nothing is deliverable. Raises :class:`~pdc_core.MessageTimeout`
+        (a :class:`TimeoutError`) after ``timeout`` seconds, and
+        :class:`~pdc_core.MailboxClosed` once the mailbox is closed and empty. A
+        cancelled receive takes nothing from the mailbox.
+        """
+        kit = self._kit or self._bind()
+        ops = self._ops = self._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await kit.checkpoint()
+        item = self._poll()
+        if item is EMPTY:
+            item = await self._wait_receive(kit, timeout)
+        result: T | Control = item
+        return result
+
+    def _release_taker(self, waiter: Waiter) -> Any:
+        """A taker's wait ended early: free the taker slot and return the item handed
+        to it meanwhile (``None`` if none), which the caller must not lose."""
+        if self._taker is waiter:
+            self._taker = None
+        handed = woken_value(waiter)
+        return None if handed is TIMED_OUT else handed
+
+    async def _take(
+        self, kit: Kit, timeout: float | None, abandon: Callable[[Any, BaseException], None]
+    ) -> Any:
+        """Wait for the next item as the mailbox's single taker (see :meth:`_handoff`).
+
+        Returns the item, ``TIMED_OUT`` after ``timeout`` seconds, or ``EMPTY`` once
+        the mailbox is closed and empty. A wait that ends with an exception frees the
+        slot and calls ``abandon(handed, exc)`` with the item handed meanwhile (or
+        ``None``) before the exception propagates. Only for mailboxes that carry no
+        control messages and are not paused while taken from (a ring kernel's queues).
+        """
+        deadline = None if timeout is None else kit.now() + timeout
+        remaining = timeout
+        while True:
+            if self._closed and not self._size:
+                return EMPTY
+            waiter = kit.waiter()
+            self._taker = waiter
+            if remaining is not None:
+                kit.arm(waiter, remaining)
+            try:
+                result = await waiter
+            except BaseException as exc:
+                abandon(self._release_taker(waiter), exc)
+                raise
+            if result is TIMED_OUT:
+                if self._taker is waiter:
+                    self._taker = None
+                return TIMED_OUT
+            if result is not None:
+                return result
+            item = self._poll()
+            if item is not EMPTY:
+                return item
+            if deadline is not None:
+                remaining = max(0.0, deadline - kit.now())
+
+    async def _wait_receive(self, kit: Kit, timeout: float | None) -> Any:
+        deadline = None if timeout is None else kit.now() + timeout
+        remaining = timeout
+        while True:
+            if self._closed and not self._size and not self._ctrl:
+                raise self._closed_error()
+            waiter = kit.waiter()
+            self._receivers.append(waiter)
+            if remaining is not None:
+                kit.arm(waiter, remaining)
+            try:
+                result = await waiter
+            except BaseException:
+                self._abandon_receiver(waiter)
+                raise
+            if result is TIMED_OUT:
+                _remove(self._receivers, waiter)
+                raise MessageTimeout(f"nothing received from {self._label()} within {timeout} s")
+            item = self._poll()
+            if item is not EMPTY:
+                return item
+            if deadline is not None:
+                remaining = deadline - kit.now()
+
+    def receive_many_nowait(self, max_items: int) -> list[T | Control]:
+        """Take up to ``max_items`` deliverable items (control first) without waiting."""
+        out: list[T | Control] = []
+        ctrl = self._ctrl
+        while ctrl and len(out) < max_items:
+            out.append(ctrl.popleft())
+        if self._paused or not self._size:
+            return out
+        prios = self._prios
+        lanes = self._lanes
+        taken = 0
+        want = max_items - len(out)
+        while prios and taken < want:
+            lane = lanes[prios[-1]]
+            assert lane is not None
+            n = min(len(lane), want - taken)
+            if n == len(lane):
+                out.extend(lane)
+                lane.clear()
+                prios.pop()
+            else:
+                popleft = lane.popleft
+                out.extend([popleft() for _ in range(n)])
+            taken += n
+        if taken:
+            self._size -= taken
+            self._counts.received += taken
+            senders = self._senders
+            for _ in range(min(taken, len(senders))):
+                self._wake_sender()
+            if not self._size and self._closed:
+                self._wake_all_receivers()
+        return out
+
+    async def receive_many(self, max_items: int, timeout: float | None = None) -> list[T | Control]:
+        """Wait for at least one deliverable item, then take up to ``max_items``.
+
+        Same order, timeout and closing rules as :meth:`receive`.
+        """
+        if max_items < 1:
+            raise ValueError(f"max_items must be at least 1, got {max_items}")
+        kit = self._kit or self._bind()
+        ops = self._ops = self._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await kit.checkpoint()
+        if not self._deliverable():
+            first = await self._wait_receive(kit, timeout)
+            rest = self.receive_many_nowait(max_items - 1) if max_items > 1 else []
+            return [first, *rest]
+        return self.receive_many_nowait(max_items)
+
+    def __aiter__(self) -> AsyncIterator[T | Control]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[T | Control]:
+        while True:
+            try:
+                item = await self.receive()
+            except MailboxClosed:
+                return
+            yield item
+
+    # -- state --------------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop delivering data (it stays queued); control messages are still delivered."""
+        self._paused = True
+
+    def resume(self) -> None:
+        """Resume delivering data."""
+        if not self._paused:
+            return
+        self._paused = False
+        waiting = len(self._receivers) + (self._taker is not None)
+        for _ in range(min(self._size, waiting)):
+            self._wake_receiver()
+
+    def close(self) -> None:
+        """Refuse new data from now on. Queued data can still be received.
+
+        Blocked senders raise :class:`~pdc_core.MailboxClosed`; once the mailbox is
+        empty, receivers do too. Control messages are still accepted. Idempotent.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        while self._senders:
+            self._wake_sender()
+        if not self._size:
+            self._wake_all_receivers()
+
+    def discard(self) -> list[T]:
+        """Remove and return every queued data message, counting them as discarded.
+
+        ``on_drop`` is *not* called: the caller decides what the discarded messages
+        mean. Blocked senders are woken, since there is room again.
+        """
+        out: list[T] = []
+        for priority in reversed(self._prios):
+            lane = self._lanes[priority]
+            assert lane is not None
+            out.extend(lane)
+            lane.clear()
+        self._prios.clear()
+        self._size = 0
+        self._counts.discarded += len(out)
+        while self._senders:
+            self._wake_sender()
+        if self._closed:
+            self._wake_all_receivers()
+        return out

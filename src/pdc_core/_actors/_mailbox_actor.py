@@ -1,0 +1,641 @@
+"""Mailbox actors: an :class:`Actor` (or an async handler) fed through a :class:`Mailbox`.
+
+One task per actor, one loop, no task per message: the loop takes what is waiting
+(up to ``max_batch`` for ``handle_batch``), runs the handler and resolves each
+request's waiter. Requests whose caller gave up are skipped, not handled.
+"""
+
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import inspect
+import itertools
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final, Generic, TypeVar, cast
+
+import anyio
+
+from .._exceptions import (
+    ActorCrashed,
+    ActorStopped,
+    MailboxClosed,
+    MessageDropped,
+    MessageTimeout,
+)
+from .._loop import TIMED_OUT, Kit, current_kit, fail, wake, woken_value
+from ._mailbox import DEFAULT_PRIORITY, EMPTY, Control, Mailbox, check_priority
+from ._refs import (
+    ActorRef,
+    ActorRunner,
+    ActorState,
+    ActorStatistics,
+    StartOptions,
+    cancellation_first,
+    runner_for,
+)
+
+__all__ = ["Actor", "BatchReply", "MailboxActor", "MailboxActorRef"]
+
+M = TypeVar("M")
+R = TypeVar("R")
+
+#: Yield to the scheduler once every this many messages handled without waiting.
+_CHECKPOINT_EVERY: Final = 64
+
+_ids = itertools.count(1)
+
+
+class Actor(Generic[M, R]):
+    """Base class of class-based mailbox actors.
+
+    Subclass it and implement :meth:`handle`; ``ask`` returns what it returns. The
+    actor's state lives on the instance: only one message is handled at a time, so no
+    locking is needed. ``self.ref`` is the actor's own handle (set before
+    :meth:`on_start`). Under a :class:`RestartPolicy`, a class (or factory) passed to
+    ``start_actor`` is instantiated afresh for each incarnation; an instance is reused.
+
+    Define :meth:`handle_batch` instead of (or as well as) :meth:`handle` to receive
+    every message that is waiting, up to ``max_batch``, in one call: the natural shape
+    for GPU work.
+    """
+
+    ref: ActorRef[M, R]
+
+    async def on_start(self) -> None:
+        """Called before the actor receives its first message (the start handshake)."""
+
+    async def handle(self, message: M) -> R:
+        """Handle one message and return the reply."""
+        raise NotImplementedError(f"{type(self).__name__} must implement handle()")
+
+    async def handle_batch(self, messages: list[M]) -> list[R]:
+        """Handle several messages at once; return one reply per message, in order."""
+        return [await self.handle(message) for message in messages]
+
+    async def on_stop(self) -> None:
+        """Called after the last message when the actor stops cleanly."""
+
+
+class _FunctionActor(Actor[Any, Any]):
+    def __init__(self, fn: Callable[[Any], Awaitable[Any]]) -> None:
+        self.handle = fn  # type: ignore[method-assign, assignment]
+
+
+class _Stop(Control):
+    __slots__ = ()
+
+
+_STOP: Final = _Stop()
+
+
+class BatchReply:
+    """The reply cell shared by the requests of one ``ask_many``.
+
+    ``ordered`` is True when all its requests went into one priority lane in order, so
+    a run of them received together can be answered with one slice assignment.
+    """
+
+    __slots__ = ("ordered", "remaining", "results", "waiter")
+
+    def __init__(self, waiter: Any, n: int, *, ordered: bool = False) -> None:
+        self.waiter = waiter
+        self.remaining = n
+        self.results: list[Any] = [None] * n
+        self.ordered = ordered
+
+
+def _fail_envelope(envelope: Any, error: BaseException) -> None:
+    sink = envelope[1]
+    if sink is None:
+        return
+    fail(sink if envelope[2] < 0 else sink.waiter, error)
+
+
+class MailboxActorRef(ActorRef[M, R]):
+    """Handle of a mailbox actor (see :class:`ActorRef`)."""
+
+    __slots__ = ("_actor_id", "_kit", "_mailbox", "_runner")
+
+    def __init__(self, actor_id: str, mailbox: Mailbox[Any], kit: Kit) -> None:
+        self._actor_id = actor_id
+        self._mailbox = mailbox
+        self._kit = kit
+        self._runner: MailboxActor | None = None
+
+    @property
+    def actor_id(self) -> str:
+        return self._actor_id
+
+    @property
+    def state(self) -> ActorState:
+        assert self._runner is not None
+        return self._runner.state
+
+    def _stopped_error(self) -> ActorStopped:
+        runner = self._runner
+        if runner is not None and runner.crash is not None:
+            return ActorCrashed(self._actor_id, runner.crash.cause)
+        return ActorStopped(f"actor {self._actor_id!r} is not running", actor_id=self._actor_id)
+
+    async def _enqueue(self, envelope: tuple[Any, Any, int], priority: int) -> None:
+        try:
+            await self._mailbox.send(envelope, priority)
+        except MailboxClosed:
+            await cancellation_first()
+            raise self._stopped_error() from None
+
+    async def tell(self, message: M, *, priority: int | None = None) -> None:
+        if priority is None:
+            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        mailbox = self._mailbox
+        ops = mailbox._ops = mailbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            # Yield now and then, before enqueueing: a cancelled tell sends nothing.
+            await self._kit.checkpoint()
+        if (
+            mailbox._size < mailbox._capacity
+            and not mailbox._closed
+            and type(priority) is int
+            and 0 <= priority <= 255
+        ):
+            envelope = (message, None, -1)
+            if mailbox._taker is None or not mailbox._handoff(envelope):
+                mailbox._push(envelope, priority)
+            return
+        await self._enqueue((message, None, -1), check_priority(priority))
+
+    async def ask(
+        self, message: M, *, priority: int | None = None, timeout: float | None = None
+    ) -> R:
+        if priority is None:
+            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        kit = self._kit
+        waiter = kit.waiter()
+        mailbox = self._mailbox
+        if (
+            mailbox._size < mailbox._capacity
+            and not mailbox._closed
+            and type(priority) is int
+            and 0 <= priority <= 255
+        ):
+            envelope = (message, waiter, -1)
+            if mailbox._taker is None or not mailbox._handoff(envelope):
+                mailbox._push(envelope, priority)
+        else:
+            await self._enqueue((message, waiter, -1), check_priority(priority))
+        if timeout is not None:
+            kit.arm(waiter, timeout)
+        try:
+            result = await waiter
+        except ActorStopped:
+            await cancellation_first()
+            raise
+        if result is TIMED_OUT:
+            raise MessageTimeout(f"actor {self._actor_id!r} did not reply within {timeout} s")
+        return cast(R, result)
+
+    def _priorities(self, batch: list[M], priority: int | None) -> int | list[int]:
+        if priority is not None:
+            return check_priority(priority)
+        first = getattr(batch[0], "priority", DEFAULT_PRIORITY)
+        if all(getattr(m, "priority", DEFAULT_PRIORITY) == first for m in batch):
+            return check_priority(first)
+        return [check_priority(getattr(m, "priority", DEFAULT_PRIORITY)) for m in batch]
+
+    async def _send_batch(
+        self, envelopes: list[tuple[Any, Any, int]], prio: int | list[int]
+    ) -> None:
+        try:
+            if isinstance(prio, int):
+                await self._mailbox.send_many(envelopes, prio)
+            else:
+                for envelope, p in zip(envelopes, prio, strict=True):
+                    await self._mailbox.send(envelope, p)
+        except MailboxClosed:
+            await cancellation_first()
+            raise self._stopped_error() from None
+
+    async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
+        batch = messages if isinstance(messages, list) else list(messages)
+        if not batch:
+            return
+        prio = self._priorities(batch, priority)
+        await self._send_batch([(m, None, -1) for m in batch], prio)
+
+    async def ask_many(
+        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
+    ) -> list[R]:
+        batch = messages if isinstance(messages, list) else list(messages)
+        if not batch:
+            return []
+        prio = self._priorities(batch, priority)
+        kit = self._kit
+        cell = BatchReply(kit.waiter(), len(batch), ordered=isinstance(prio, int))
+        envelopes = [(m, cell, i) for i, m in enumerate(batch)]
+        if timeout is None:
+            await self._send_batch(envelopes, prio)
+        else:
+            kit.arm(cell.waiter, timeout)
+            with anyio.move_on_after(timeout):
+                await self._send_batch(envelopes, prio)
+        try:
+            result = await cell.waiter
+        except ActorStopped:
+            await cancellation_first()
+            raise
+        if result is TIMED_OUT:
+            raise MessageTimeout(
+                f"actor {self._actor_id!r} did not reply to a batch of {len(batch)} "
+                f"within {timeout} s ({len(batch) - cell.remaining} replies were ready)"
+            )
+        return cast(list[R], result)
+
+    async def pause(self) -> None:
+        runner = self._runner
+        assert runner is not None
+        if not self.alive:
+            raise self._stopped_error()
+        self._mailbox.pause()
+        if runner.state is ActorState.RUNNING:
+            runner.state = ActorState.PAUSED
+
+    async def resume(self) -> None:
+        runner = self._runner
+        assert runner is not None
+        if not self.alive:
+            raise self._stopped_error()
+        self._mailbox.resume()
+        if runner.state is ActorState.PAUSED:
+            runner.state = ActorState.RUNNING
+
+    async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        runner = self._runner
+        assert runner is not None
+        if runner.finished:
+            return
+        if runner.state is not ActorState.STOPPING:
+            runner.state = ActorState.STOPPING
+        mailbox = self._mailbox
+        mailbox.close()
+        if drain:
+            mailbox.resume()
+        else:
+            mailbox.send_control(_STOP)
+        if runner.is_current_task():
+            return
+        if timeout is None:
+            await self.wait()
+            return
+        with anyio.move_on_after(timeout):
+            await self.wait()
+        if not runner.finished:
+            if runner.cancel_scope is not None:
+                runner.cancel_scope.cancel()
+            await self.wait()
+
+    async def wait(self) -> None:
+        runner = self._runner
+        assert runner is not None
+        if runner.finished:
+            return
+        waiter = self._kit.waiter()
+        runner.stop_waiters.append(waiter)
+        await waiter
+
+    def statistics(self) -> ActorStatistics:
+        runner = self._runner
+        assert runner is not None
+        return ActorStatistics(
+            actor_id=self._actor_id,
+            state=runner.state,
+            handled=runner.handled,
+            errors=runner.errors,
+            restarts=runner.restarts,
+            skipped=runner.skipped,
+            mailbox=self._mailbox.statistics(),
+        )
+
+    @property
+    def mailbox(self) -> Mailbox[Any]:
+        """The actor's mailbox (for statistics; send through the handle)."""
+        return self._mailbox
+
+
+class MailboxActor(ActorRunner):
+    """Runs a mailbox actor: one task, one loop, no task per message."""
+
+    def __init__(
+        self,
+        actor_id: str,
+        make: Callable[[], Actor[Any, Any]],
+        mailbox: Mailbox[Any],
+        kit: Kit,
+        max_batch: int,
+    ) -> None:
+        self._make = make
+        self._mailbox = mailbox
+        self._kit = kit
+        self._max_batch = max_batch
+        self._ref: MailboxActorRef[Any, Any] = MailboxActorRef(actor_id, mailbox, kit)
+        self._ref._runner = self
+        self.state = ActorState.STARTING
+        self.finished = False
+        self.crash: ActorCrashed | None = None
+        self.handled = 0
+        self.errors = 0
+        self.restarts = 0
+        self.skipped = 0
+        self.stop_waiters: list[Any] = []
+        self._inflight: Any = None
+        self._task: Any = None
+
+    @property
+    def ref(self) -> MailboxActorRef[Any, Any]:
+        return self._ref
+
+    def request_drain(self, start_soon: Callable[..., object]) -> None:
+        if not self.finished:
+            self.state = ActorState.STOPPING
+            self._mailbox.close()
+            self._mailbox.resume()
+
+    def is_current_task(self) -> bool:
+        return self._task is not None and self._task is self._kit.current_task()
+
+    async def run(self, started: Callable[[], None]) -> None:
+        self._task = self._kit.current_task()
+        actor = self._make()
+        actor.ref = self._ref
+        await actor.on_start()
+        if self.state is not ActorState.STOPPING:
+            self.state = ActorState.PAUSED if self._mailbox.paused else ActorState.RUNNING
+        started()
+        if type(actor).handle_batch is not Actor.handle_batch:
+            stopped = await self._serve_batches(actor)
+        else:
+            stopped = await self._serve(actor)
+        if stopped:
+            await actor.on_stop()
+
+    async def _serve(self, actor: Actor[Any, Any]) -> bool:
+        """Handle messages one at a time until stopped; return True on a clean stop.
+
+        This is the hot loop: it reads the mailbox directly and resolves each reply
+        from this task, with no task, timer or cancel scope per message.
+        """
+        mailbox = self._mailbox
+        kit = self._kit
+        handle = actor.handle
+        poll = mailbox._poll
+        new_waiter = kit.waiter
+        count = 0
+        item: Any = None
+        try:
+            while True:
+                item = poll()
+                if item is EMPTY:
+                    if mailbox._closed and not mailbox._size and not mailbox._ctrl:
+                        return True
+                    waiter = new_waiter()
+                    mailbox._taker = waiter
+                    try:
+                        item = await waiter
+                    except BaseException:
+                        if mailbox._taker is waiter:
+                            mailbox._taker = None
+                        item = woken_value(waiter)
+                        raise
+                    if item is None:
+                        continue
+                if item.__class__ is tuple:
+                    message, sink, index = item
+                    if sink is None:
+                        await handle(message)
+                    elif index < 0:
+                        if not sink.done():
+                            reply = await handle(message)
+                            if not sink.done():
+                                sink.set_result(reply)
+                        else:
+                            self.skipped += 1
+                            continue
+                    elif not sink.waiter.done():
+                        sink.results[index] = await handle(message)
+                        sink.remaining -= 1
+                        if not sink.remaining:
+                            wake(sink.waiter, sink.results)
+                    else:
+                        self.skipped += 1
+                        continue
+                    self.handled += 1
+                    count += 1
+                    if not count % _CHECKPOINT_EVERY:
+                        item = None
+                        await kit.checkpoint()
+                elif item is _STOP:
+                    return True
+        except BaseException:
+            self._inflight = item
+            raise
+
+    async def _serve_batches(self, actor: Actor[Any, Any]) -> bool:
+        """Hand every waiting message (up to max_batch) to ``handle_batch`` at once."""
+        mailbox = self._mailbox
+        handle_batch = actor.handle_batch
+        max_batch = self._max_batch
+        items: list[Any] = []
+        try:
+            while True:
+                try:
+                    items = await mailbox.receive_many(max_batch)
+                except MailboxClosed:
+                    return True
+                first = items[0]
+                last = items[-1]
+                n = len(items)
+                if (
+                    first.__class__ is tuple
+                    and last.__class__ is tuple
+                    and first[2] >= 0
+                    and first[1] is last[1]
+                    and last[2] - first[2] == n - 1
+                    and first[1].ordered
+                ):
+                    # A run of one ask_many's requests, in order: one call, one slice.
+                    cell = first[1]
+                    if cell.waiter.done():
+                        self.skipped += n
+                    else:
+                        replies = await handle_batch([item[0] for item in items])
+                        if len(replies) != n:
+                            raise ValueError(
+                                f"handle_batch returned {len(replies)} replies for {n} messages"
+                            )
+                        start = first[2]
+                        cell.results[start : start + n] = replies
+                        cell.remaining -= n
+                        self.handled += n
+                        if not cell.remaining:
+                            wake(cell.waiter, cell.results)
+                    items = []
+                    continue
+                if await self._handle_mixed(handle_batch, items):
+                    return True
+                items = []
+        except BaseException:
+            self._inflight = items
+            raise
+
+    async def _handle_mixed(
+        self, handle_batch: Callable[[list[Any]], Awaitable[list[Any]]], items: list[Any]
+    ) -> bool:
+        """Handle a batch of tells, asks, batch parts and control; True on a stop."""
+        stop = False
+        live: list[Any] = []
+        for item in items:
+            if item.__class__ is not tuple:
+                stop = stop or item is _STOP
+                continue
+            sink = item[1]
+            if (
+                sink is None
+                or (item[2] < 0 and not sink.done())
+                or (item[2] >= 0 and not sink.waiter.done())
+            ):
+                live.append(item)
+            else:
+                self.skipped += 1
+        if live:
+            replies = await handle_batch([item[0] for item in live])
+            if len(replies) != len(live):
+                raise ValueError(
+                    f"handle_batch returned {len(replies)} replies for {len(live)} messages"
+                )
+            for (_message, sink, index), reply in zip(live, replies, strict=True):
+                if sink is None:
+                    continue
+                if index < 0:
+                    wake(sink, reply)
+                else:
+                    sink.results[index] = reply
+                    sink.remaining -= 1
+                    if not sink.remaining:
+                        wake(sink.waiter, sink.results)
+            self.handled += len(live)
+        return stop
+
+    def _fail_inflight(self, error: Callable[[], BaseException]) -> None:
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return
+        for item in inflight if isinstance(inflight, list) else (inflight,):
+            if item.__class__ is tuple:
+                _fail_envelope(item, error())
+
+    def on_crash(self, error: Exception, *, restarting: bool) -> None:
+        self.errors += 1
+        if restarting:
+            self.restarts += 1
+            self.state = ActorState.RESTARTING
+            self._fail_inflight(lambda: ActorCrashed(self._ref.actor_id, error))
+
+    def finalize(self, error: BaseException | None) -> None:
+        self.finished = True
+        actor_id = self._ref.actor_id
+        failure: Callable[[], ActorStopped]
+        if isinstance(error, ActorCrashed):
+            self.state = ActorState.CRASHED
+            crash = self.crash = error
+
+            def failure() -> ActorStopped:
+                return ActorCrashed(actor_id, crash.cause)
+
+        else:
+            self.state = ActorState.STOPPED
+            reason = "was cancelled" if error is not None else "stopped"
+
+            def failure() -> ActorStopped:
+                return ActorStopped(
+                    f"actor {actor_id!r} {reason} before replying", actor_id=actor_id
+                )
+
+        mailbox = self._mailbox
+        mailbox.close()
+        self._fail_inflight(failure)
+        for envelope in mailbox.discard():
+            _fail_envelope(envelope, failure())
+        waiters, self.stop_waiters = self.stop_waiters, []
+        for waiter in waiters:
+            wake(waiter)
+
+
+def _on_drop_for(name: str) -> Callable[[Any], None]:
+    def on_drop(envelope: Any) -> None:
+        error = MessageDropped(
+            f"request to actor {name!r} was dropped by its full mailbox (policy drop_oldest)"
+        )
+        _fail_envelope(envelope, error)
+
+    return on_drop
+
+
+@runner_for.register(object)
+def _mailbox_runner(target: Any, /, args: tuple[Any, ...], options: StartOptions) -> MailboxActor:
+    """Mailbox actors serve every target no other kind of actor claims."""
+    if isinstance(target, type) and issubclass(target, Actor):
+        label = target.__name__
+
+        def make() -> Actor[Any, Any]:
+            return target(*args)
+
+    elif isinstance(target, Actor):
+        if args:
+            raise TypeError("positional arguments do not apply to an Actor instance")
+        label = type(target).__name__
+        instance = target
+
+        def make() -> Actor[Any, Any]:
+            return instance
+
+    elif inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004
+    ):
+        if args:
+            raise TypeError("positional arguments do not apply to a handler function")
+        label = getattr(target, "__name__", type(target).__name__)
+        fn = target
+
+        def make() -> Actor[Any, Any]:
+            return _FunctionActor(fn)
+
+    elif callable(target):
+        label = getattr(target, "__name__", type(target).__name__)
+        factory = target
+
+        def make() -> Actor[Any, Any]:
+            actor = factory(*args)
+            if not isinstance(actor, Actor):
+                raise TypeError(
+                    f"actor factory {label!r} returned {type(actor).__name__}, not an Actor"
+                )
+            return actor
+
+    else:
+        raise TypeError(
+            "start_actor() needs an Actor subclass or instance, an async handler "
+            f"function, a factory or an ActorRunner, got {target!r}"
+        )
+    name = options.name
+    actor_id = name if name is not None else f"{label}-{next(_ids)}"
+    kit = current_kit()
+    mailbox: Mailbox[Any] = Mailbox(
+        options.capacity,
+        backpressure=options.backpressure,
+        name=actor_id,
+        on_drop=_on_drop_for(actor_id),
+    )
+    mailbox._kit = kit
+    if options.paused:
+        mailbox.pause()
+    return MailboxActor(actor_id, make, mailbox, kit, options.max_batch)

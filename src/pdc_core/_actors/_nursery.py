@@ -1,0 +1,327 @@
+"""Actors, actor handles and actor nurseries.
+
+An *actor* processes the messages sent to it one at a time, in priority order, and
+replies to requests. It runs as one task inside an :class:`ActorNursery`::
+
+    async with pdc_core.open_nursery() as nursery:
+        ref = await nursery.start_actor(Doubler)
+        assert await ref.ask(21) == 42
+
+Guarantees:
+
+* **Start is a handshake.** :meth:`ActorNursery.start_actor` returns once the actor
+  has run its ``on_start`` and is receiving. If it fails to start, ``start_actor``
+  raises :class:`~pdc_core.ActorCrashed` and nothing is left running.
+* **An actor lives no longer than its nursery.** When the ``async with`` body ends,
+  every actor still running is stopped after it has handled the messages already in
+  its mailbox (optionally bounded by ``shutdown_timeout``); when the body raises or
+  the nursery is cancelled, actors are cancelled.
+* **Crashes are never silent and never hang.** An exception escaping an actor's
+  handler cancels the other actors and the body, and the nursery raises
+  :class:`~pdc_core.ActorCrashed` carrying the actor id and the original exception
+  (as ``cause`` and ``__cause__``). With a :class:`RestartPolicy` the actor is
+  restarted instead (fresh instance, same mailbox and handle) until it crashes more
+  than ``max_restarts`` times within ``within`` seconds.
+* **No request is left hanging.** Every ``ask`` completes with the reply, its
+  timeout (:class:`~pdc_core.MessageTimeout`, a :class:`TimeoutError`), or an error:
+  :class:`~pdc_core.ActorStopped` when the actor stops before replying,
+  :class:`~pdc_core.ActorCrashed` when handling it (or the actor) crashed,
+  :class:`~pdc_core.MessageDropped` when a ``"drop_oldest"`` mailbox evicted it. A
+  request whose caller was cancelled or timed out before the actor got to it is
+  skipped, not handled.
+* **Cancellation leaves nothing behind.** Actors use no thread and no task per
+  message; a cancelled ``ask`` or ``tell`` leaves no waiter or timer behind, and
+  stopping an actor fails every request still queued.
+
+Handles are :class:`ActorRef` objects: an abstract interface (``tell``, ``ask``,
+``tell_many``, ``ask_many``, ``ask_stream``, ``pause``, ``resume``, ``stop``,
+``wait``, ``statistics``) with one implementation per kind of actor. Mailbox actors
+(this module) are one kind; ring kernels and persistent device kernels are others.
+They all plug into the nursery through :class:`ActorRunner`, the internal extension
+point documented there.
+"""
+
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from .._exceptions import ActorCrashed, ActorStopped, DuplicateActorError, LifecycleError
+from ._mailbox import DEFAULT_CAPACITY, Backpressure
+from ._refs import ActorRef, ActorRunner, StartOptions, runner_for
+
+__all__ = ["ActorNursery", "RestartPolicy", "open_nursery"]
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicy:
+    """Supervise an actor by restarting it when it crashes.
+
+    The actor is restarted after ``backoff`` seconds, doubling (``backoff_factor``) with
+    each restart counted in the window, up to ``max_backoff``. When it would be the
+    ``max_restarts + 1``-th restart within ``within`` seconds, the crash is escalated:
+    the nursery raises :class:`~pdc_core.ActorCrashed` as if there were no policy.
+    The request being handled when the actor crashed fails with
+    :class:`~pdc_core.ActorCrashed`; the ones still queued are handled by the new
+    incarnation.
+    """
+
+    max_restarts: int = 3
+    within: float = 60.0
+    backoff: float = 0.01
+    backoff_factor: float = 2.0
+    max_backoff: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_restarts < 0:
+            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        if self.within <= 0:
+            raise ValueError(f"within must be > 0 seconds, got {self.within}")
+        if self.backoff < 0 or self.max_backoff < 0 or self.backoff_factor < 1:
+            raise ValueError("backoff and max_backoff must be >= 0, backoff_factor >= 1")
+
+    def delay(self, restarts: int) -> float:
+        """Seconds to wait before the ``restarts``-th restart of the current window."""
+        exponent = max(0, restarts - 1)
+        return float(min(self.max_backoff, self.backoff * self.backoff_factor**exponent))
+
+
+_ids = itertools.count(1)
+
+
+def _flatten(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The distinct leaves of ``group``.
+
+    Two ``ActorCrashed`` for the same crash (the actor's own, and the one a pending
+    request of the body failed with) count as one.
+    """
+    leaves: list[BaseException] = []
+    seen: set[object] = set()
+    for exc in group.exceptions:
+        for leaf in _flatten(exc) if isinstance(exc, BaseExceptionGroup) else [exc]:
+            key: object = id(leaf)
+            if isinstance(leaf, ActorCrashed):
+                key = ("crash", leaf.actor_id, id(leaf.cause))
+            if key not in seen:
+                seen.add(key)
+                leaves.append(leaf)
+    return leaves
+
+
+class ActorNursery:
+    """Starts actors and bounds their lifetime. Create one with :func:`open_nursery`."""
+
+    def __init__(self, *, shutdown_timeout: float | None = None) -> None:
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._actors: dict[str, ActorRef[Any, Any]] = {}
+        self._runners: dict[str, ActorRunner] = {}
+        self._shutdown_timeout = shutdown_timeout
+        self._open = False
+
+    # -- context manager ----------------------------------------------------------------
+
+    async def __aenter__(self) -> ActorNursery:
+        if self._tg is not None:
+            raise LifecycleError("an ActorNursery can be entered only once")
+        self._tg = anyio.create_task_group()
+        await self._tg.__aenter__()
+        self._open = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._tg is not None
+        self._open = False
+        if exc is None:
+            for ref in list(self._actors.values()):
+                self._request_stop(ref)
+            if self._shutdown_timeout is not None and self._actors:
+                self._tg.start_soon(self._watchdog, self._shutdown_timeout)
+        try:
+            return bool(await self._tg.__aexit__(exc_type, exc, tb))
+        except BaseExceptionGroup as group:
+            leaves = _flatten(group)
+            if len(leaves) == 1:
+                leaf = leaves[0]
+                raise leaf from leaf.__cause__
+            raise
+
+    def _request_stop(self, ref: ActorRef[Any, Any]) -> None:
+        """Ask an actor to stop after draining, without waiting."""
+        runner = self._runners.get(ref.actor_id)
+        if runner is not None:
+            assert self._tg is not None
+            runner.request_drain(self._tg.start_soon)
+
+    async def _watchdog(self, timeout: float) -> None:
+        with anyio.move_on_after(timeout):
+            for ref in list(self._actors.values()):
+                await ref.wait()
+        for runner in list(self._runners.values()):
+            if runner.cancel_scope is not None:
+                runner.cancel_scope.cancel()
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def actors(self) -> dict[str, ActorRef[Any, Any]]:
+        """The live actors, by id (a copy)."""
+        return dict(self._actors)
+
+    @property
+    def cancel_scope(self) -> anyio.CancelScope:
+        """The nursery's cancel scope: cancelling it cancels every actor and the body."""
+        if self._tg is None:
+            raise LifecycleError("the nursery has not been entered")
+        return self._tg.cancel_scope
+
+    def cancel(self) -> None:
+        """Cancel every actor and the body of the ``async with`` block."""
+        self.cancel_scope.cancel()
+
+    # -- starting actors ----------------------------------------------------------------
+
+    async def start_actor(
+        self,
+        target: object,
+        /,
+        *args: Any,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> ActorRef[Any, Any]:
+        """Start an actor and return its handle once it is running (a handshake).
+
+        ``target`` is one of:
+
+        * an :class:`Actor` subclass, or a callable returning an :class:`Actor`
+          (called with ``*args``; called again for each restart);
+        * an :class:`Actor` instance (reused across restarts);
+        * an ``async def handler(message)`` whose return value is the reply;
+        * a :class:`~pdc_core.PersistentKernel`: launched on the best available
+          backend and run as an actor (``name`` and ``paused`` apply; for a backend
+          or launch options pass a :class:`~pdc_core.PersistentKernelActor`);
+        * an :class:`~pdc_core.lowlevel.ActorRunner`, or any target a kind of actor
+          registered with :func:`pdc_core.lowlevel.runner_for` (the mailbox options
+          apply as that kind documents).
+
+        ``capacity`` and ``backpressure`` configure the mailbox, ``restart`` opts
+        into supervision, ``max_batch`` caps the messages given to one
+        ``handle_batch`` call, and ``paused=True`` starts the actor with delivery
+        paused. ``name`` must be unique among the nursery's live actors
+        (:class:`~pdc_core.DuplicateActorError` otherwise); by default one is made up.
+        """
+        if not self._open or self._tg is None:
+            raise LifecycleError("cannot start an actor: the nursery is not open")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        options = StartOptions(name, capacity, backpressure, max_batch, paused)
+        runner = runner_for(target, args, options)
+        actor_id = runner.ref.actor_id
+        if actor_id in self._actors:
+            raise DuplicateActorError(f"an actor named {actor_id!r} is already running")
+        self._actors[actor_id] = runner.ref
+        self._runners[actor_id] = runner
+        try:
+            ref: ActorRef[Any, Any] = await self._tg.start(
+                self._supervise, runner, restart, name=f"pdc-actor-{actor_id}"
+            )
+        except BaseException:
+            self._forget(actor_id, runner)
+            raise
+        return ref
+
+    def _forget(self, actor_id: str, runner: ActorRunner) -> None:
+        if self._runners.get(actor_id) is runner:
+            del self._runners[actor_id]
+            del self._actors[actor_id]
+
+    async def _supervise(
+        self,
+        runner: ActorRunner,
+        restart: RestartPolicy | None,
+        *,
+        task_status: anyio.abc.TaskStatus[ActorRef[Any, Any]] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        ref = runner.ref
+        actor_id = ref.actor_id
+        is_started = False
+
+        def started() -> None:
+            nonlocal is_started
+            if not is_started:
+                is_started = True
+                task_status.started(ref)
+
+        history: deque[float] = deque()
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    with anyio.CancelScope() as scope:
+                        runner.cancel_scope = scope
+                        await runner.run(started)
+                except Exception as exc:
+                    if not is_started:
+                        crashed = ActorCrashed(actor_id, exc, note=" while starting")
+                        runner.on_crash(exc, restarting=False)
+                        error = crashed
+                        raise crashed from exc
+                    now = anyio.current_time()
+                    while history and history[0] <= now - (restart.within if restart else 0):
+                        history.popleft()
+                    if restart is not None and len(history) < restart.max_restarts:
+                        history.append(now)
+                        runner.on_crash(exc, restarting=True)
+                        await anyio.sleep(restart.delay(len(history)))
+                        continue
+                    runner.on_crash(exc, restarting=False)
+                    crashed = ActorCrashed(actor_id, exc)
+                    error = crashed
+                    # One for all: cancel the siblings and the body now, before the
+                    # requests pending on this actor are failed (in `finally`), so that
+                    # a caller of this nursery ends by its cancellation, not by them.
+                    if self._tg is not None:
+                        self._tg.cancel_scope.cancel()
+                    raise crashed from exc
+                else:
+                    if scope.cancelled_caught and not is_started:
+                        raise ActorStopped(
+                            f"actor {actor_id!r} was stopped while starting", actor_id=actor_id
+                        )
+                    started()
+                    return
+        except BaseException as exc:
+            if error is None:
+                error = exc
+            raise
+        finally:
+            runner.cancel_scope = None
+            self._forget(actor_id, runner)
+            runner.finalize(error)
+
+
+def open_nursery(*, shutdown_timeout: float | None = None) -> ActorNursery:
+    """Open an actor nursery: ``async with open_nursery() as nursery: ...``.
+
+    When the body completes, running actors are stopped after draining their
+    mailboxes; with ``shutdown_timeout``, any still running after that many seconds
+    are cancelled. See :class:`ActorNursery` and the module documentation for the
+    guarantees.
+    """
+    return ActorNursery(shutdown_timeout=shutdown_timeout)

@@ -1,0 +1,319 @@
+"""Actor handles and runners: the contract every kind of actor fulfils.
+
+:class:`ActorRef` is the handle users hold (``tell``, ``ask``, ``stop``, ...), with one
+implementation per kind of actor. :class:`ActorRunner` is how an
+:class:`~pdc_core.ActorNursery` runs one actor. :func:`runner_for` turns a
+``start_actor`` target into its runner; each kind of actor registers the targets it
+serves (mailbox actors take every target no other kind claims; persistent kernels
+register :class:`~pdc_core.PersistentKernel`), so the nursery knows no concrete kind.
+All of it is public for extenders in :mod:`pdc_core.lowlevel`.
+"""
+
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import enum
+import functools
+import math
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+from ._mailbox import Backpressure, MailboxStatistics
+
+__all__ = [
+    "ActorRef",
+    "ActorRunner",
+    "ActorState",
+    "ActorStatistics",
+    "StartOptions",
+    "cancellation_first",
+    "runner_for",
+]
+
+M = TypeVar("M")
+R = TypeVar("R")
+
+
+class ActorState(enum.Enum):
+    """Lifecycle of an actor, as reported by :attr:`ActorRef.state`."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    RESTARTING = "restarting"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True, slots=True)
+class ActorStatistics:
+    """A snapshot of an actor's counters."""
+
+    actor_id: str
+    state: ActorState
+    #: Messages whose handler returned (tells and asks).
+    handled: int
+    #: Exceptions raised by the handler (each one a crash).
+    errors: int
+    #: Times the actor was restarted by its :class:`RestartPolicy`.
+    restarts: int
+    #: Requests skipped because their caller had given up (cancelled or timed out).
+    skipped: int
+    #: The mailbox's counters, where the actor has a mailbox.
+    mailbox: MailboxStatistics | None
+
+
+class ActorRef(ABC, Generic[M, R]):
+    """A handle to an actor: the only way to talk to it.
+
+    ``M`` is the type of message the actor accepts and ``R`` the type of its replies.
+    Every implementation guarantees that ``ask`` completes (reply, timeout or error)
+    and never hangs after the actor has stopped. ``priority=None`` means the message's
+    own ``priority`` attribute when it has one, else 128.
+    """
+
+    __slots__ = ()
+
+    @property
+    @abstractmethod
+    def actor_id(self) -> str:
+        """The id of the actor, unique among the live actors of its nursery."""
+
+    @property
+    @abstractmethod
+    def state(self) -> ActorState:
+        """The actor's lifecycle state."""
+
+    @property
+    def alive(self) -> bool:
+        """Whether the actor accepts messages (it has not stopped or crashed)."""
+        return self.state not in (ActorState.STOPPING, ActorState.STOPPED, ActorState.CRASHED)
+
+    @abstractmethod
+    async def tell(self, message: M, *, priority: int | None = None) -> None:
+        """Send ``message`` without waiting for a reply (fire and forget).
+
+        Waits only for mailbox room under the ``"block"`` policy. Raises
+        :class:`~pdc_core.ActorStopped` if the actor is not running.
+        """
+
+    @abstractmethod
+    async def ask(
+        self, message: M, *, priority: int | None = None, timeout: float | None = None
+    ) -> R:
+        """Send ``message`` and return the actor's reply to it.
+
+        Raises :class:`~pdc_core.MessageTimeout` (a :class:`TimeoutError`) after
+        ``timeout`` seconds, :class:`~pdc_core.ActorStopped` if the actor stops first,
+        :class:`~pdc_core.ActorCrashed` if handling the message crashed the actor.
+        """
+
+    async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
+        """Send every message of ``messages``, in order, without waiting for replies."""
+        for message in messages:
+            await self.tell(message, priority=priority)
+
+    async def ask_many(
+        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
+    ) -> list[R]:
+        """Send every message and return the replies, in the order of ``messages``.
+
+        ``timeout`` bounds the whole batch. If any request fails, this raises that
+        request's error.
+        """
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        replies: list[R] = []
+        for message in messages:
+            remaining = None if deadline is None else max(0.0, deadline - anyio.current_time())
+            replies.append(await self.ask(message, priority=priority, timeout=remaining))
+        return replies
+
+    async def ask_stream(
+        self,
+        messages: Iterable[M] | AsyncIterable[M],
+        *,
+        window: int = 256,
+        priority: int | None = None,
+        timeout: float | None = None,
+    ) -> AsyncIterator[R]:
+        """Yield the replies to ``messages`` in order, with up to ``window`` in flight.
+
+        ``messages`` may be an async iterable. ``timeout`` bounds each window.
+        """
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        chunk: list[M] = []
+        if isinstance(messages, AsyncIterable):
+            async for message in messages:
+                chunk.append(message)
+                if len(chunk) >= window:
+                    for reply in await self.ask_many(chunk, priority=priority, timeout=timeout):
+                        yield reply
+                    chunk = []
+        else:
+            for message in messages:
+                chunk.append(message)
+                if len(chunk) >= window:
+                    for reply in await self.ask_many(chunk, priority=priority, timeout=timeout):
+                        yield reply
+                    chunk = []
+        if chunk:
+            for reply in await self.ask_many(chunk, priority=priority, timeout=timeout):
+                yield reply
+
+    @abstractmethod
+    async def pause(self) -> None:
+        """Stop delivering messages to the actor; they stay queued. Stop still works."""
+
+    @abstractmethod
+    async def resume(self) -> None:
+        """Resume delivery after :meth:`pause`."""
+
+    @abstractmethod
+    async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        """Stop the actor and wait until it has stopped.
+
+        New messages are refused at once. With ``drain=True`` the actor first handles
+        everything already queued; otherwise it stops after the message in hand and
+        the queued requests fail with :class:`~pdc_core.ActorStopped`. After
+        ``timeout`` seconds the actor is cancelled. Idempotent. Called by the actor
+        on itself, it requests the stop and returns without waiting.
+        """
+
+    @abstractmethod
+    async def wait(self) -> None:
+        """Wait until the actor has stopped (cleanly, by crashing, or cancelled)."""
+
+    @abstractmethod
+    def statistics(self) -> ActorStatistics:
+        """Return a snapshot of the actor's counters."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.actor_id!r} {self.state.value}>"
+
+
+class ActorRunner(ABC):
+    """Internal extension point: how an :class:`ActorNursery` runs one actor.
+
+    ``ActorNursery.start_actor(runner)`` accepts any ``ActorRunner`` and returns
+    ``runner.ref``. The nursery owns the task and the supervision; the runner owns the
+    actor. The contract:
+
+    * :meth:`run` runs one *incarnation* of the actor inside the nursery's task. It
+      sets up whatever the actor needs (a mailbox loop, a resident kernel fed through
+      a ring), calls ``started()`` exactly once when the actor is ready to receive
+      (that completes the start handshake), then serves until the actor is stopped
+      and returns. Raising an ``Exception`` is a crash: without a restart policy the
+      nursery raises :class:`~pdc_core.ActorCrashed`; with one, the nursery calls
+      :meth:`on_crash` and, after the backoff, :meth:`run` again on the same runner,
+      whose ``ref`` must stay valid across incarnations. Raising before ``started()``
+      fails the start: ``start_actor`` raises ``ActorCrashed`` ("while starting") and
+      nothing else is affected. ``run`` is cancelled (anyio cancellation) when the
+      nursery is cancelled or :attr:`cancel_scope` is cancelled; it must then release
+      everything it holds (device memory, running kernels) before the cancellation
+      propagates. When a crash escalates, the nursery cancels its other actors and its
+      body *before* calling :meth:`finalize`.
+    * :meth:`finalize` is called exactly once, synchronously, when the actor is done
+      for good: after a clean return, an escalated crash (``error`` is the
+      :class:`~pdc_core.ActorCrashed` the nursery raises) or cancellation (``error``
+      is the cancellation exception). It must make the ref refuse new messages and
+      fail every request still pending with ``error`` if it is an ``ActorCrashed``,
+      else with :class:`~pdc_core.ActorStopped`, so that no caller is left waiting.
+    * :attr:`cancel_scope` is set by the nursery around each incarnation; a runner may
+      cancel it to force-stop itself (e.g. after a drain timeout).
+
+    A persistent-kernel actor subclasses this with a ``run`` that launches the kernel,
+    calls ``started()`` once it is resident, polls its ring until told to stop, and
+    tears the kernel down in a ``finally``; its ``ref`` subclasses :class:`ActorRef`.
+    """
+
+    #: Cancel scope of the current incarnation, set by the nursery before :meth:`run`.
+    cancel_scope: anyio.CancelScope | None = None
+
+    @property
+    @abstractmethod
+    def ref(self) -> ActorRef[Any, Any]:
+        """The handle returned by ``start_actor``; the same object across restarts."""
+
+    @abstractmethod
+    async def run(self, started: Callable[[], None]) -> None:
+        """Run one incarnation; call ``started()`` once ready; return when stopped."""
+
+    def on_crash(self, error: Exception, *, restarting: bool) -> None:  # noqa: B027
+        """Called when :meth:`run` raised ``error``, before a restart or escalation.
+
+        The default does nothing. Typical use: fail the request that was being
+        handled and report the state as restarting.
+        """
+
+    @abstractmethod
+    def finalize(self, error: BaseException | None) -> None:
+        """Called once when the actor is done for good; fail what is pending."""
+
+    def request_drain(self, start_soon: Callable[..., object]) -> None:
+        """Ask the actor to stop after draining, without waiting (the nursery's exit).
+
+        The default starts ``ref.stop(drain=True)`` as a task of the nursery with
+        ``start_soon``; a runner that can request the stop synchronously overrides it.
+        """
+        start_soon(_drain_and_stop, self.ref)
+
+
+async def _drain_and_stop(ref: ActorRef[Any, Any]) -> None:
+    await ref.stop(drain=True)
+
+
+async def cancellation_first() -> None:
+    """If the calling task is being cancelled, raise its cancellation.
+
+    When a nursery is cancelled its actors may stop before the cancellation reaches a
+    task that was sending to them; that task must end by its cancellation, not by an
+    ``ActorStopped`` that only says the actor went first.
+    """
+    if anyio.current_effective_deadline() == -math.inf:
+        await anyio.sleep_forever()
+
+
+@dataclass(frozen=True, slots=True)
+class StartOptions:
+    """The options of :meth:`~pdc_core.ActorNursery.start_actor`, as a runner factory
+    registered with :func:`runner_for` receives them.
+
+    ``capacity``, ``backpressure`` and ``max_batch`` configure a mailbox; a kind of
+    actor without one ignores them. ``name`` is ``None`` when the caller gave none.
+    """
+
+    name: str | None = None
+    capacity: int = 1024
+    backpressure: Backpressure | str = Backpressure.BLOCK
+    max_batch: int = 1024
+    paused: bool = False
+
+
+@functools.singledispatch
+def runner_for(target: object, /, args: tuple[Any, ...], options: StartOptions) -> ActorRunner:
+    """Turn a ``start_actor`` target into the :class:`ActorRunner` that runs it.
+
+    Dispatches on the type of ``target``. A kind of actor registers the targets it
+    serves with ``@runner_for.register(TargetType)``; the factory receives the positional
+    arguments given to ``start_actor`` after the target and its :class:`StartOptions`,
+    and raises :class:`TypeError` for those that do not apply. An
+    :class:`ActorRunner` runs itself. Mailbox actors are registered for ``object``:
+    they serve every target no other kind claims.
+    """
+    raise TypeError(f"start_actor() cannot start {target!r}: no kind of actor serves it")
+
+
+@runner_for.register(ActorRunner)
+def _runner_itself(
+    target: ActorRunner, /, args: tuple[Any, ...], options: StartOptions
+) -> ActorRunner:
+    if args:
+        raise TypeError("positional arguments do not apply to an ActorRunner")
+    return target

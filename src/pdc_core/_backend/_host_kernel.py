@@ -1,0 +1,441 @@
+"""Persistent kernels of host backends: a worker thread running the ring protocol.
+
+A backend whose device computes from host threads (the ``cpu`` backend with NumPy, the
+``metal`` backend on MLX, a third-party backend on some other array library) runs a
+persistent kernel as a worker thread that is the device side of
+``docs/ring-protocol.md``, on the very memory layout a GPU would use. It drives
+:class:`~pdc_core.backend.RingDevice` (the protocol's reference device endpoint) and calls the
+kernel's body once per contiguous run of requests, so a batch costs one call.
+:class:`HostWorkerKernel` is that worker, written once; a backend configures it with
+
+* the backend name whose body it runs (:attr:`HostWorkerKernel.body_backend`, default
+  the backend's own name),
+* :meth:`HostWorkerKernel.worker_context`: set-up around the worker's loop, on the
+  worker thread (metal: a dedicated MLX stream made the thread's default),
+* :meth:`HostWorkerKernel.call_body` and :meth:`HostWorkerKernel.store_replies`: how
+  a run of request records is handed to the body, and how its result becomes reply
+  records in the output slots (default: NumPy record arrays in and out, the ``cpu``
+  convention),
+* :meth:`HostWorkerKernel.make_state` / :meth:`HostWorkerKernel.state_to_host`: where
+  device-resident state lives.
+
+Waiting, on both sides, never burns the GIL:
+
+* the worker sleeps on a ``threading.Event`` *doorbell* that the host rings
+  (:meth:`HostWorkerKernel.wake`) after every store to the control block;
+* the host's leader task sleeps in its event loop's selector on one end of a socket
+  pair; the worker writes a byte to the other end after it publishes something, but
+  only while the host is actually waiting (a flag, checked after a progress counter is
+  bumped, so no wake-up is lost).
+
+A Python thread that spins on the control block instead burns a core while idle and
+holds the GIL for whole switch intervals (5 ms): round trips get a ~10 ms tail (p99
+~50x the default on a 2-core VM), and with a host that also spins on ``sleep(0)`` in
+its event loop the median itself is ~5 ms (~50-100x). A host spinning in the loop
+alone starves the worker of the GIL too (p99 ~1-2 ms). ``benchmarks/ring_kernel.py``
+measures all of these (the launch options ``worker_wait="spin"`` and
+``host_wait="poll"`` exist for that comparison only); see ``docs/benchmarks.md``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .._exceptions import RecordError, RingProtocolError
+from ._contract import MemoryKind
+from ._persistent_kernel import PersistentKernel
+from ._resident import HostWaiter, PollingWaiter, ResidentKernel
+from ._ring import ErrorCode, RingDevice, RingMemory, StopMode
+
+if TYPE_CHECKING:
+    from ._contract import Backend
+
+__all__ = [
+    "HostWait",
+    "HostWorkerKernel",
+    "WorkerWait",
+]
+
+WorkerWait = Literal["doorbell", "spin"]
+
+HostWait = Literal["notify", "poll"]
+
+
+class _BodyFailed(Exception):
+    def __init__(self, code: int, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.cause = cause
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class HostWorkerKernel(ResidentKernel):
+    """A persistent kernel resident in a worker thread of the host process.
+
+    Start one with :meth:`launch` from ``Backend.launch_persistent_kernel``; it returns
+    once the thread is started (the session waits for the ``STARTED`` word). The
+    thread is named ``pdc-<backend>-kernel-<kernel name>``; it ends once the kernel has
+    stored ``DONE``, and :meth:`release` joins it.
+
+    Launch options (``open_persistent_kernel(kernel, backend, **options)``):
+
+    * ``worker_wait``: ``"doorbell"`` (default) sleeps on the doorbell when idle;
+      ``"spin"`` polls the control block without sleeping (for measurement only).
+    * ``host_wait``: ``"notify"`` (default) makes the host sleep in its selector until
+      the worker signals; ``"poll"`` uses the generic in-loop polling of
+      :class:`~pdc_core.backend.PollingWaiter` (for measurement only: it starves the worker).
+    * ``idle_timeout``: seconds the idle worker sleeps between looks at the control
+      block even without a doorbell (default 0.05; the doorbell is what wakes it).
+
+    Errors: an exception from :meth:`call_body` is reported as ``ErrorCode.BODY``, a
+    :class:`~pdc_core.RecordError` from :meth:`store_replies` as
+    ``ErrorCode.BAD_REPLY`` (the message says what was wrong), anything else the
+    worker hits as ``ErrorCode.DEVICE``; the session raises them as
+    :class:`~pdc_core.ActorCrashed`, and :attr:`error_cause` keeps the exception the
+    body raised. Nothing of a failed batch is published.
+
+    **Subclassing** (a host backend with its own array library): override the hooks
+    below; everything else -- the protocol loop, waiting, stop, pause, errors -- stays
+    here. All hooks except :meth:`make_state` run on the worker thread.
+    """
+
+    #: The backend whose body the worker calls (``kernel.body_for``); ``None``: the
+    #: name of the backend that launches it.
+    body_backend: ClassVar[str | None] = None
+
+    #: The launch options :meth:`launch` accepts (subclasses may add their own).
+    launch_options: ClassVar[frozenset[str]] = frozenset(
+        {"worker_wait", "host_wait", "idle_timeout"}
+    )
+
+    def __init__(
+        self,
+        backend: Backend,
+        kernel: PersistentKernel,
+        memory: RingMemory,
+        *,
+        worker_wait: WorkerWait = "doorbell",
+        host_wait: HostWait = "notify",
+        idle_timeout: float = 0.05,
+    ) -> None:
+        super().__init__(backend, kernel, memory)
+        if worker_wait not in ("doorbell", "spin"):
+            raise ValueError(f"worker_wait must be 'doorbell' or 'spin', not {worker_wait!r}")
+        if host_wait not in ("notify", "poll"):
+            raise ValueError(f"host_wait must be 'notify' or 'poll', not {host_wait!r}")
+        if not idle_timeout > 0:
+            raise ValueError(f"idle_timeout must be positive, not {idle_timeout!r}")
+        self.body: Callable[..., Any] = kernel.body_for(self.body_backend or backend.name)
+        self._spin = worker_wait == "spin"
+        self._host_wait = host_wait
+        self._idle_timeout = idle_timeout
+        self._bell = threading.Event()
+        #: The device-resident state (what :meth:`make_state` made), or ``None``.
+        self.state: Any = None if kernel.state is None else self.make_state(kernel.state)
+        #: Bumped by the worker after each publish or status change (only it writes it).
+        self.progress = 0
+        #: True while the host's leader sleeps on the socket (only the host writes it).
+        self.host_waiting = False
+        self._host_sock, self._worker_sock = socket.socketpair()
+        self._host_sock.setblocking(False)
+        self._worker_sock.setblocking(False)
+        self._failure: BaseException | None = None
+        self._error_cause: BaseException | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"pdc-{backend.name}-kernel-{kernel.name}", daemon=True
+        )
+        self._released = False
+        self._thread.start()
+
+    @classmethod
+    def launch(
+        cls, backend: Backend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> HostWorkerKernel:
+        """``launch_persistent_kernel`` for a host backend: check, then start the worker.
+
+        Unknown options are a ``TypeError`` naming them and the known ones.
+        """
+        unknown = sorted(set(options) - cls.launch_options)
+        if unknown:
+            raise TypeError(
+                f"unknown launch option(s) for the {backend.name} backend: {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(cls.launch_options))})"
+            )
+        if not isinstance(kernel, PersistentKernel):
+            raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
+        if not isinstance(rings, RingMemory) or rings.layout != kernel.layout:
+            raise TypeError("rings must be a RingMemory allocated for this kernel's layout")
+        return cls(backend, kernel, rings, **options)
+
+    # -- hooks for host backends ---------------------------------------------------------
+
+    def make_state(self, initial: npt.NDArray[Any]) -> Any:
+        """The device-resident state from its initial value (called once, at launch, on
+        the launching thread). Default: the backend's ``DEVICE`` allocation, a copy."""
+        state = self.backend.allocate(initial.shape, initial.dtype, MemoryKind.DEVICE)
+        np.copyto(state, initial)
+        return state
+
+    def state_to_host(self, state: Any) -> npt.NDArray[Any]:
+        """A host copy of the state, for :meth:`read_state`. Default: ``np.array(state)``."""
+        return np.array(state, copy=True)
+
+    @contextlib.contextmanager
+    def worker_context(self) -> Iterator[None]:
+        """Entered on the worker thread around its whole life (after the header check,
+        before ``STARTED``); an exception here is reported as ``ErrorCode.DEVICE``.
+        Default: nothing."""
+        yield
+
+    def call_body(self, requests: npt.NDArray[Any]) -> Any:
+        """Call :attr:`body` on a run of ``requests`` (a read-only view of the input
+        slots, valid only during the call) and return its result, fully computed.
+
+        Default (the ``cpu`` convention): ``body(requests)``, or ``body(requests,
+        state)`` with state. Any exception is reported as ``ErrorCode.BODY``.
+        """
+        if self.state is None:
+            return self.body(requests)
+        return self.body(requests, self.state)
+
+    def store_replies(self, result: Any, replies: npt.NDArray[Any]) -> None:
+        """Write ``result`` (what :meth:`call_body` returned) into ``replies`` (the
+        output slots of the run, a writable record array of ``len(requests)`` records).
+
+        Raise :class:`~pdc_core.RecordError` saying what is wrong with ``result``
+        (reported as ``ErrorCode.BAD_REPLY``). Default: ``result`` must be an array of
+        exactly ``len(replies)`` records of the reply dtype.
+        """
+        count = len(replies)
+        reply_dtype = replies.dtype
+        array = np.asarray(result) if result is not None else None
+        if array is None or array.dtype != reply_dtype:
+            got = "None" if array is None else f"dtype {array.dtype}"
+            raise RecordError(
+                f"the body returned {got} for {count} request(s); it must return "
+                f"{count} replies of dtype {reply_dtype}"
+            )
+        if array.shape != (count,):
+            raise RecordError(
+                f"the body returned replies of shape {array.shape} for {count} "
+                f"request(s); it must return exactly one reply per request, shape ({count},)"
+            )
+        replies[...] = array
+
+    # -- ResidentKernel -------------------------------------------------------------------
+
+    def wake(self) -> None:
+        self._bell.set()
+
+    @property
+    def exited(self) -> bool:
+        return not self._thread.is_alive()
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._failure
+
+    @property
+    def error_cause(self) -> BaseException | None:
+        return self._error_cause
+
+    def host_waiter(self) -> HostWaiter:
+        if self._host_wait == "poll":
+            return PollingWaiter()
+        return _NotifyWaiter(self)
+
+    def read_state(self) -> npt.NDArray[Any] | None:
+        return None if self.state is None else self.state_to_host(self.state)
+
+    def release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        self._thread.join()
+        self._host_sock.close()
+        self._worker_sock.close()
+
+    # -- the worker thread ------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self.progress += 1
+        if self.host_waiting:
+            with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed
+                self._worker_sock.send(b"\0")
+
+    def _sleep(self) -> None:
+        """Idle: wait for the doorbell (the caller cleared it before looking)."""
+        if not self._spin:
+            self._bell.wait(self._idle_timeout)
+
+    def _run(self) -> None:
+        device = RingDevice(self.memory)
+        try:
+            try:
+                device.check_header()
+            except RingProtocolError as exc:
+                device.set_error(ErrorCode.PROTOCOL, str(exc))
+                return
+            with self.worker_context():
+                device.mark_started()
+                self._notify()
+                self._loop(device)
+        except _BodyFailed as failed:
+            self._error_cause = failed.cause
+            device.set_error(failed.code, failed.message)
+        except RingProtocolError as exc:
+            device.set_error(ErrorCode.PROTOCOL, str(exc))
+        except BaseException as exc:  # a bug here must still end in the done word
+            self._failure = exc
+            device.set_error(ErrorCode.DEVICE, _describe(exc))
+        finally:
+            device.mark_done()
+            self._notify()
+
+    def _loop(self, device: RingDevice) -> None:
+        bell = self._bell
+        limit = self.kernel.max_batch
+        while True:
+            bell.clear()  # before looking: a doorbell rung after this is not lost
+            stop = device.stop_mode()
+            if stop is StopMode.NOW:
+                return
+            if stop is StopMode.RUN and device.pause_requested():
+                self._park(device)
+                continue
+            index, count = device.next_batch(limit)
+            if count == 0:
+                if stop is StopMode.DRAIN and device.drained():
+                    return
+                self._sleep()
+                continue
+            self._process(device, index, count)
+            self._notify()
+
+    def _park(self, device: RingDevice) -> None:
+        device.set_paused(True)
+        self._notify()
+        bell = self._bell
+        while True:
+            bell.clear()
+            if not device.pause_requested() or device.stop_mode() is not StopMode.RUN:
+                break
+            self._sleep()
+        device.set_paused(False)
+        self._notify()
+
+    def _process(self, device: RingDevice, index: int, count: int) -> None:
+        requests = device.inputs(index, count)
+        requests.flags.writeable = False
+        try:
+            result = self.call_body(requests)
+        except Exception as exc:
+            raise _BodyFailed(ErrorCode.BODY, f"the body raised {_describe(exc)}", exc) from None
+        try:
+            self.store_replies(result, device.outputs(index, count))
+        except RecordError as exc:
+            raise _BodyFailed(ErrorCode.BAD_REPLY, str(exc)) from None
+        device.publish(count)
+
+
+class _NotifyWaiter(HostWaiter):
+    """The host's leader sleeps in the event loop's selector until the worker signals.
+
+    Under asyncio the socket stays registered with the loop (``add_reader``) for the
+    session's life, which halves the cost of a wake-up compared with registering it
+    per wait; under trio and other loops it uses their ``wait_readable``.
+    """
+
+    def __init__(self, kernel: HostWorkerKernel) -> None:
+        self._kernel = kernel
+        self._sock = kernel._host_sock
+        self._seen = 0
+        self._wait_readable: Callable[[], Any] | None = None
+        self._asyncio_loop: Any = None
+        self._future: Any = None
+
+    def begin(self) -> None:
+        self._seen = self._kernel.progress
+
+    def kick(self) -> None:
+        if self._kernel.host_waiting:
+            with contextlib.suppress(OSError):
+                self._kernel._worker_sock.send(b"\0")
+
+    def _drain(self) -> None:
+        with contextlib.suppress(OSError):
+            while self._sock.recv(4096):
+                pass
+
+    def _setup(self) -> Callable[[], Any]:
+        import asyncio
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            self._asyncio_loop = loop
+            loop.add_reader(self._sock.fileno(), self._on_readable)
+
+            def wait_asyncio() -> Any:
+                self._future = loop.create_future()
+                return self._future
+
+            return wait_asyncio
+        try:
+            import trio
+
+            trio.lowlevel.current_task()
+        except (ImportError, RuntimeError):
+            import anyio
+
+            return lambda: anyio.wait_readable(self._sock)
+        sock = self._sock
+
+        async def wait_trio() -> None:
+            await trio.lowlevel.wait_readable(sock)
+
+        return wait_trio
+
+    def _on_readable(self) -> None:
+        self._drain()
+        future = self._future
+        if future is not None and not future.done():
+            future.set_result(None)
+
+    async def wait(self, outstanding: bool) -> None:
+        kernel = self._kernel
+        wait_readable = self._wait_readable
+        if wait_readable is None:
+            wait_readable = self._wait_readable = self._setup()
+        kernel.host_waiting = True
+        try:
+            if kernel.progress != self._seen:
+                return
+            await wait_readable()
+            if self._asyncio_loop is None:
+                self._drain()
+        finally:
+            kernel.host_waiting = False
+            self._future = None
+            self._seen = kernel.progress
+
+    def close(self) -> None:
+        loop = self._asyncio_loop
+        if loop is not None:
+            self._asyncio_loop = None
+            with contextlib.suppress(Exception):  # the loop may already be closed
+                loop.remove_reader(self._sock.fileno())

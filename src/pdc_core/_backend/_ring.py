@@ -1,0 +1,811 @@
+"""The ring protocol of persistent kernels, shared by every backend.
+
+One contiguous region of memory the host and the device both address (``MAPPED``
+memory: pinned host memory the GPU reads on CUDA, ordinary host memory on the CPU)
+holds a *control block* of 64-byte lines followed by two rings of fixed-size slots:
+the input ring (requests, host -> kernel) and the output ring (replies, kernel ->
+host). Every word of the control block is written by exactly one side; each side only
+loads and stores (no read-modify-write crosses the host/device boundary). Indices are
+64-bit, start at 0 and only grow; the slot of index ``i`` is ``i % capacity``.
+
+``docs/ring-protocol.md`` is the normative description (byte offsets, who writes
+what, memory ordering, the start/stop/pause/error handshakes). This module holds the
+layout constants that document refers to, :class:`RingLayout` (offsets for a given
+pair of record dtypes and capacities), :class:`RingMemory` (an initialised region),
+and the two endpoints: :class:`RingHost`, used by the host side, and
+:class:`RingDevice`, a reference implementation of the device side in Python that
+the CPU backend runs in its worker thread and the protocol tests drive step by step.
+
+Neither endpoint blocks or waits: they report what is possible now, and the callers
+(the async host session, a backend's worker) decide how to wait.
+"""
+
+from __future__ import annotations
+
+import enum
+import numbers
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from .._exceptions import RecordError, RingProtocolError
+
+if TYPE_CHECKING:
+    from ._contract import Backend
+
+__all__ = [
+    "CONTROL_BLOCK_SIZE",
+    "ERROR_MESSAGE_SIZE",
+    "LINE_SIZE",
+    "RING_ALIGNMENT",
+    "RING_MAGIC",
+    "RING_VERSION",
+    "ErrorCode",
+    "Offset",
+    "RingDevice",
+    "RingHost",
+    "RingLayout",
+    "RingMemory",
+    "StopMode",
+    "coerce_batch",
+    "coerce_record",
+    "record_dtype",
+    "record_from_mapping",
+]
+
+#: Size of one line of the control block: each line is written by one side only.
+LINE_SIZE: Final = 64
+#: Bytes of the control block; the input ring starts right after it.
+CONTROL_BLOCK_SIZE: Final = 1024
+#: The first four bytes of the region, ``b"PDCR"`` read as a little-endian u32.
+RING_MAGIC: Final = 0x52434450
+#: Version of the layout described here; the device side refuses any other.
+RING_VERSION: Final = 1
+#: Bytes reserved for the kernel's error message (UTF-8, not NUL-terminated).
+ERROR_MESSAGE_SIZE: Final = 256
+#: Every ring starts on a multiple of this many bytes from the region's start.
+RING_ALIGNMENT: Final = 64
+
+
+class Offset(enum.IntEnum):
+    """Byte offset of each word of the control block from the start of the region.
+
+    All words are little-endian and naturally aligned. ``u64`` words are indices and
+    sizes, ``u32`` words are flags and codes. The writer of each line is fixed:
+
+    =====  ==========  ========================================================
+    line   writer      words
+    =====  ==========  ========================================================
+    0      host (once) header: magic, version, capacities, slot sizes, offsets
+    1      host        ``IN_HEAD``
+    2      kernel      ``IN_TAIL``
+    3      kernel      ``OUT_HEAD``
+    4      host        ``OUT_TAIL``
+    5      host        ``STOP``, ``PAUSE``
+    6      kernel      ``STARTED``, ``PAUSED``, ``DONE``, ``ERROR_CODE``,
+                       ``ERROR_LENGTH``, ``BATCHES``
+    7-10   kernel      ``ERROR_MESSAGE`` (256 bytes)
+    11-15  nobody      reserved, zero
+    =====  ==========  ========================================================
+    """
+
+    # line 0: header (host, before launch; read-only afterwards)
+    MAGIC = 0  # u32
+    VERSION = 4  # u32
+    IN_CAPACITY = 8  # u64, slots in the input ring
+    OUT_CAPACITY = 16  # u64, slots in the output ring
+    IN_SLOT_SIZE = 24  # u64, bytes per input slot (the request dtype's itemsize)
+    OUT_SLOT_SIZE = 32  # u64, bytes per output slot (the reply dtype's itemsize)
+    IN_RING = 40  # u64, byte offset of input slot 0 from the region's start
+    OUT_RING = 48  # u64, byte offset of output slot 0 from the region's start
+    TOTAL_SIZE = 56  # u64, bytes of the whole region
+    # line 1 (host)
+    IN_HEAD = 64  # u64, requests published
+    # line 2 (kernel)
+    IN_TAIL = 128  # u64, requests consumed (their slots may be reused)
+    # line 3 (kernel)
+    OUT_HEAD = 192  # u64, replies published
+    # line 4 (host)
+    OUT_TAIL = 256  # u64, replies consumed (their slots may be reused)
+    # line 5 (host)
+    STOP = 320  # u32, a StopMode
+    PAUSE = 324  # u32, 1 while the host asks the kernel to pause
+    # line 6 (kernel)
+    STARTED = 384  # u32, 1 once the kernel is resident and polling
+    PAUSED = 388  # u32, 1 while the kernel is parked in a pause
+    DONE = 392  # u32, 1 once the kernel has left its loop (its last store)
+    ERROR_CODE = 396  # u32, an ErrorCode or a body-defined code >= 256; 0: none
+    ERROR_LENGTH = 400  # u32, bytes of ERROR_MESSAGE in use
+    BATCHES = 408  # u64, device batches published (informational)
+    # lines 7-10 (kernel)
+    ERROR_MESSAGE = 448  # 256 bytes of UTF-8
+
+
+class StopMode(enum.IntEnum):
+    """Values of the ``STOP`` word."""
+
+    #: Keep running.
+    RUN = 0
+    #: Finish the batch in progress, then stop; leave unconsumed requests alone.
+    NOW = 1
+    #: Consume and answer every request published before the stop, then stop.
+    DRAIN = 2
+
+
+class ErrorCode(enum.IntEnum):
+    """Values of the ``ERROR_CODE`` word defined by the protocol.
+
+    Codes from :attr:`USER` (256) up are free for kernel bodies to define.
+    """
+
+    NONE = 0
+    #: The kernel body failed (raised, trapped, asserted); the message says how.
+    BODY = 1
+    #: The body produced replies of the wrong number, dtype or size.
+    BAD_REPLY = 2
+    #: The device found the control block in an impossible state (bad magic or
+    #: version, an index moving backwards, a head beyond its tail plus capacity).
+    PROTOCOL = 3
+    #: The device side failed outside the body (resources, a backend bug).
+    DEVICE = 4
+    #: First code free for kernel bodies.
+    USER = 256
+
+
+_U64 = np.dtype("<u8")
+_U32 = np.dtype("<u4")
+_BYTE = np.dtype(np.uint8)
+
+
+def _align(value: int, alignment: int = RING_ALIGNMENT) -> int:
+    return -(-value // alignment) * alignment
+
+
+def record_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
+    """Validate ``dtype`` as the record layout of a ring's slots and return it.
+
+    A record dtype must have a fixed, non-zero size and hold no Python objects (the
+    device reads its bytes). Structured dtypes are the norm; a plain dtype such as
+    ``float64`` is a one-field record.
+    """
+    try:
+        canonical = np.dtype(dtype)
+    except TypeError as exc:
+        raise TypeError(f"the {what} dtype {dtype!r} is not a NumPy dtype: {exc}") from None
+    if canonical.hasobject:
+        raise TypeError(
+            f"the {what} dtype {canonical} holds Python objects, which a device cannot read"
+        )
+    if canonical.itemsize == 0:
+        raise TypeError(f"the {what} dtype {canonical} has no size; a slot needs a fixed size")
+    if canonical.subdtype is not None:
+        raise TypeError(
+            f"the {what} dtype {canonical} is a subarray dtype; wrap it in a structured dtype "
+            f"such as np.dtype([('data', {canonical.str!r})])"
+        )
+    return canonical
+
+
+def _capacity(value: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"the {what} capacity must be an int, not {value!r}")
+    if value < 1:
+        raise ValueError(f"the {what} capacity must be at least 1, not {value}")
+    if value >= 2**32:
+        raise ValueError(f"the {what} capacity {value} is too large (at most 2**32 - 1 slots)")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class RingLayout:
+    """Where everything lives in a ring region, for one pair of record dtypes.
+
+    The region is ``[control block][input ring][output ring]``: the input ring at
+    :data:`CONTROL_BLOCK_SIZE`, the output ring at the next multiple of 64 after the
+    input ring. Slot ``k`` of a ring is at ``ring offset + k * slot size``, and the
+    slot size is exactly the record dtype's ``itemsize``.
+    """
+
+    request_dtype: np.dtype[Any]
+    reply_dtype: np.dtype[Any]
+    in_capacity: int
+    out_capacity: int
+
+    def __init__(
+        self,
+        request_dtype: npt.DTypeLike,
+        reply_dtype: npt.DTypeLike,
+        in_capacity: int,
+        out_capacity: int | None = None,
+    ) -> None:
+        object.__setattr__(self, "request_dtype", record_dtype(request_dtype, "request"))
+        object.__setattr__(self, "reply_dtype", record_dtype(reply_dtype, "reply"))
+        object.__setattr__(self, "in_capacity", _capacity(in_capacity, "input ring"))
+        out = in_capacity if out_capacity is None else out_capacity
+        object.__setattr__(self, "out_capacity", _capacity(out, "output ring"))
+
+    @property
+    def in_slot_size(self) -> int:
+        return self.request_dtype.itemsize
+
+    @property
+    def out_slot_size(self) -> int:
+        return self.reply_dtype.itemsize
+
+    @property
+    def in_ring_offset(self) -> int:
+        return CONTROL_BLOCK_SIZE
+
+    @property
+    def out_ring_offset(self) -> int:
+        return _align(self.in_ring_offset + self.in_capacity * self.in_slot_size)
+
+    @property
+    def total_size(self) -> int:
+        return _align(self.out_ring_offset + self.out_capacity * self.out_slot_size)
+
+
+class RingMemory:
+    """An initialised ring region and typed views of it.
+
+    Build one with :meth:`allocate` (memory from a backend) or :meth:`from_buffer`.
+    ``base`` is a ``uint8`` NumPy view of exactly :attr:`RingLayout.total_size` bytes
+    starting at a 64-byte boundary; :attr:`address` is its host address (on CUDA with
+    unified addressing, also the device address of mapped memory). ``owner`` is the
+    allocation ``base`` was carved from: keep the ``RingMemory`` alive as long as the
+    device may touch the region.
+    """
+
+    def __init__(self, layout: RingLayout, base: npt.NDArray[np.uint8], owner: Any = None) -> None:
+        if base.dtype != _BYTE or base.ndim != 1 or not base.flags.c_contiguous:
+            raise TypeError("a ring region must be a contiguous 1-D uint8 array")
+        if base.nbytes != layout.total_size:
+            raise ValueError(
+                f"the ring region has {base.nbytes} bytes but the layout needs {layout.total_size}"
+            )
+        if base.ctypes.data % RING_ALIGNMENT:
+            raise ValueError(f"a ring region must start on a {RING_ALIGNMENT}-byte boundary")
+        self.layout = layout
+        self.base = base
+        self.owner = base if owner is None else owner
+        control = base[:CONTROL_BLOCK_SIZE]
+        #: The control block as little-endian u64 and u32 words (index = offset // 8 or // 4).
+        self.words64: npt.NDArray[np.uint64] = control.view(_U64)
+        self.words32: npt.NDArray[np.uint32] = control.view(_U32)
+        self.error_message_bytes: npt.NDArray[np.uint8] = base[
+            Offset.ERROR_MESSAGE : Offset.ERROR_MESSAGE + ERROR_MESSAGE_SIZE
+        ]
+        in_start = layout.in_ring_offset
+        in_end = in_start + layout.in_capacity * layout.in_slot_size
+        out_start = layout.out_ring_offset
+        out_end = out_start + layout.out_capacity * layout.out_slot_size
+        #: The input slots, as an array of request records (``in_capacity`` long).
+        self.in_slots: npt.NDArray[Any] = base[in_start:in_end].view(layout.request_dtype)
+        #: The output slots, as an array of reply records (``out_capacity`` long).
+        self.out_slots: npt.NDArray[Any] = base[out_start:out_end].view(layout.reply_dtype)
+
+    # -- construction ---------------------------------------------------------------
+
+    @classmethod
+    def allocate(cls, backend: Backend, layout: RingLayout) -> RingMemory:
+        """Allocate a region from ``backend`` (``MemoryKind.MAPPED``) and initialise it."""
+        from ._contract import MemoryKind
+
+        raw = backend.allocate((layout.total_size + RING_ALIGNMENT,), _BYTE, MemoryKind.MAPPED)
+        if not isinstance(raw, np.ndarray):
+            raise TypeError(
+                f"the {backend.name} backend returned {type(raw).__name__} for mapped memory; "
+                "the contract requires a NumPy host view"
+            )
+        flat = raw.reshape(-1).view(_BYTE)
+        skip = (-flat.ctypes.data) % RING_ALIGNMENT
+        memory = cls(layout, flat[skip : skip + layout.total_size], owner=raw)
+        memory.initialize()
+        return memory
+
+    @classmethod
+    def from_buffer(cls, layout: RingLayout) -> RingMemory:
+        """A region in fresh host memory (tests, tools), initialised."""
+        raw = np.zeros(layout.total_size + RING_ALIGNMENT, dtype=_BYTE)
+        skip = (-raw.ctypes.data) % RING_ALIGNMENT
+        memory = cls(layout, raw[skip : skip + layout.total_size], owner=raw)
+        memory.initialize()
+        return memory
+
+    def initialize(self) -> None:
+        """Zero the whole region and write the header (host, before launch only)."""
+        layout = self.layout
+        self.base[:] = 0
+        self.words32[Offset.MAGIC // 4] = RING_MAGIC
+        self.words32[Offset.VERSION // 4] = RING_VERSION
+        self.words64[Offset.IN_CAPACITY // 8] = layout.in_capacity
+        self.words64[Offset.OUT_CAPACITY // 8] = layout.out_capacity
+        self.words64[Offset.IN_SLOT_SIZE // 8] = layout.in_slot_size
+        self.words64[Offset.OUT_SLOT_SIZE // 8] = layout.out_slot_size
+        self.words64[Offset.IN_RING // 8] = layout.in_ring_offset
+        self.words64[Offset.OUT_RING // 8] = layout.out_ring_offset
+        self.words64[Offset.TOTAL_SIZE // 8] = layout.total_size
+
+    # -- access -----------------------------------------------------------------------
+
+    @property
+    def address(self) -> int:
+        """Host address of the region's first byte."""
+        return int(self.base.ctypes.data)
+
+    def load64(self, offset: Offset) -> int:
+        """Load the u64 word at ``offset``."""
+        return int(self.words64[offset >> 3])
+
+    def load32(self, offset: Offset) -> int:
+        """Load the u32 word at ``offset``."""
+        return int(self.words32[offset >> 2])
+
+    def error_message(self) -> str:
+        """The kernel's error message (empty when it wrote none)."""
+        length = min(self.load32(Offset.ERROR_LENGTH), ERROR_MESSAGE_SIZE)
+        return bytes(self.error_message_bytes[:length]).decode("utf-8", errors="replace")
+
+    def snapshot(self) -> dict[str, int]:
+        """Every index and flag word, for diagnostics and error messages."""
+        return {
+            "in_head": self.load64(Offset.IN_HEAD),
+            "in_tail": self.load64(Offset.IN_TAIL),
+            "out_head": self.load64(Offset.OUT_HEAD),
+            "out_tail": self.load64(Offset.OUT_TAIL),
+            "stop": self.load32(Offset.STOP),
+            "pause": self.load32(Offset.PAUSE),
+            "started": self.load32(Offset.STARTED),
+            "paused": self.load32(Offset.PAUSED),
+            "done": self.load32(Offset.DONE),
+            "error_code": self.load32(Offset.ERROR_CODE),
+            "batches": self.load64(Offset.BATCHES),
+        }
+
+    def describe(self) -> str:
+        """The snapshot as ``name=value`` pairs."""
+        return ", ".join(f"{name}={value}" for name, value in self.snapshot().items())
+
+
+# -- records ---------------------------------------------------------------------------
+
+
+def _dtype_mismatch(got: np.dtype[Any], want: np.dtype[Any], what: str) -> RecordError:
+    if got.itemsize > want.itemsize:
+        return RecordError(
+            f"a {what} record of {got.itemsize} bytes (dtype {got}) is larger than a "
+            f"{want.itemsize}-byte slot (the ring's record dtype is {want})"
+        )
+    return RecordError(f"a {what} record has dtype {got}, but the ring's record dtype is {want}")
+
+
+def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> npt.NDArray[Any]:
+    """Turn one record into a 1-element array of ``dtype``, or raise :class:`RecordError`.
+
+    Accepted: a NumPy array or scalar of exactly ``dtype`` holding one record (shape
+    ``()`` or ``(1,)``); a ``bytes``-like payload of at most one slot (zero-padded); a
+    tuple, a mapping of field names, or a Python scalar NumPy can convert to
+    ``dtype``. Arrays of another dtype are refused rather than cast, and the message
+    names both dtypes, or both sizes when the record is larger than a slot. Nothing
+    is written anywhere: call this before touching a ring.
+    """
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        if array.dtype != dtype:
+            raise _dtype_mismatch(array.dtype, dtype, what)
+        if array.shape not in ((), (1,)):
+            raise RecordError(
+                f"expected one {what} record, got an array of shape {array.shape}; "
+                "send several records as a batch"
+            )
+        return array.reshape(1)
+    if isinstance(value, bytes | bytearray | memoryview):
+        payload = memoryview(value).cast("B")
+        if payload.nbytes > dtype.itemsize:
+            raise RecordError(
+                f"a {what} payload of {payload.nbytes} bytes is larger than a "
+                f"{dtype.itemsize}-byte slot (record dtype {dtype})"
+            )
+        raw = np.zeros(dtype.itemsize, dtype=_BYTE)
+        raw[: payload.nbytes] = np.frombuffer(payload, dtype=_BYTE)
+        return raw.view(dtype)
+    if isinstance(value, Mapping):
+        value = record_from_mapping(value, dtype, what)
+    try:
+        array = np.array([value], dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise RecordError(
+            f"cannot make a {what} record of dtype {dtype} from {value!r}: {exc}"
+        ) from None
+    if array.shape != (1,):
+        raise RecordError(
+            f"{value!r} is not one {what} record of dtype {dtype} "
+            f"(it converts to shape {array.shape[1:]})"
+        )
+    return array
+
+
+def record_from_mapping(
+    value: Mapping[str, Any], dtype: np.dtype[Any], what: str
+) -> tuple[Any, ...]:
+    """The field values of ``value`` (a mapping of field names) in ``dtype``'s order.
+
+    Raises :class:`~pdc_core.RecordError` naming missing and unknown fields.
+    """
+    names = dtype.names
+    if names is None:
+        raise RecordError(f"a mapping cannot be a {what} record of the unstructured dtype {dtype}")
+    missing = [name for name in names if name not in value]
+    extra = [name for name in value if name not in names]
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"missing field(s) {', '.join(missing)}")
+        if extra:
+            parts.append(f"unknown field(s) {', '.join(map(str, extra))}")
+        raise RecordError(f"a {what} record of dtype {dtype}: {'; '.join(parts)}")
+    return tuple(value[name] for name in names)
+
+
+def coerce_batch(values: Any, dtype: np.dtype[Any], what: str = "request") -> npt.NDArray[Any]:
+    """Turn a batch into a 1-D array of ``dtype``, or raise :class:`RecordError`.
+
+    Accepted: a 1-D NumPy array of exactly ``dtype`` (used as is, no copy), or a
+    sequence of records each accepted by :func:`coerce_record`. Every record is
+    validated before this returns, so a bad record anywhere means nothing is sent.
+    """
+    if isinstance(values, np.ndarray):
+        if values.dtype != dtype:
+            raise _dtype_mismatch(values.dtype, dtype, what)
+        if values.ndim != 1:
+            raise RecordError(
+                f"a batch of {what} records must be a 1-D array, got shape {values.shape}"
+            )
+        return values
+    if isinstance(values, bytes | bytearray | memoryview | str) or not isinstance(values, Sequence):
+        raise RecordError(
+            f"a batch of {what} records must be a 1-D array of dtype {dtype} or a sequence "
+            f"of records, not {type(values).__name__}"
+        )
+    out = np.empty(len(values), dtype=dtype)
+    for index, value in enumerate(values):
+        try:
+            out[index] = coerce_record(value, dtype, what)[0]
+        except RecordError as exc:
+            raise RecordError(f"record {index} of the batch: {exc}") from None
+    return out
+
+
+# -- the host endpoint ---------------------------------------------------------------------
+
+
+class RingHost:
+    """The host's side of a ring region: it writes requests and reads replies.
+
+    The host owns ``IN_HEAD``, ``OUT_TAIL``, ``STOP`` and ``PAUSE``; it keeps its own
+    copies of the two indices it writes and caches the ones the kernel writes,
+    reloading them only when the cache says it cannot proceed. Methods never wait.
+    Not thread-safe: one host task (or one event loop) drives it.
+    """
+
+    def __init__(self, memory: RingMemory) -> None:
+        self.memory = memory
+        layout = memory.layout
+        self._in_cap = layout.in_capacity
+        self._out_cap = layout.out_capacity
+        self._in_slots = memory.in_slots
+        self._out_slots = memory.out_slots
+        self._w64 = memory.words64
+        self._w32 = memory.words32
+        self.in_head = memory.load64(Offset.IN_HEAD)
+        self.out_tail = memory.load64(Offset.OUT_TAIL)
+        self._in_tail = memory.load64(Offset.IN_TAIL)
+        self._out_head = memory.load64(Offset.OUT_HEAD)
+
+    # -- indices the kernel writes --------------------------------------------------
+
+    def load_in_tail(self) -> int:
+        """Reload ``IN_TAIL`` (acquire) and check it against the host's view."""
+        tail = int(self._w64[Offset.IN_TAIL >> 3])
+        if tail != self._in_tail:
+            if not (self._in_tail <= tail <= self.in_head):
+                raise RingProtocolError(
+                    f"the kernel moved in_tail from {self._in_tail} to {tail} with in_head at "
+                    f"{self.in_head}: it must only grow and never pass in_head"
+                )
+            self._in_tail = tail
+        return tail
+
+    def load_out_head(self) -> int:
+        """Reload ``OUT_HEAD`` (acquire) and check it against the host's view."""
+        head = int(self._w64[Offset.OUT_HEAD >> 3])
+        if head != self._out_head:
+            if not (self._out_head <= head <= self.out_tail + self._out_cap) or head > self.in_head:
+                raise RingProtocolError(
+                    f"the kernel moved out_head from {self._out_head} to {head} "
+                    f"(out_tail {self.out_tail}, capacity {self._out_cap}, "
+                    f"in_head {self.in_head}): "
+                    "it must only grow, stay within capacity and never pass in_head"
+                )
+            self._out_head = head
+        return head
+
+    @property
+    def in_tail(self) -> int:
+        """The last ``IN_TAIL`` loaded."""
+        return self._in_tail
+
+    @property
+    def out_head(self) -> int:
+        """The last ``OUT_HEAD`` loaded."""
+        return self._out_head
+
+    # -- requests --------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        """Input slots the host may write now (reloads ``IN_TAIL``)."""
+        return self._in_cap - (self.in_head - self.load_in_tail())
+
+    def write(self, records: npt.NDArray[Any]) -> int:
+        """Write as many of ``records`` as fit and publish them with one ``IN_HEAD`` store.
+
+        ``records`` must already be a 1-D array of the request dtype (see
+        :func:`coerce_batch`). Returns how many were written, from the front; 0 when
+        the ring is full. Records wrapping past the ring's end are written in two
+        pieces, but published together.
+        """
+        wanted = len(records)
+        free = self._in_cap - (self.in_head - self._in_tail)
+        if free < wanted:  # the cached tail says it may not fit: look again
+            free = self.free_slots()
+        count = min(free, wanted)
+        if count == 0:
+            return 0
+        head = self.in_head
+        start = head % self._in_cap
+        first = min(count, self._in_cap - start)
+        if first == count:
+            self._in_slots[start : start + count] = (
+                records if count == len(records) else records[:count]
+            )
+        else:
+            self._in_slots[start : start + first] = records[:first]
+            if count > first:
+                self._in_slots[: count - first] = records[first:count]
+        head += count
+        self.in_head = head
+        self._w64[Offset.IN_HEAD >> 3] = head  # release: slots above are written first
+        return count
+
+    # -- replies ---------------------------------------------------------------------
+
+    def replies_ready(self) -> int:
+        """Replies published and not yet read (reloads ``OUT_HEAD``)."""
+        return self.load_out_head() - self.out_tail
+
+    def read(self, limit: int | None = None) -> npt.NDArray[Any]:
+        """Copy out up to ``limit`` published replies (all when ``None``), in order.
+
+        The slots are released to the kernel (one ``OUT_TAIL`` store) after the copy.
+        Returns an empty array when there is nothing to read.
+        """
+        self.load_out_head()
+        return self.read_loaded(limit)
+
+    def read_loaded(self, limit: int | None = None) -> npt.NDArray[Any]:
+        """:meth:`read` without reloading ``OUT_HEAD`` (use the last value loaded)."""
+        ready = self._out_head - self.out_tail
+        count = ready if limit is None else min(ready, limit)
+        if count <= 0:
+            return self._out_slots[:0].copy()
+        tail = self.out_tail
+        start = tail % self._out_cap
+        end = start + count
+        if end <= self._out_cap:
+            replies = self._out_slots[start:end].copy()
+        else:
+            replies = np.concatenate(
+                (self._out_slots[start:], self._out_slots[: end - self._out_cap])
+            )
+        tail += count
+        self.out_tail = tail
+        self._w64[Offset.OUT_TAIL >> 3] = tail  # release: the copy above is complete
+        return replies
+
+    # -- control ----------------------------------------------------------------------
+
+    def request_stop(self, mode: StopMode = StopMode.NOW) -> None:
+        """Store ``STOP``; a stronger request (``NOW``) overrides a weaker one (``DRAIN``)."""
+        current = int(self._w32[Offset.STOP >> 2])
+        if current == StopMode.NOW:
+            return
+        self._w32[Offset.STOP >> 2] = int(mode)
+
+    def set_pause(self, paused: bool) -> None:
+        """Store ``PAUSE``."""
+        self._w32[Offset.PAUSE >> 2] = 1 if paused else 0
+
+    @property
+    def stop_requested(self) -> StopMode:
+        return StopMode(int(self._w32[Offset.STOP >> 2]))
+
+    @property
+    def started(self) -> bool:
+        return bool(self._w32[Offset.STARTED >> 2])
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._w32[Offset.PAUSED >> 2])
+
+    @property
+    def done(self) -> bool:
+        return bool(self._w32[Offset.DONE >> 2])
+
+    @property
+    def error_code(self) -> int:
+        return int(self._w32[Offset.ERROR_CODE >> 2])
+
+    @property
+    def batches(self) -> int:
+        return int(self._w64[Offset.BATCHES >> 3])
+
+
+# -- the device endpoint (reference implementation) ---------------------------------------
+
+
+class RingDevice:
+    """The kernel's side of a ring region, in Python: the reference device implementation.
+
+    The kernel owns ``IN_TAIL``, ``OUT_HEAD`` and the status line. A device loop
+    built on it (see ``docs/ring-protocol.md``)::
+
+        dev.check_header(); dev.mark_started()
+        while True:
+            stop = dev.stop_mode()
+            if stop is StopMode.NOW: break
+            if stop is StopMode.RUN and dev.pause_requested(): park until resumed
+            index, count = dev.next_batch(limit)
+            if count == 0:
+                if stop is StopMode.DRAIN and dev.drained(): break
+                wait for the doorbell; continue
+            dev.outputs(index, count)[:] = body(dev.inputs(index, count))
+            dev.publish(count)
+        dev.mark_done()
+
+    Methods never wait. Not thread-safe: one device thread drives it.
+    """
+
+    def __init__(self, memory: RingMemory) -> None:
+        self.memory = memory
+        layout = memory.layout
+        self._in_cap = layout.in_capacity
+        self._out_cap = layout.out_capacity
+        self._in_slots = memory.in_slots
+        self._out_slots = memory.out_slots
+        self._w64 = memory.words64
+        self._w32 = memory.words32
+        self.in_tail = memory.load64(Offset.IN_TAIL)
+        self.out_head = memory.load64(Offset.OUT_HEAD)
+        self._batches = memory.load64(Offset.BATCHES)
+
+    def check_header(self) -> None:
+        """Refuse a region whose header does not describe this layout."""
+        memory = self.memory
+        layout = memory.layout
+        expected = {
+            Offset.IN_CAPACITY: layout.in_capacity,
+            Offset.OUT_CAPACITY: layout.out_capacity,
+            Offset.IN_SLOT_SIZE: layout.in_slot_size,
+            Offset.OUT_SLOT_SIZE: layout.out_slot_size,
+            Offset.IN_RING: layout.in_ring_offset,
+            Offset.OUT_RING: layout.out_ring_offset,
+            Offset.TOTAL_SIZE: layout.total_size,
+        }
+        if memory.load32(Offset.MAGIC) != RING_MAGIC:
+            raise RingProtocolError(f"bad ring magic {memory.load32(Offset.MAGIC):#x}")
+        if memory.load32(Offset.VERSION) != RING_VERSION:
+            raise RingProtocolError(
+                f"ring layout version {memory.load32(Offset.VERSION)}, expected {RING_VERSION}"
+            )
+        for offset, value in expected.items():
+            if memory.load64(offset) != value:
+                raise RingProtocolError(
+                    f"ring header word {offset.name} is {memory.load64(offset)}, expected {value}"
+                )
+
+    # -- status line -------------------------------------------------------------------
+
+    def mark_started(self) -> None:
+        self._w32[Offset.STARTED >> 2] = 1
+
+    def set_paused(self, paused: bool) -> None:
+        self._w32[Offset.PAUSED >> 2] = 1 if paused else 0
+
+    def set_error(self, code: int, message: str) -> None:
+        """Store the message, its length, then the code (the code is the release)."""
+        if not 0 < code < 2**32:
+            raise ValueError(f"an error code must be in 1..2**32-1, not {code}")
+        data = message.encode("utf-8")[:ERROR_MESSAGE_SIZE]
+        data = data.decode("utf-8", errors="ignore").encode("utf-8")  # whole characters only
+        self.memory.error_message_bytes[: len(data)] = np.frombuffer(data, dtype=_BYTE)
+        self._w32[Offset.ERROR_LENGTH >> 2] = len(data)
+        self._w32[Offset.ERROR_CODE >> 2] = code
+
+    def mark_done(self) -> None:
+        """The kernel's last store: it touches the region no more."""
+        self._w32[Offset.DONE >> 2] = 1
+
+    # -- host words ---------------------------------------------------------------------
+
+    def stop_mode(self) -> StopMode:
+        value = int(self._w32[Offset.STOP >> 2])
+        try:
+            return StopMode(value)
+        except ValueError:
+            raise RingProtocolError(f"the STOP word holds {value}, not a StopMode") from None
+
+    def pause_requested(self) -> bool:
+        return bool(self._w32[Offset.PAUSE >> 2])
+
+    def load_in_head(self) -> int:
+        head = int(self._w64[Offset.IN_HEAD >> 3])
+        if not (self.in_tail <= head <= self.in_tail + self._in_cap):
+            raise RingProtocolError(
+                f"in_head is {head} with in_tail {self.in_tail} and capacity {self._in_cap}"
+            )
+        return head
+
+    def load_out_tail(self) -> int:
+        tail = int(self._w64[Offset.OUT_TAIL >> 3])
+        if not (self.out_head - self._out_cap <= tail <= self.out_head):
+            raise RingProtocolError(
+                f"out_tail is {tail} with out_head {self.out_head} and capacity {self._out_cap}"
+            )
+        return tail
+
+    def drained(self) -> bool:
+        """Every published request has been consumed and answered."""
+        return self.load_in_head() == self.in_tail == self.out_head
+
+    # -- batches -----------------------------------------------------------------------
+
+    def next_batch(self, limit: int | None = None) -> tuple[int, int]:
+        """The next run of requests that can be processed now: ``(first index, count)``.
+
+        The run is limited by the requests published, the free output slots, ``limit``,
+        and the end of either ring (a run never wraps, so its slots are contiguous in
+        both rings; the next call returns the rest from slot 0). ``count`` is 0 when
+        nothing can be processed.
+        """
+        index = self.in_tail
+        count = self.load_in_head() - index
+        if count == 0:
+            return index, 0
+        space = self._out_cap - (self.out_head - self.load_out_tail())
+        count = min(count, space, self._in_cap - index % self._in_cap)
+        count = min(count, self._out_cap - self.out_head % self._out_cap)
+        if limit is not None:
+            count = min(count, limit)
+        return index, max(count, 0)
+
+    def inputs(self, index: int, count: int) -> npt.NDArray[Any]:
+        """The request slots of a run returned by :meth:`next_batch` (a view)."""
+        start = index % self._in_cap
+        return self._in_slots[start : start + count]
+
+    def outputs(self, index: int, count: int) -> npt.NDArray[Any]:
+        """The reply slots for the run starting at request ``index`` (a view)."""
+        start = (self.out_head + index - self.in_tail) % self._out_cap
+        return self._out_slots[start : start + count]
+
+    def publish(self, count: int) -> None:
+        """Publish ``count`` replies (``OUT_HEAD``), then free their requests (``IN_TAIL``)."""
+        self.out_head += count
+        self.in_tail += count
+        self._batches += 1
+        self._w64[Offset.OUT_HEAD >> 3] = self.out_head  # release: reply slots written first
+        self._w64[Offset.IN_TAIL >> 3] = self.in_tail
+        self._w64[Offset.BATCHES >> 3] = self._batches

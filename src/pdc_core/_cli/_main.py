@@ -1,0 +1,257 @@
+"""The ``pdc`` command: ``pdc info``, ``pdc plugins`` and the commands built on them.
+
+Each subcommand is a function ``(args) -> int`` registered in :data:`COMMANDS` with
+the function that adds its options; the exit status follows argparse's convention
+(2 for a usage error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import platform
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import _plugins
+from .._version import __version__
+
+__all__ = [
+    "COMMANDS",
+    "Command",
+    "build_parser",
+    "main",
+]
+
+_VERSIONED_PACKAGES = ("numpy", "anyio", "trio", "pluggy", "cupy", "mlx", "rich")
+
+
+@dataclass(frozen=True)
+class Command:
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _package_version(name: str) -> str | None:
+    candidates = [name]
+    if name == "cupy":
+        candidates += ["cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x"]
+    for candidate in candidates:
+        try:
+            return importlib.metadata.version(candidate)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, frozenset | set):
+        return sorted(value)
+    return str(value)
+
+
+def _emit_json(payload: object) -> None:
+    json.dump(payload, sys.stdout, indent=2, default=_json_default)
+    sys.stdout.write("\n")
+
+
+# -- pdc plugins --------------------------------------------------------------------------
+
+
+def _plugins_payload() -> list[dict[str, Any]]:
+    return [
+        {
+            "name": info.name,
+            "distribution": info.distribution,
+            "version": info.version,
+            "hooks": info.hooks,
+            "backends": info.backends,
+            "error": info.error,
+        }
+        for info in _plugins.list_plugins()
+    ]
+
+
+def _run_plugins(args: argparse.Namespace) -> int:
+    payload = _plugins_payload()
+    if args.json:
+        _emit_json(payload)
+        return 0
+    if not payload:
+        print(f"No pdc plugins installed (entry-point group {_plugins.ENTRY_POINT_GROUP!r}).")
+        print("Install one, for example: pip install pdc-cpu")
+        return 0
+    for plugin in payload:
+        dist = f"{plugin['distribution']} {plugin['version']}" if plugin["distribution"] else ""
+        print(f"{plugin['name']}  ({dist})" if dist else plugin["name"])
+        print(f"  hooks:    {', '.join(plugin['hooks']) or '-'}")
+        print(f"  backends: {', '.join(plugin['backends']) or '-'}")
+        if plugin["error"]:
+            print(f"  error:    {plugin['error']}")
+    return 0
+
+
+# -- pdc info -----------------------------------------------------------------------------
+
+
+def _info_payload() -> dict[str, Any]:
+    backends = []
+    for info in _plugins.available_backends():
+        entry: dict[str, Any] = {
+            "name": info.name,
+            "distribution": info.distribution,
+            "plugin": info.plugin,
+            "priority": info.priority,
+            "available": info.availability.available,
+            "reason": info.availability.reason,
+            "capabilities": sorted(info.capabilities),
+            "devices": [],
+        }
+        if info.availability.available:
+            try:
+                devices = _plugins.registered_backends()[info.name].devices()
+            except Exception as exc:
+                entry["error"] = f"devices() failed: {type(exc).__name__}: {exc}"
+            else:
+                entry["devices"] = [
+                    {
+                        "name": device.qualified_name,
+                        "description": device.name,
+                        "kind": device.kind,
+                        "total_memory": device.total_memory,
+                        "properties": dict(device.properties),
+                    }
+                    for device in devices
+                ]
+        backends.append(entry)
+    try:
+        default: str | None = _plugins.default_backend_name()
+    except LookupError:
+        default = None
+    return {
+        "pdc_core": __version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "default_backend": default,
+        "backends": backends,
+        "packages": {name: _package_version(name) for name in _VERSIONED_PACKAGES},
+        "plugin_errors": {
+            info.name: info.error for info in _plugins.list_plugins() if info.error is not None
+        },
+    }
+
+
+def _format_bytes(count: int | None) -> str:
+    if count is None:
+        return "unknown"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}" if unit != "B" else f"{count} B"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    payload = _info_payload()
+    if args.json:
+        _emit_json(payload)
+        return 0
+    print(f"pdc-core {payload['pdc_core']} on Python {payload['python']} ({payload['platform']})")
+    print(f"default backend: {payload['default_backend'] or 'none available'}")
+    print()
+    print("Backends:")
+    if not payload["backends"]:
+        print("  none installed (pip install pdc-cpu)")
+    for backend in payload["backends"]:
+        state = "available" if backend["available"] else "unavailable"
+        reason = f": {backend['reason']}" if backend["reason"] else ""
+        print(f"  {backend['name']} ({backend['distribution']}) - {state}{reason}")
+        if backend["capabilities"]:
+            print(f"    capabilities: {', '.join(backend['capabilities'])}")
+        if "error" in backend:
+            print(f"    error: {backend['error']}")
+        for device in backend["devices"]:
+            memory = _format_bytes(device["total_memory"])
+            print(f"    {device['name']}: {device['description']} ({device['kind']}, {memory})")
+            for key, value in device["properties"].items():
+                print(f"      {key}: {value}")
+    for name, error in payload["plugin_errors"].items():
+        print(f"  plugin {name} failed: {error}")
+    print()
+    print("Packages:")
+    for name, version in payload["packages"].items():
+        print(f"  {name}: {version or 'not installed'}")
+    return 0
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+
+
+def _add_demo(parser: argparse.ArgumentParser) -> None:
+    from . import _demo
+
+    _demo.add_arguments(parser)
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from . import _demo
+
+    return _demo.run(args)
+
+
+def _add_bench(parser: argparse.ArgumentParser) -> None:
+    from . import _bench
+
+    _bench.add_arguments(parser)
+
+
+def _run_bench(args: argparse.Namespace) -> int:
+    from . import _bench
+
+    return _bench.run(args)
+
+
+COMMANDS: dict[str, Command] = {
+    "info": Command("show backends, devices and versions", _add_json, _run_info),
+    "plugins": Command("list installed plugins and their hooks", _add_json, _run_plugins),
+    "demo": Command(
+        "streaming anomaly detection through actors (the main job)", _add_demo, _run_demo
+    ),
+    "bench": Command(
+        "latency and throughput benchmarks, with an optional plot", _add_bench, _run_bench
+    ),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pdc", description="pdc: structured concurrency for GPU actors"
+    )
+    parser.add_argument("--version", action="version", version=f"pdc-core {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in COMMANDS.items():
+        sub = subparsers.add_parser(name, help=command.help, description=command.help)
+        command.add_arguments(sub)
+        sub.set_defaults(run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pdc`` console script; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return status
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""What every event loop's kit shares: the waiter and kit protocols and the timer heap."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from collections.abc import Callable, Generator
+from typing import Any, Final, Protocol
+
+__all__ = ["TIMED_OUT", "Kit", "Timer", "Waiter", "fail", "wake"]
+
+#: Value a waiter resolves to when its timeout expires.
+TIMED_OUT: Final = object()
+
+
+class Waiter(Protocol):
+    """A one-shot cell a task waits on: the subset of ``asyncio.Future`` pdc uses.
+
+    Under asyncio a waiter *is* an ``asyncio.Future``; under trio it is a small object
+    with the same methods that parks the task with
+    ``trio.lowlevel.wait_task_rescheduled``. ``await waiter`` returns the value or
+    raises the error; a waiter may be resolved before anyone awaits it. A waiter whose
+    task was cancelled, or whose timeout expired, is ``done()``.
+    """
+
+    def done(self) -> bool: ...
+
+    def set_result(self, value: Any, /) -> None: ...
+
+    def set_exception(self, error: BaseException, /) -> None: ...
+
+    def exception(self) -> BaseException | None: ...
+
+    def __await__(self) -> Generator[Any, None, Any]: ...
+
+
+def wake(waiter: Waiter, value: Any = None) -> bool:
+    """Resolve ``waiter`` with ``value``; False if it was already done (or abandoned)."""
+    if waiter.done():
+        return False
+    waiter.set_result(value)
+    return True
+
+
+def fail(waiter: Waiter, error: BaseException) -> bool:
+    """Resolve ``waiter`` with ``error``; False if it was already done (or abandoned)."""
+    if waiter.done():
+        return False
+    waiter.set_exception(error)
+    # Mark it retrieved: if the waiting task is cancelled before it resumes, the error
+    # must not be logged as "never retrieved". Awaiting the waiter still raises it.
+    waiter.exception()
+    return True
+
+
+class Kit(Protocol):
+    """The few event-loop operations the mailbox and actors need, per event loop.
+
+    ``waiter()`` makes a :class:`Waiter`. ``arm(waiter, timeout)`` makes it resolve to
+    ``TIMED_OUT`` after ``timeout`` seconds unless resolved before (it is then
+    awaited as usual; nothing needs undoing if it is resolved first).
+    ``woken(waiter)`` says whether a waiter that ended with an exception had been
+    resolved with a value first (so the wake-up can be passed on).
+    """
+
+    name: str
+    waiter: Callable[[], Waiter]
+
+    def arm(self, waiter: Waiter, timeout: float) -> None: ...
+
+    def woken(self, waiter: Waiter) -> bool: ...
+
+    def now(self) -> float: ...
+
+    def current_task(self) -> object: ...
+
+    async def checkpoint(self) -> None: ...
+
+
+class Timer:
+    """Timeouts for many waiters from one timer per event loop.
+
+    Creating and cancelling a timer per wait costs more than a whole round trip (an
+    asyncio ``TimerHandle`` is about 2 us, a trio ``CancelScope`` with a deadline
+    6-15 us). Instead, timed waits register in one heap; a single loop timer (asyncio)
+    or system task (trio) sleeps until the earliest deadline and expires what is due.
+    Entries of waiters resolved early are skipped lazily and compacted in bulk, so the
+    heap stays proportional to the waits in progress.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Any]] = []
+        self._seq = itertools.count()
+        self._wake_at = math.inf
+        self._compact_at = 1024
+
+    def add(self, deadline: float, waiter: Any) -> None:
+        heap = self._heap
+        if len(heap) >= self._compact_at:
+            # Drop the entries of waiters already resolved; doing it only when the heap
+            # has doubled since the last time keeps the cost O(1) per wait.
+            heap[:] = [entry for entry in heap if not entry[2].done()]
+            heapq.heapify(heap)
+            self._compact_at = max(1024, 2 * len(heap))
+        heapq.heappush(heap, (deadline, next(self._seq), waiter))
+        if deadline < self._wake_at:
+            self._wake_at = deadline
+            self._rearm(deadline)
+
+    def _expire_due(self, now: float) -> None:
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            waiter = heapq.heappop(heap)[2]
+            if not waiter.done():
+                self._expire(waiter)
+        while heap and heap[0][2].done():
+            heapq.heappop(heap)
+        self._wake_at = heap[0][0] if heap else math.inf
+
+    def _expire(self, waiter: Any) -> None:
+        raise NotImplementedError
+
+    def _rearm(self, deadline: float) -> None:
+        raise NotImplementedError

@@ -1,0 +1,174 @@
+"""The trio kit: waiters park the task with ``trio.lowlevel.wait_task_rescheduled``.
+
+Nothing here imports trio until a kit is made, which happens only under trio.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any, Final, cast
+
+from ._common import TIMED_OUT, Timer, Waiter
+
+__all__ = [
+    "TrioKit",
+    "TrioTimer",
+    "TrioWaiter",
+    "woken_value",
+]
+
+# States of a trio waiter.
+_PENDING: Final = 0  # nobody waits yet
+_WAITING: Final = 1  # a task is parked on it
+_DONE: Final = 2  # resolved by set_result/set_exception
+_GONE: Final = 3  # timed out, or abandoned by a cancelled task
+
+# Bound when the trio kit is first created (trio is imported only when it runs).
+_trio_reschedule: Any = None
+_trio_current_task: Any = None
+_trio_wait_rescheduled: Any = None
+_trio_abort_succeeded: Any = None
+_Value: Any = None
+_Error: Any = None
+
+
+class TrioWaiter:
+    """A :class:`Waiter` for trio: parks the task, resumed by ``reschedule``."""
+
+    __slots__ = ("outcome", "state", "task")
+
+    def __init__(self) -> None:
+        self.state = _PENDING
+        self.outcome: Any = None
+
+    def done(self) -> bool:
+        return self.state >= _DONE
+
+    def set_result(self, value: Any, /) -> None:
+        state = self.state
+        result = _Value(value)
+        if state == _WAITING:
+            self.state = _DONE
+            self.outcome = result
+            _trio_reschedule(self.task, result)
+        elif state == _PENDING:
+            self.state = _DONE
+            self.outcome = result
+        else:
+            raise RuntimeError("waiter is already resolved")
+
+    def set_exception(self, error: BaseException, /) -> None:
+        state = self.state
+        result = _Error(error)
+        if state == _WAITING:
+            self.state = _DONE
+            self.outcome = result
+            _trio_reschedule(self.task, result)
+        elif state == _PENDING:
+            self.state = _DONE
+            self.outcome = result
+        else:
+            raise RuntimeError("waiter is already resolved")
+
+    def exception(self) -> BaseException | None:
+        error = getattr(self.outcome, "error", None)
+        return error if isinstance(error, BaseException) else None
+
+    def _abort(self, raise_cancel: Any) -> Any:
+        self.state = _GONE
+        return _trio_abort_succeeded
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        if self.state == _DONE:
+            return self.outcome.unwrap()
+        self.task = _trio_current_task()
+        self.state = _WAITING
+        return (yield from _trio_wait_rescheduled(self._abort).__await__())
+
+
+class TrioTimer(Timer):
+    def __init__(self) -> None:
+        super().__init__()
+        self._scope: Any = None
+        self._started = False
+
+    def _expire(self, waiter: TrioWaiter) -> None:
+        waiter.set_result(TIMED_OUT)
+
+    def _rearm(self, deadline: float) -> None:
+        if self._scope is not None:
+            self._scope.deadline = deadline
+        elif not self._started:
+            import trio
+
+            self._started = True
+            trio.lowlevel.spawn_system_task(self._run, name="pdc-mailbox-timer")
+
+    async def _run(self) -> None:
+        import trio
+
+        while True:
+            self._expire_due(trio.current_time())
+            with trio.CancelScope(deadline=self._wake_at) as self._scope:
+                await trio.sleep_forever()
+            self._scope = None
+
+
+class TrioKit:
+    """Waiters park the task with ``trio.lowlevel.wait_task_rescheduled``."""
+
+    name = "trio"
+    waiter: Callable[[], Waiter] = TrioWaiter
+
+    def __init__(self) -> None:
+        global _trio_reschedule, _trio_current_task, _trio_wait_rescheduled
+        global _trio_abort_succeeded, _Value, _Error
+        import outcome
+        import trio
+
+        _trio_reschedule = trio.lowlevel.reschedule
+        _trio_current_task = trio.lowlevel.current_task
+        _trio_wait_rescheduled = trio.lowlevel.wait_task_rescheduled
+        _trio_abort_succeeded = trio.lowlevel.Abort.SUCCEEDED
+        _Value = outcome.Value
+        _Error = outcome.Error
+        self._trio = trio
+        self._timer_var: Any = trio.lowlevel.RunVar("pdc_mailbox_timer")
+
+    def _timer(self) -> TrioTimer:
+        try:
+            timer: TrioTimer = self._timer_var.get()
+        except LookupError:
+            timer = TrioTimer()
+            self._timer_var.set(timer)
+        return timer
+
+    def arm(self, waiter: Waiter, timeout: float) -> None:
+        if waiter.done():
+            return
+        if timeout <= 0:
+            waiter.set_result(TIMED_OUT)
+        else:
+            self._timer().add(self._trio.current_time() + timeout, waiter)
+
+    @staticmethod
+    def woken(waiter: Waiter) -> bool:
+        trio_waiter = cast(TrioWaiter, waiter)
+        return trio_waiter.state == _DONE and trio_waiter.exception() is None
+
+    def now(self) -> float:
+        return float(self._trio.current_time())
+
+    @staticmethod
+    def current_task() -> object:
+        return _trio_current_task()
+
+    async def checkpoint(self) -> None:
+        await self._trio.lowlevel.checkpoint()
+
+
+def woken_value(waiter: TrioWaiter) -> Any:
+    """The value ``waiter`` was resolved with, or None if it has none (yet)."""
+    if waiter.state == _DONE and waiter.exception() is None:
+        return waiter.outcome.value
+    return None

@@ -1,0 +1,382 @@
+"""Actors backed by persistent kernels.
+
+A :class:`~pdc_core.PersistentKernel` runs in an actor nursery like any actor and is
+addressed through the same kind of handle::
+
+    async with pdc_core.open_nursery() as nursery:
+        ref = await nursery.start_actor(double)             # a PersistentKernel
+        reply = await ref.ask((1, 2.0))                      # one record in, one out
+        replies = await ref.ask_batch(records)               # a batch, one ring write
+
+For a backend or launch options, pass a :class:`PersistentKernelActor` instead::
+
+    ref = await nursery.start_actor(PersistentKernelActor(double, backend="cpu"))
+
+Guarantees (on top of :class:`~pdc_core.PersistentKernelSession`'s):
+
+* **Start is a handshake**: ``start_actor`` returns once the kernel has signalled
+  that it is resident. A kernel that fails to launch fails the start with
+  :class:`~pdc_core.ActorCrashed` ("while starting") and leaves nothing running.
+* ``pause``/``resume`` map to the pause control word and return once the kernel has
+  acknowledged; ``stop(drain=..., timeout=...)`` maps to the stop word and waits at
+  most ``timeout`` seconds (default: ``stop_timeout``) for the done word. A kernel
+  that does not stop in time is a crash: the nursery raises
+  :class:`~pdc_core.ActorCrashed` whose cause is a :class:`~pdc_core.KernelStopTimeout`.
+* A kernel that reports an error (error word), or whose execution fails, crashes the
+  actor: pending requests fail with :class:`~pdc_core.ActorCrashed` and the nursery
+  raises ``ActorCrashed`` carrying the actor id and the
+  :class:`~pdc_core.PersistentKernelError`.
+* After the actor stops, every operation raises :class:`~pdc_core.ActorStopped`
+  (``ActorCrashed`` after a crash).
+* Cancelling the nursery stops the kernel (shielded, bounded by ``stop_timeout``) and
+  releases its ring memory and, on the CPU backend, joins its worker thread.
+
+Messages go through the ring in order: ``priority`` is validated but has no effect
+(the ring is FIFO).
+"""
+
+# ruff: noqa: ASYNC109
+# ``timeout`` parameters are the ActorRef API.
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from .._actors import (
+    ActorRef,
+    ActorRunner,
+    ActorState,
+    ActorStatistics,
+    StartOptions,
+    cancellation_first,
+    check_priority,
+    runner_for,
+)
+from .._backend._persistent_kernel import PersistentKernel
+from .._backend._ring import StopMode
+from .._exceptions import ActorCrashed, ActorStopped, MessageTimeout
+from ._session import PersistentKernelSession, SessionState, backend_for
+
+if TYPE_CHECKING:
+    from .._backend._contract import Backend
+
+__all__ = ["KernelActorRef", "PersistentKernelActor"]
+
+_STATES = {state: ActorState(state.value) for state in SessionState}
+
+
+class KernelActorRef(ActorRef[Any, Any]):
+    """The handle of a persistent-kernel actor (see the module documentation).
+
+    Messages are records of the kernel's ``request_dtype`` (a tuple, a structured
+    scalar or a one-record array); replies are records of its ``reply_dtype``.
+    :meth:`tell_many`, :meth:`ask_batch` and :meth:`ask_many` publish a whole batch
+    with as few ring writes as the free space allows.
+    """
+
+    __slots__ = ("_runner",)
+
+    def __init__(self, runner: PersistentKernelActor) -> None:
+        self._runner = runner
+
+    @property
+    def actor_id(self) -> str:
+        return self._runner.actor_id
+
+    @property
+    def kernel(self) -> PersistentKernel:
+        """The kernel this actor runs."""
+        return self._runner.kernel
+
+    @property
+    def session(self) -> PersistentKernelSession | None:
+        """The host session of the current incarnation (``None`` before the start)."""
+        return self._runner.session
+
+    @property
+    def state(self) -> ActorState:
+        runner = self._runner
+        if runner.final_state is not None:
+            return runner.final_state
+        if runner.restarting:
+            return ActorState.RESTARTING
+        if runner.session is None:
+            return ActorState.STARTING
+        if runner.stop_requested and runner.session.state is SessionState.RUNNING:
+            return ActorState.STOPPING
+        return _STATES[runner.session.state]
+
+    def _open_session(self, priority: int | None) -> PersistentKernelSession:
+        if priority is not None:
+            check_priority(priority)
+        runner = self._runner
+        if runner.final_error is not None:
+            raise runner.final_error()
+        session = runner.session
+        if session is None or runner.restarting:
+            raise ActorStopped(f"actor {self.actor_id!r} is not running", actor_id=self.actor_id)
+        if runner.stop_requested:
+            raise ActorStopped(f"actor {self.actor_id!r} is stopping", actor_id=self.actor_id)
+        return session
+
+    async def _stopped(self, exc: ActorStopped) -> ActorStopped:
+        """The error to raise for ``exc``, naming this actor rather than the kernel.
+
+        A task being cancelled raises its cancellation instead: when a nursery is
+        cancelled the kernel may stop before the cancellation reaches a caller, which
+        must then end cancelled, not by an ``ActorStopped``.
+        """
+        await cancellation_first()
+        if exc.actor_id == self.actor_id:
+            return exc
+        if isinstance(exc, ActorCrashed):
+            return ActorCrashed(self.actor_id, exc.cause)
+        return ActorStopped(str(exc), actor_id=self.actor_id)
+
+    async def tell(self, message: Any, *, priority: int | None = None) -> None:
+        """Publish one request whose reply is discarded; waits while the ring is full."""
+        try:
+            session = self._open_session(priority)
+            await session.send(message, reply=False)
+        except ActorStopped as exc:
+            raise await self._stopped(exc) from exc.__cause__
+
+    async def tell_many(self, messages: Iterable[Any], *, priority: int | None = None) -> None:
+        """Publish a batch of requests whose replies are discarded."""
+        try:
+            session = self._open_session(priority)
+            await session.send_batch(_records(messages, session), reply=False)
+        except ActorStopped as exc:
+            raise await self._stopped(exc) from exc.__cause__
+
+    async def ask(
+        self, message: Any, *, priority: int | None = None, timeout: float | None = None
+    ) -> Any:
+        """Send one request and return the kernel's reply record."""
+        try:
+            session = self._open_session(priority)
+            if timeout is None:
+                return await session.request(message)
+            with anyio.move_on_after(timeout):
+                return await session.request(message)
+        except ActorStopped as exc:
+            raise await self._stopped(exc) from exc.__cause__
+        raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
+
+    async def ask_batch(
+        self, messages: Any, *, priority: int | None = None, timeout: float | None = None
+    ) -> npt.NDArray[Any]:
+        """Send a batch and return the replies, in order, as one record array."""
+        try:
+            session = self._open_session(priority)
+            if timeout is None:
+                return await session.request_batch(_records(messages, session))
+            with anyio.move_on_after(timeout):
+                return await session.request_batch(_records(messages, session))
+        except ActorStopped as exc:
+            raise await self._stopped(exc) from exc.__cause__
+        raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
+
+    async def ask_many(
+        self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
+    ) -> list[Any]:
+        """Like :meth:`ask_batch`, returning a list of reply records."""
+        return list(await self.ask_batch(messages, priority=priority, timeout=timeout))
+
+    async def pause(self) -> None:
+        """Park the kernel (pause word); returns once it has acknowledged."""
+        try:
+            session = self._open_session(None)
+            await session.pause()
+        except ActorStopped as exc:
+            raise await self._stopped(exc) from exc.__cause__
+
+    async def resume(self) -> None:
+        """Let a paused kernel go on; returns once it has left its pause."""
+        try:
+            session = self._open_session(None)
+            await session.resume()
+        except ActorStopped as exc:
+            raise await self._stopped(exc) from exc.__cause__
+
+    async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        """Stop the kernel (stop word) and wait until the actor has stopped.
+
+        ``timeout`` bounds the wait for the kernel's done word (default: the actor's
+        ``stop_timeout``); a kernel that does not stop in time crashes the actor with
+        :class:`~pdc_core.KernelStopTimeout`. Idempotent.
+        """
+        self._runner.request_stop(drain=drain, timeout=timeout)
+        await self.wait()
+
+    async def wait(self) -> None:
+        await self._runner.finished.wait()
+
+    def statistics(self) -> ActorStatistics:
+        runner = self._runner
+        handled = runner.handled_before
+        if runner.session is not None:
+            handled += runner.session.statistics.replied
+        return ActorStatistics(
+            actor_id=self.actor_id,
+            state=self.state,
+            handled=handled,
+            errors=runner.errors,
+            restarts=runner.restarts,
+            skipped=0,
+            mailbox=None,
+        )
+
+
+def _records(messages: Any, session: PersistentKernelSession) -> Any:
+    """A batch the session can coerce: arrays pass through, iterables become lists."""
+    if isinstance(messages, np.ndarray):
+        return messages
+    return np.array(list(messages), dtype=session.kernel.request_dtype)
+
+
+class PersistentKernelActor(ActorRunner):
+    """Runs a :class:`~pdc_core.PersistentKernel` as an actor of an actor nursery.
+
+    Pass it to :meth:`ActorNursery.start_actor`; ``start_actor(kernel)`` with a bare
+    kernel is the same as ``start_actor(PersistentKernelActor(kernel))``. ``backend``
+    is a :class:`~pdc_core.Backend` or a name (default: the best available), chosen
+    and checked here: a backend without persistent kernels or a kernel without a body
+    for it raises at once (``CapabilityError``, ``KernelBodyMissing``);
+    ``name`` is the actor id (default: the kernel's name); ``launch_timeout`` bounds
+    the start handshake and ``stop_timeout`` every stop; ``paused=True`` starts the
+    kernel paused; ``options`` go to the backend's ``launch_persistent_kernel``.
+    Under a :class:`~pdc_core.RestartPolicy` each incarnation launches a fresh kernel.
+    """
+
+    #: The handle class :attr:`ref` is made from (a subclass may extend the handle).
+    ref_type: type[KernelActorRef] = KernelActorRef
+
+    def __init__(
+        self,
+        kernel: PersistentKernel,
+        backend: Backend | str | None = None,
+        *,
+        name: str | None = None,
+        launch_timeout: float = 10.0,
+        stop_timeout: float = 5.0,
+        receive_window: int | None = None,
+        paused: bool = False,
+        **options: Any,
+    ) -> None:
+        if name is not None and (not isinstance(name, str) or not name):
+            raise TypeError(f"an actor name must be a non-empty str, not {name!r}")
+        if stop_timeout <= 0:
+            raise ValueError(f"stop_timeout must be > 0 seconds, not {stop_timeout!r}")
+        self._backend = backend_for(kernel, backend)
+        self.kernel = kernel
+        self.actor_id = name if name is not None else kernel.name
+        self._launch_timeout = launch_timeout
+        self._stop_timeout = stop_timeout
+        self._receive_window = receive_window
+        self._paused = paused
+        self._options = options
+        self._ref = self.ref_type(self)
+        self.session: PersistentKernelSession | None = None
+        self.stop_requested = False
+        self._drain = False
+        self.restarting = False
+        self.finished = anyio.Event()
+        self.final_state: ActorState | None = None
+        self.final_error: Callable[[], ActorStopped] | None = None
+        self.handled_before = 0
+        self.errors = 0
+        self.restarts = 0
+
+    @property
+    def ref(self) -> KernelActorRef:
+        return self._ref
+
+    def request_stop(self, *, drain: bool, timeout: float | None) -> None:
+        """Ask the running kernel to stop (the serving loop sends the stop word).
+
+        A stop without ``drain`` after one with ``drain`` escalates: the kernel stops
+        after the batch in hand instead of answering everything published. ``timeout``
+        counts from when the serving loop begins the stop (a later value is ignored).
+        """
+        if timeout is not None:
+            if timeout < 0:
+                raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
+            self._stop_timeout = timeout
+        session = self.session
+        if not self.stop_requested:
+            self.stop_requested = True
+            self._drain = drain
+        elif self._drain and not drain:
+            self._drain = False
+            if session is not None:
+                session.resident.request_stop(StopMode.NOW)  # NOW wins over DRAIN
+        else:
+            return
+        if session is not None:
+            session.notify_changed()  # wake the serving loop, which watches the ring
+
+    async def run(self, started: Callable[[], None]) -> None:
+        session = await PersistentKernelSession.start(
+            self.kernel,
+            self._backend,
+            launch_timeout=self._launch_timeout,
+            receive_window=self._receive_window,
+            **self._options,
+        )
+        self.session = session
+        self.restarting = False
+        try:
+            if self._paused:
+                await session.pause()
+            started()
+            # Watch the ring (callers lead it), so a crash is seen without any request.
+            await session.watch_until(lambda: self.stop_requested)
+        finally:
+            # Shielded and bounded by the timeout; raises KernelStopTimeout (a crash).
+            await session.stop(self._stop_timeout, drain=self._drain)
+        if session.error is not None:
+            raise session.error
+
+    def on_crash(self, error: Exception, *, restarting: bool) -> None:
+        self.errors += 1
+        if restarting:
+            self.restarts += 1
+            self.restarting = True
+            if self.session is not None:
+                self.handled_before += self.session.statistics.replied
+
+    def finalize(self, error: BaseException | None) -> None:
+        self.stop_requested = True
+        actor_id = self.actor_id
+        if isinstance(error, ActorCrashed):
+            crash = error
+            self.final_state = ActorState.CRASHED
+
+            def crashed() -> ActorStopped:
+                return ActorCrashed(actor_id, crash.cause)
+
+            self.final_error = crashed
+        else:
+            self.final_state = ActorState.STOPPED
+
+            def stopped() -> ActorStopped:
+                return ActorStopped(f"actor {actor_id!r} is stopped", actor_id=actor_id)
+
+            self.final_error = stopped
+        self.finished.set()
+
+
+@runner_for.register(PersistentKernel)
+def _kernel_runner(
+    target: PersistentKernel, /, args: tuple[Any, ...], options: StartOptions
+) -> PersistentKernelActor:
+    """``start_actor(kernel)``: the kernel on the best available backend."""
+    if args:
+        raise TypeError("positional arguments do not apply to a PersistentKernel")
+    return PersistentKernelActor(target, name=options.name, paused=options.paused)

@@ -1,0 +1,822 @@
+"""The host session of a persistent kernel: rings, launch, requests, stop.
+
+A persistent kernel is launched once, stays resident, and is fed through the rings of
+the ring protocol (:mod:`pdc_core.backend`): a message costs a few memory writes
+instead of a launch. :class:`PersistentKernelSession` is the host side, under asyncio
+or trio: it owns the rings, launches the kernel through the backend, and offers
+``send``, ``receive``, ``request`` (a round trip, matched by slot order), their batch
+forms, ``pause``/``resume`` and ``stop``. Open one with :func:`open_persistent_kernel`.
+
+How the host waits: the session never blocks the event loop and never spins in a
+thread. One waiting task at a time (the *leader*) watches the ring through the
+kernel's :class:`~pdc_core.backend.HostWaiter`; other waiting tasks sleep on a waiter
+until the leader sees what they wait for.
+"""
+
+# ruff: noqa: ASYNC109
+# ``stop(timeout)`` is the documented API (as for actors): a stop must be bounded even
+# when the caller is being cancelled, so it cannot lean on the caller's cancel scopes.
+
+from __future__ import annotations
+
+import collections
+import enum
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+from .._backend._contract import Backend, Capability
+from .._backend._persistent_kernel import PersistentKernel
+from .._backend._resident import ResidentKernel, stop_timeout_error
+from .._backend._ring import (
+    ErrorCode,
+    RingHost,
+    RingMemory,
+    StopMode,
+    coerce_batch,
+    coerce_record,
+)
+from .._exceptions import ActorCrashed, ActorStopped, KernelStopTimeout, PersistentKernelError
+from .._loop import current_kit, wake
+from .._plugins import resolve_backend
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = [
+    "PersistentKernelSession",
+    "SessionState",
+    "SessionStatistics",
+    "backend_for",
+    "open_persistent_kernel",
+]
+
+
+# --------------------------------------------------------------------------------------
+# The host session
+# --------------------------------------------------------------------------------------
+
+
+def backend_for(kernel: PersistentKernel, backend: Backend | str | None) -> Backend:
+    """The backend that will run ``kernel``: ``backend``, a name, or the best available.
+
+    Checks everything that can be checked before a launch: raises :class:`TypeError`,
+    :class:`~pdc_core.BackendUnavailable`, :class:`~pdc_core.CapabilityError` (no
+    persistent kernels) or :class:`~pdc_core.KernelBodyMissing` (no body for it).
+    """
+    if not isinstance(kernel, PersistentKernel):
+        raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
+    backend = resolve_backend(backend)
+    backend.require(Capability.PERSISTENT_KERNELS, "run persistent kernels")
+    kernel.body_for(backend.name)
+    return backend
+
+
+class SessionState(enum.Enum):
+    """Lifecycle of a :class:`PersistentKernelSession`."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True)
+class SessionStatistics:
+    """Counters of a session. ``unprocessed`` counts requests that were published but
+    never answered because the kernel stopped or crashed first (each one failed its
+    caller with an error, or was reported by ``receive``)."""
+
+    sent: int
+    replied: int
+    received: int
+    discarded: int
+    batches: int
+    unprocessed: int
+
+
+class _Pending:
+    """The replies awaited by one ``request``/``request_batch`` call.
+
+    ``replies`` stays ``None`` until the first replies arrive; when they all arrive in
+    one piece it is a view of the copy read from the ring (no second copy).
+    """
+
+    __slots__ = ("count", "error", "filled", "replies")
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.replies: npt.NDArray[Any] | None = None
+        self.filled = 0
+        self.error: BaseException | None = None
+
+    def fill(self, replies: npt.NDArray[Any]) -> None:
+        take = len(replies)
+        if self.filled == 0 and take == self.count:
+            self.replies = replies
+        else:
+            if self.replies is None:
+                self.replies = np.empty(self.count, dtype=replies.dtype)
+            self.replies[self.filled : self.filled + take] = replies
+        self.filled += take
+
+
+class _Route:
+    """Where the replies of sequence numbers ``[start, end)`` go."""
+
+    __slots__ = ("end", "sink", "start")
+
+    def __init__(self, start: int, end: int, sink: _Pending | int) -> None:
+        self.start = start
+        self.end = end
+        self.sink = sink
+
+
+_RECEIVE: Final = 0
+_DISCARD: Final = 1
+
+
+#: Back-off bounds of :meth:`PersistentKernelSession.watch_until`'s pumping, seconds.
+_WATCH_MIN: Final = 0.0005
+_WATCH_MAX: Final = 0.02
+
+
+class _Follower:
+    """A task waiting in :meth:`PersistentKernelSession.wait_until` while another leads.
+
+    It sleeps on the event loop's cheapest waiter (see ``_mailbox.Kit``): an
+    ``anyio.Event`` costs more than the rest of a CPU-backend round trip's wake-up.
+    """
+
+    __slots__ = ("predicate", "waiter")
+
+    def __init__(self, predicate: Callable[[], bool]) -> None:
+        self.predicate = predicate
+        self.waiter = current_kit().waiter()
+
+
+class PersistentKernelSession:
+    """The host side of one resident persistent kernel, under asyncio or trio.
+
+    Owns the ring memory (allocated from the backend as ``MemoryKind.MAPPED``) and
+    the :class:`ResidentKernel`. Use it as ``async with open_persistent_kernel(k) as s``,
+    or ``s = await PersistentKernelSession.start(k)`` ... ``await s.aclose()``.
+
+    Guarantees:
+
+    * Replies come back in request order, exactly once. :meth:`request` and
+      :meth:`request_batch` return the replies to *their* records (matched by slot
+      order, so records need no id field); the replies to :meth:`send` and
+      :meth:`send_batch` are delivered by :meth:`receive`/:meth:`receive_batch`, in
+      order; with ``reply=False`` they are discarded.
+    * Backpressure: a send waits while the input ring is full, and while
+      ``receive_window`` replies to sends are neither received nor discarded, so
+      memory stays bounded when nobody receives.
+    * Bad records raise :class:`~pdc_core.RecordError` before anything is written.
+    * When the kernel stops, every request published but not answered fails its
+      caller with :class:`~pdc_core.ActorStopped`; when it reports an error (or its
+      execution fails), with :class:`~pdc_core.ActorCrashed` whose cause is a
+      :class:`~pdc_core.PersistentKernelError`. Replies published before that are
+      still delivered. Operations on a stopped kernel raise the same errors.
+    * :meth:`stop` never hangs: it raises :class:`~pdc_core.KernelStopTimeout` when the
+      kernel does not stop in time, and it finishes even when the calling task is
+      being cancelled (shielded, bounded by its timeout).
+    * A cancelled ``request`` leaves its replies to be discarded; a cancelled send of
+      a batch may have sent a prefix of it (see :attr:`statistics`).
+
+    One event loop drives a session; it is not thread-safe.
+    """
+
+    def __init__(
+        self,
+        kernel: PersistentKernel,
+        backend: Backend,
+        resident: ResidentKernel,
+        *,
+        receive_window: int | None = None,
+    ) -> None:
+        self.kernel = kernel
+        self.backend = backend
+        self.resident = resident
+        self.memory = resident.memory
+        self._ring = RingHost(self.memory)
+        self._waiter = resident.host_waiter()
+        self._wake = resident.wake
+        layout = kernel.layout
+        self.receive_window = (
+            layout.in_capacity + layout.out_capacity if receive_window is None else receive_window
+        )
+        if self.receive_window < 1:
+            raise ValueError(f"receive_window must be at least 1, not {self.receive_window}")
+        self._state = SessionState.STARTING
+        self._routes: collections.deque[_Route] = collections.deque()
+        self._inbox: collections.deque[npt.NDArray[Any]] = collections.deque()
+        self._inbox_count = 0
+        self._unreceived = 0  # replies to sends not yet received (in flight or in the inbox)
+        self._replied = 0  # sequence number of the next reply to route
+        self._received = 0
+        self._discarded = 0
+        self._unprocessed = 0
+        self._leader = False
+        self._followers: list[_Follower] = []
+        self._watchers: list[Any] = []  # kit waiters of tasks in watch_until
+        self._final = False  # the kernel is done (or failed) and its replies are collected
+        self._idle_pumps = 0
+        self._terminal: Callable[[], ActorStopped] | None = None
+        self._error: PersistentKernelError | None = None
+        self._error_reported = False
+        self._released = False  # stop() is done with the kernel
+        self._freed = False  # the waiter is closed and the resident released
+        # A session dropped without being closed still asks its kernel to stop, so an
+        # abandoned worker thread or resident kernel does not run forever.
+        self._finalizer = weakref.finalize(self, resident.request_stop, StopMode.NOW)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    async def start(
+        cls,
+        kernel: PersistentKernel,
+        backend: Backend | str | None = None,
+        *,
+        launch_timeout: float = 10.0,
+        receive_window: int | None = None,
+        **options: Any,
+    ) -> PersistentKernelSession:
+        """Allocate the rings, launch ``kernel`` and wait until it is resident.
+
+        ``backend`` is a :class:`Backend` or a name for :func:`~pdc_core.get_backend`
+        (default: the best available). ``options`` go to the backend's
+        ``launch_persistent_kernel`` (see its documentation). Raises
+        :class:`~pdc_core.CapabilityError` for a backend without persistent kernels,
+        :class:`~pdc_core.KernelBodyMissing` when ``kernel`` has no body for it, and
+        :class:`~pdc_core.PersistentKernelError` when the kernel fails to start or does
+        not signal ``STARTED`` within ``launch_timeout`` seconds (it is then stopped).
+        """
+        backend = backend_for(kernel, backend)
+        memory = RingMemory.allocate(backend, kernel.layout)
+        resident = backend.launch_persistent_kernel(kernel, memory, **options)
+        if not isinstance(resident, ResidentKernel):
+            raise TypeError(
+                f"{backend!r}.launch_persistent_kernel returned {type(resident).__name__}, "
+                "not a ResidentKernel"
+            )
+        session = cls(kernel, backend, resident, receive_window=receive_window)
+        try:
+            with anyio.fail_after(launch_timeout):
+                await session.wait_until(lambda: session._ring.started)
+        except TimeoutError:
+            await session._abort()
+            raise PersistentKernelError(
+                kernel.name,
+                0,
+                f"it did not signal STARTED within {launch_timeout:g} s on "
+                f"{backend.qualified_name} ({session.memory.describe()})",
+            ) from None
+        except BaseException:
+            await session._abort()
+            raise
+        if session._final:
+            await session._abort()
+            if session._error is not None:
+                raise session._error
+            raise PersistentKernelError(kernel.name, 0, "it stopped before it started")
+        session._state = SessionState.RUNNING
+        return session
+
+    async def _abort(self) -> None:
+        with anyio.CancelScope(shield=True):
+            with suppress(KernelStopTimeout, ActorStopped):
+                await self.stop(timeout=5.0)
+
+    async def __aenter__(self) -> PersistentKernelSession:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose(_raise_crash=exc is None)
+
+    async def aclose(self, *, _raise_crash: bool = True) -> None:
+        """Stop the kernel (see :meth:`stop`) and release everything.
+
+        If the kernel crashed and no caller has been told yet, raises the
+        :class:`~pdc_core.ActorCrashed` here, so a crash is never silent.
+        """
+        await self.stop()
+        if _raise_crash and self._error is not None and not self._error_reported:
+            self._raise_terminal()
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def error(self) -> PersistentKernelError | None:
+        """What the kernel reported (or the backend saw) if it crashed, else ``None``."""
+        return self._error
+
+    @property
+    def capacity(self) -> int:
+        return self.kernel.capacity
+
+    @property
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics(
+            sent=self._ring.in_head,
+            replied=self._replied,
+            received=self._received,
+            discarded=self._discarded,
+            batches=self._ring.batches,
+            unprocessed=self._unprocessed,
+        )
+
+    @property
+    def collected_replies(self) -> int:
+        """Replies to :meth:`send` collected from the ring and not yet received."""
+        return self._inbox_count
+
+    def read_state(self) -> npt.NDArray[Any] | None:
+        """A host copy of the kernel's device-resident state (see ``ResidentKernel``)."""
+        return self.resident.read_state()
+
+    # -- the ring ---------------------------------------------------------------------------
+
+    def _pump(self) -> bool:
+        """Collect published replies and notice the end of the kernel; never waits."""
+        if self._final:
+            return False
+        ring = self._ring
+        if ring.load_out_head() != ring.out_tail:
+            self._route(ring.read_loaded())
+            self._wake()
+            return True
+        if ring.done:
+            self._finish()
+            return True
+        # The done word is the signal; ``exited`` (which may cost a driver call) only
+        # catches a device side that died without setting it, so look now and then.
+        self._idle_pumps += 1
+        if not self._idle_pumps & 15 and self.resident.exited:
+            self._finish()
+            return True
+        return False
+
+    def _pump_all(self) -> bool:
+        """Pump until nothing moves (replies, then the done word, may come in one go)."""
+        progressed = False
+        while self._pump():
+            progressed = True
+        return progressed
+
+    def _route(self, replies: npt.NDArray[Any]) -> None:
+        count = len(replies)
+        position = 0
+        seq = self._replied
+        routes = self._routes
+        while position < count:
+            route = routes[0]
+            take = min(route.end - seq, count - position)
+            sink = route.sink
+            if sink is _RECEIVE:
+                self._inbox.append(replies[position : position + take])
+                self._inbox_count += take
+            elif sink is _DISCARD:
+                self._discarded += take
+            else:
+                assert isinstance(sink, _Pending)
+                sink.fill(replies if take == count else replies[position : position + take])
+            position += take
+            seq += take
+            if seq == route.end:
+                routes.popleft()
+            else:
+                route.start = seq
+        self._replied = seq
+
+    def _finish(self) -> None:
+        """The kernel is done or its execution ended: collect the last replies, fail the rest."""
+        ring = self._ring
+        exited_without_done = not ring.done
+        if ring.load_out_head() != ring.out_tail:
+            self._route(ring.read())
+        self._final = True
+        name = self.kernel.name
+        error = self.resident.error
+        if error is None and exited_without_done:
+            error = PersistentKernelError(
+                name, 0, "its execution ended without setting the done word"
+            )
+        if error is None and ring.stop_requested is StopMode.RUN:
+            error = PersistentKernelError(
+                name, int(ErrorCode.NONE), "it finished without being asked to stop"
+            )
+        unprocessed = ring.in_head - self._replied
+        self._unprocessed = unprocessed
+        if error is not None:
+            self._error = error
+            self._state = SessionState.CRASHED
+            crash_error = error
+
+            def crashed() -> ActorStopped:
+                return ActorCrashed(name, crash_error)
+
+            self._terminal = crashed
+        else:
+            self._state = SessionState.STOPPED
+            detail = f"; {unprocessed} published request(s) were not handled" if unprocessed else ""
+
+            def stopped() -> ActorStopped:
+                return ActorStopped(f"persistent kernel {name!r} is stopped{detail}", actor_id=name)
+
+            self._terminal = stopped
+        for route in self._routes:
+            sink = route.sink
+            if isinstance(sink, _Pending) and sink.error is None:
+                sink.error = self._terminal()
+            elif sink is _DISCARD:
+                self._discarded += route.end - route.start
+        self._routes.clear()
+        self.notify_changed()  # whoever waits, leader or follower, must look again
+
+    def _raise_terminal(self) -> None:
+        assert self._terminal is not None
+        if self._error is not None:
+            self._error_reported = True
+        raise self._terminal()
+
+    def _check_open(self) -> None:
+        if self._terminal is not None:
+            self._raise_terminal()
+        if self._state in (SessionState.STOPPING, SessionState.STOPPED):
+            name = self.kernel.name
+            raise ActorStopped(f"persistent kernel {name!r} is stopping", actor_id=name)
+
+    def _free_for(self, sink: _Pending | int) -> int:
+        free = self._ring.free_slots()
+        if sink is _RECEIVE:
+            free = min(free, self.receive_window - self._unreceived)
+        return free
+
+    def _write(self, records: npt.NDArray[Any], sink: _Pending | int) -> int:
+        """Write what fits now (one ``IN_HEAD`` store) and record where its replies go."""
+        ring = self._ring
+        limit = len(records)
+        if sink is _RECEIVE:
+            limit = min(limit, self.receive_window - self._unreceived)
+            if limit <= 0:
+                return 0
+        written = ring.write(records[:limit] if limit < len(records) else records)
+        if written:
+            end = ring.in_head
+            start = end - written
+            routes = self._routes
+            if routes and routes[-1].sink is sink and routes[-1].end == start:
+                routes[-1].end = end
+            else:
+                routes.append(_Route(start, end, sink))
+            if sink is _RECEIVE:
+                self._unreceived += written
+            self._wake()
+        return written
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def _satisfied(self, predicate: Callable[[], bool]) -> bool:
+        return self._final or predicate()
+
+    def _wake_followers(self) -> None:
+        for follower in self._followers:
+            if not follower.waiter.done() and self._satisfied(follower.predicate):
+                wake(follower.waiter)
+
+    def notify_changed(self) -> None:
+        """Tell tasks in :meth:`wait_until` that host-side state their predicates read
+        has changed (their predicates are re-checked soon)."""
+        if self._followers:
+            self._wake_followers()
+        for watcher in self._watchers:
+            wake(watcher)
+        if self._leader:
+            self._waiter.kick()
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds or the kernel has finished (stopped or crashed).
+
+        While waiting, the task takes its turn leading the ring (collecting replies for
+        every other caller), so a long-lived task such as an actor's serving loop can
+        wait for its own condition here and keep the session flowing. ``predicate`` is
+        re-checked whenever the ring moves and after :meth:`notify_changed`; it must be
+        cheap and must not block. Cancelling the wait is safe.
+
+        The first waiting task leads: it pumps the ring and waits through the
+        kernel's :class:`HostWaiter`; the others sleep until the leader sees their
+        predicate hold, or until one of them is promoted when the leader leaves.
+        """
+        while True:
+            if self._pump_all():
+                self._wake_followers()
+            if self._satisfied(predicate):
+                return
+            if not self._leader:
+                self._leader = True
+                try:
+                    await self._lead(predicate)
+                finally:
+                    self._leader = False
+                    if self._released:
+                        self._release()
+                    else:
+                        self._promote()
+                return
+            follower = _Follower(predicate)
+            self._followers.append(follower)
+            try:
+                await follower.waiter
+            finally:
+                self._followers.remove(follower)
+                if not self._leader:
+                    # It may have been promoted and be leaving (cancelled) instead of
+                    # leading: never leave the others without a leader.
+                    self._promote()
+
+    async def watch_until(self, predicate: Callable[[], bool]) -> None:
+        """Like :meth:`wait_until`, for a long-lived task that must not slow the others.
+
+        The watcher never leads: a task that waits for a reply leads the ring itself
+        and is woken by the kernel directly, with no hand-off through the watcher (an
+        actor's serving loop watches; leading, it would add a task switch to every
+        ``ask``). While nobody leads, the watcher pumps the ring, backing off from
+        0.5 ms to 20 ms, so a crash or a stop is seen within 20 ms with no request in
+        flight. :meth:`notify_changed` wakes it at once. Cancelling the wait is safe.
+        """
+        kit = current_kit()
+        delay = _WATCH_MIN
+        while True:
+            if not self._leader and self._pump_all():
+                delay = _WATCH_MIN
+                self._wake_followers()
+            if self._satisfied(predicate):
+                return
+            waiter = kit.waiter()
+            kit.arm(waiter, delay)
+            self._watchers.append(waiter)
+            try:
+                await waiter
+            finally:
+                self._watchers.remove(waiter)
+            delay = min(_WATCH_MAX, delay * 2)
+
+    def _promote(self) -> None:
+        for follower in self._followers:
+            if wake(follower.waiter):  # it re-checks, and leads if it still has to wait
+                return
+
+    async def _lead(self, predicate: Callable[[], bool]) -> None:
+        waiter = self._waiter
+        ring = self._ring
+        waiter.begin()
+        while True:
+            if self._pump_all():
+                waiter.progressed()
+                if self._followers:
+                    self._wake_followers()
+            elif self._followers:
+                # A follower may wait for a control word (paused) that moves no reply.
+                self._wake_followers()
+            if self._final or predicate():
+                return
+            await waiter.wait(ring.in_head != ring.out_tail)
+
+    # -- sending ------------------------------------------------------------------------------
+
+    async def send(self, record: Any, *, reply: bool = True) -> int:
+        """Publish one request; return its sequence number (its reply's place in order).
+
+        Waits while the ring is full (backpressure). The reply is delivered by
+        :meth:`receive`, or dropped with ``reply=False`` (fire and forget).
+        """
+        batch = coerce_record(record, self.kernel.request_dtype)
+        return await self._send(batch, _RECEIVE if reply else _DISCARD)
+
+    async def send_batch(self, records: Any, *, reply: bool = True) -> int:
+        """Publish a batch of requests in order; return the first one's sequence number.
+
+        A batch larger than the free space is written in pieces as space frees up.
+        Every record is validated before the first is written.
+        """
+        batch = coerce_batch(records, self.kernel.request_dtype)
+        return await self._send(batch, _RECEIVE if reply else _DISCARD)
+
+    async def _send(self, batch: npt.NDArray[Any], sink: int) -> int:
+        self._check_open()
+        first = self._ring.in_head
+        total = len(batch)
+        done = self._write(batch, sink)
+        while done < total:
+            await self.wait_until(lambda: self._free_for(sink) > 0)
+            self._check_open()
+            done += self._write(batch[done:], sink)
+        return first
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def request(self, record: Any) -> Any:
+        """Send one request and return its reply (a record of the reply dtype)."""
+        batch = coerce_record(record, self.kernel.request_dtype)
+        return (await self._request(batch))[0]
+
+    async def request_batch(self, records: Any) -> npt.NDArray[Any]:
+        """Send a batch and return its replies, in order, as an array of the reply dtype."""
+        batch = coerce_batch(records, self.kernel.request_dtype)
+        return await self._request(batch)
+
+    async def _request(self, batch: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        self._check_open()
+        total = len(batch)
+        if total == 0:
+            return np.empty(0, dtype=self.kernel.reply_dtype)
+        pending = _Pending(total)
+        try:
+            done = self._write(batch, pending)
+            while done < total:
+                await self.wait_until(
+                    lambda: pending.error is not None or self._ring.free_slots() > 0
+                )
+                if pending.error is not None:
+                    break
+                self._check_open()
+                done += self._write(batch[done:], pending)
+            if pending.filled < total and pending.error is None:
+                await self.wait_until(lambda: pending.filled == total or pending.error is not None)
+        except BaseException:
+            self._abandon(pending)
+            raise
+        if pending.filled < total:
+            if pending.error is None:  # pragma: no cover - wait_until only returns when final
+                self._check_open()
+            assert pending.error is not None
+            if self._error is not None:
+                self._error_reported = True
+            raise pending.error
+        assert pending.replies is not None
+        return pending.replies
+
+    def _abandon(self, pending: _Pending) -> None:
+        for route in self._routes:
+            if route.sink is pending:
+                route.sink = _DISCARD
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    async def receive(self) -> Any:
+        """The next reply to a :meth:`send`, in order; waits for one.
+
+        After the kernel stops, replies already collected are still returned; then it
+        raises :class:`~pdc_core.ActorStopped` (or ``ActorCrashed``).
+        """
+        return (await self.receive_batch(1))[0]
+
+    async def receive_batch(self, max_count: int | None = None) -> npt.NDArray[Any]:
+        """Between 1 and ``max_count`` (default: all available) replies to sends, in order."""
+        if max_count is not None and max_count < 1:
+            raise ValueError(f"max_count must be at least 1, not {max_count}")
+        self._pump_all()
+        if not self._inbox_count:
+            if self._terminal is None:
+                await self.wait_until(lambda: self._inbox_count > 0)
+            if not self._inbox_count:
+                self._raise_terminal()
+        inbox = self._inbox
+        if max_count is None or max_count >= self._inbox_count:
+            chunks = list(inbox)
+            inbox.clear()
+        else:
+            chunks = []
+            wanted = max_count
+            while wanted:
+                chunk = inbox[0]
+                if len(chunk) <= wanted:
+                    chunks.append(inbox.popleft())
+                    wanted -= len(chunk)
+                else:
+                    chunks.append(chunk[:wanted])
+                    inbox[0] = chunk[wanted:]
+                    wanted = 0
+        replies = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        count = len(replies)
+        self._inbox_count -= count
+        self._unreceived -= count
+        self._received += count
+        self.notify_changed()
+        return replies
+
+    # -- control ----------------------------------------------------------------------------
+
+    async def pause(self) -> None:
+        """Park the kernel between batches; returns once it has acknowledged.
+
+        Requests sent while paused wait in the ring (and sends wait when it is full).
+        """
+        self._check_open()
+        self.resident.pause()
+        await self.wait_until(lambda: self._ring.paused)
+        self._check_open()
+        self._state = SessionState.PAUSED
+
+    async def resume(self) -> None:
+        """Let a paused kernel go on; returns once it has left its pause."""
+        self._check_open()
+        self.resident.resume()
+        await self.wait_until(lambda: not self._ring.paused)
+        self._check_open()
+        self._state = SessionState.RUNNING
+
+    async def stop(self, timeout: float = 5.0, *, drain: bool = False) -> None:
+        """Stop the kernel and release its memory; idempotent.
+
+        ``drain=False``: the kernel finishes the batch in hand and stops; requests it
+        had not consumed fail with :class:`~pdc_core.ActorStopped`. ``drain=True``: it
+        first answers everything already published (replies keep flowing to their
+        callers meanwhile). Either way, every reply the kernel published is delivered.
+        Shielded from cancellation, bounded by ``timeout``; raises
+        :class:`~pdc_core.KernelStopTimeout` if the kernel has not stopped by then
+        (the memory is then kept, since the device may still use it).
+        """
+        if self._released:
+            return
+        deadline = time.monotonic() + timeout
+        with anyio.CancelScope(shield=True):
+            if not self._final:
+                if self._state is not SessionState.STOPPING:
+                    self._state = SessionState.STOPPING
+                self.resident.request_stop(StopMode.DRAIN if drain else StopMode.NOW)
+                self.notify_changed()
+                with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
+                    await self.wait_until(lambda: False)
+                if not self._final:
+                    raise stop_timeout_error(self.resident, timeout)
+            if not await self.resident.wait_exited(max(0.0, deadline - time.monotonic())):
+                raise stop_timeout_error(self.resident, timeout)
+            if not self._released:
+                self._released = True
+                if self._leader:  # it is parked in the waiter: the last one out releases
+                    self._waiter.kick()
+                else:
+                    self._release()
+            self.notify_changed()
+
+    def _release(self) -> None:
+        if not self._freed:
+            self._freed = True
+            self._finalizer.detach()
+            self._waiter.close()
+            self.resident.release()
+
+    def __repr__(self) -> str:
+        return (
+            f"<PersistentKernelSession {self.kernel.name!r} on {self.backend.qualified_name} "
+            f"{self._state.value}>"
+        )
+
+
+@asynccontextmanager
+async def open_persistent_kernel(
+    kernel: PersistentKernel,
+    backend: Backend | str | None = None,
+    *,
+    launch_timeout: float = 10.0,
+    receive_window: int | None = None,
+    **options: Any,
+) -> AsyncIterator[PersistentKernelSession]:
+    """Launch ``kernel`` and yield its :class:`PersistentKernelSession`; stop it on exit.
+
+    ::
+
+        async with open_persistent_kernel(double, "cpu") as kernel:
+            reply = await kernel.request((1, 2.0))
+
+    On exit the kernel is stopped (shielded from cancellation, bounded in time) and
+    its memory released; a crash nobody was told about is raised there.
+    """
+    session = await PersistentKernelSession.start(
+        kernel,
+        backend,
+        launch_timeout=launch_timeout,
+        receive_window=receive_window,
+        **options,
+    )
+    async with session:
+        yield session

@@ -1,0 +1,982 @@
+"""The seed API: ``@ring_kernel``, ``RingKernelRuntime`` and the kernel context.
+
+A faithful facade, with PyDotCompute's names, over mailboxes and actor nurseries::
+
+    @ring_kernel(kernel_id="worker", queue_size=1000)
+    async def worker(ctx):
+        while not ctx.should_terminate:
+            if not ctx.is_active:
+                await ctx.wait_active()
+                continue
+            try:
+                msg = await ctx.receive(timeout=0.1)
+            except asyncio.TimeoutError:
+                continue
+            await ctx.send(Response(result=msg.data * 2, correlation_id=msg.message_id))
+
+    async with RingKernelRuntime(enable_telemetry=True) as runtime:
+        await runtime.launch("worker")
+        await runtime.activate("worker")
+        await runtime.send("worker", Request(data=21))
+        response = await runtime.receive("worker")
+
+Each launched kernel is an actor of the runtime's :class:`~pdc_core.ActorNursery`
+(plugged in through :class:`~pdc_core._actors.ActorRunner`), with a bounded,
+prioritised input :class:`~pdc_core.Mailbox` and a bounded output mailbox.
+
+Lifecycle (``runtime.get_kernel_state(id)``)::
+
+    launch -> LAUNCHED -activate-> ACTIVE <-deactivate/reactivate-> DEACTIVATED
+    any live state -terminate-> TERMINATING -> TERMINATED     (crash: FAILED)
+
+* ``launch`` creates the queues and starts the kernel's task (a handshake: it returns
+  once the task runs); the kernel function is called when the kernel is activated
+  (or terminated before that, to drain what was sent meanwhile), as in PyDotCompute.
+* ``activate``/``reactivate`` deliver messages; ``deactivate`` really pauses
+  delivery: queued and new messages wait, ``ctx.receive`` waits (or times out).
+* ``terminate(timeout)`` refuses new messages, lets the kernel drain what is queued
+  (``ctx.should_terminate`` turns True once the queue is empty, and a waiting
+  ``ctx.receive`` raises :class:`~pdc_core.KernelTerminated`, which ends the kernel
+  cleanly), and after ``timeout`` seconds discards the rest (counted) and cancels it.
+* ``send`` is allowed in LAUNCHED, ACTIVE and DEACTIVATED (messages queue until
+  delivered); ``receive`` in every state but TERMINATED/FAILED, where it still returns
+  replies already queued. Anything else raises :class:`~pdc_core.KernelStateError`
+  naming the state.
+* An exception escaping a kernel function is never swallowed: it is counted in the
+  telemetry and, unless the kernel was launched with a ``restart`` policy, the
+  runtime's ``async with`` raises :class:`~pdc_core.ActorCrashed` (the other kernels
+  are cancelled and every pending request fails).
+
+``ctx.receive(timeout=...)`` raises :class:`~pdc_core.MessageTimeout`, a
+:class:`TimeoutError`, which is ``asyncio.TimeoutError`` on Python 3.11+: the seeds'
+``except asyncio.TimeoutError`` catches it under asyncio and under trio.
+"""
+
+# Timeouts are parameters here, as in the seed API (see _mailbox for why not scopes).
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Final, overload
+
+import anyio
+
+from .._actors import (
+    DEFAULT_PRIORITY,
+    EMPTY,
+    ActorRef,
+    ActorRunner,
+    ActorState,
+    ActorStatistics,
+    Backpressure,
+    BatchReply,
+    Mailbox,
+    cancellation_first,
+    check_priority,
+)
+from .._exceptions import (
+    ActorCrashed,
+    ActorStopped,
+    KernelNotFoundError,
+    KernelStateError,
+    KernelTerminated,
+    MailboxClosed,
+    MessageDropped,
+    MessageTimeout,
+)
+from .._loop import TIMED_OUT, Kit, fail, wake
+from ._lifecycle import AS_ACTOR_STATE, RECEIVE_STATES, KernelState, terminate_within
+from ._telemetry import KernelTelemetry, Telemetry
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = [
+    "KernelFunction",
+    "RingKernel",
+    "RingKernelContext",
+    "RingKernelDefinition",
+    "get_ring_kernel",
+    "registered_ring_kernels",
+    "ring_kernel",
+]
+
+_CHECKPOINT_EVERY: Final = 64
+_perf_counter_ns = time.perf_counter_ns
+#: One message in this many is timed for the latency percentiles (counts are exact).
+_SAMPLE_EVERY: Final = 8
+
+
+def _priority_of(message: Any) -> int:
+    priority = getattr(message, "priority", DEFAULT_PRIORITY)
+    return priority if type(priority) is int and 0 <= priority <= 255 else DEFAULT_PRIORITY
+
+
+KernelFunction = Callable[["RingKernelContext"], Awaitable[Any]]
+
+
+# --------------------------------------------------------------------------------------
+# Definitions and the decorator
+# --------------------------------------------------------------------------------------
+
+
+class RingKernelDefinition:
+    """A kernel function with its configuration, as made by :func:`ring_kernel`.
+
+    Calling it calls the function (useful in tests); ``RingKernelRuntime.launch(id)``
+    runs it as a kernel.
+    """
+
+    __slots__ = (
+        "__dict__",
+        "backpressure",
+        "block_size",
+        "func",
+        "grid_size",
+        "input_queue_size",
+        "input_type",
+        "kernel_id",
+        "output_queue_size",
+        "output_type",
+    )
+
+    def __init__(
+        self,
+        func: KernelFunction,
+        *,
+        kernel_id: str,
+        input_type: type | None = None,
+        output_type: type | None = None,
+        input_queue_size: int = 4096,
+        output_queue_size: int = 4096,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        grid_size: int = 1,
+        block_size: int = 256,
+    ) -> None:
+        if not callable(func):
+            raise TypeError(f"a ring kernel must be an async function, got {func!r}")
+        if not isinstance(kernel_id, str) or not kernel_id:
+            raise ValueError(f"kernel_id must be a non-empty string, got {kernel_id!r}")
+        for label, size in (("input", input_queue_size), ("output", output_queue_size)):
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{label} queue size must be a positive int, got {size!r}")
+        if grid_size < 1 or block_size < 1:
+            raise ValueError(
+                f"grid_size and block_size must be >= 1, got {grid_size}, {block_size}"
+            )
+        for label, kind in (("input_type", input_type), ("output_type", output_type)):
+            if kind is not None and not isinstance(kind, type):
+                raise TypeError(f"{label} must be a class, got {kind!r}")
+        self.func = func
+        self.kernel_id = kernel_id
+        self.input_type = input_type
+        self.output_type = output_type
+        self.input_queue_size = input_queue_size
+        self.output_queue_size = output_queue_size
+        self.backpressure = Backpressure.coerce(backpressure)
+        self.grid_size = grid_size
+        self.block_size = block_size
+        functools.update_wrapper(self, func)
+
+    def __call__(self, ctx: RingKernelContext) -> Awaitable[Any]:
+        return self.func(ctx)
+
+    def __repr__(self) -> str:
+        return f"<RingKernelDefinition {self.kernel_id!r} queue={self.input_queue_size}>"
+
+
+_registry: dict[str, RingKernelDefinition] = {}
+
+
+def get_ring_kernel(kernel_id: str) -> RingKernelDefinition:
+    """Return the kernel registered under ``kernel_id`` by :func:`ring_kernel`.
+
+    Raises :class:`~pdc_core.KernelNotFoundError` listing the registered ids.
+    """
+    try:
+        return _registry[kernel_id]
+    except KeyError:
+        raise KernelNotFoundError(kernel_id, list(_registry)) from None
+
+
+def registered_ring_kernels() -> dict[str, RingKernelDefinition]:
+    """The kernels registered by :func:`ring_kernel`, by id (a copy)."""
+    return dict(_registry)
+
+
+@overload
+def ring_kernel(func: KernelFunction, /) -> RingKernelDefinition: ...
+
+
+@overload
+def ring_kernel(
+    func: None = None,
+    /,
+    *,
+    kernel_id: str | None = None,
+    input_type: type | None = None,
+    output_type: type | None = None,
+    queue_size: int = 4096,
+    input_queue_size: int | None = None,
+    output_queue_size: int | None = None,
+    backpressure: Backpressure | str = Backpressure.BLOCK,
+    grid_size: int = 1,
+    block_size: int = 256,
+    auto_register: bool = True,
+) -> Callable[[KernelFunction], RingKernelDefinition]: ...
+
+
+def ring_kernel(
+    func: KernelFunction | None = None,
+    /,
+    *,
+    kernel_id: str | None = None,
+    input_type: type | None = None,
+    output_type: type | None = None,
+    queue_size: int = 4096,
+    input_queue_size: int | None = None,
+    output_queue_size: int | None = None,
+    backpressure: Backpressure | str = Backpressure.BLOCK,
+    grid_size: int = 1,
+    block_size: int = 256,
+    auto_register: bool = True,
+) -> RingKernelDefinition | Callable[[KernelFunction], RingKernelDefinition]:
+    """Declare ``async def f(ctx)`` a ring kernel (PyDotCompute's decorator).
+
+    ``kernel_id`` defaults to the function's name. ``queue_size`` sizes both queues
+    unless ``input_queue_size``/``output_queue_size`` say otherwise. With
+    ``input_type``, ``runtime.send`` raises :class:`TypeError` for other messages; with
+    ``output_type``, so does ``ctx.send``. ``backpressure`` is the input queue's policy
+    (``"block"``, ``"raise"``/``"reject"``, ``"drop_oldest"``). ``grid_size`` and
+    ``block_size`` are recorded for device backends. The kernel is registered under
+    its id (replacing an earlier one) unless ``auto_register=False``.
+    """
+
+    def decorate(fn: KernelFunction) -> RingKernelDefinition:
+        definition = RingKernelDefinition(
+            fn,
+            kernel_id=kernel_id or str(getattr(fn, "__name__", "")),
+            input_type=input_type,
+            output_type=output_type,
+            input_queue_size=input_queue_size or queue_size,
+            output_queue_size=output_queue_size or queue_size,
+            backpressure=backpressure,
+            grid_size=grid_size,
+            block_size=block_size,
+        )
+        if auto_register:
+            _registry[definition.kernel_id] = definition
+        return definition
+
+    if func is not None:
+        return decorate(func)
+    return decorate
+
+
+# --------------------------------------------------------------------------------------
+# The context given to the kernel function
+# --------------------------------------------------------------------------------------
+
+
+class RingKernelContext:
+    """What a kernel function receives as ``ctx``."""
+
+    __slots__ = ("_inbox", "_kernel", "_kit", "_outbox", "_record", "_telemetry")
+
+    def __init__(self, kernel: RingKernel) -> None:
+        self._kernel = kernel
+        self._inbox = kernel._inbox
+        self._outbox = kernel._outbox
+        self._kit = kernel._kit
+        self._telemetry = kernel._telemetry
+        self._record = kernel._telemetry.enabled
+
+    @property
+    def kernel_id(self) -> str:
+        """The kernel's id."""
+        return self._kernel._kernel_id
+
+    @property
+    def should_terminate(self) -> bool:
+        """True once the kernel is told to end: terminate drained its queue, or it was
+        cancelled. A loop ``while not ctx.should_terminate`` then exits."""
+        kernel = self._kernel
+        return kernel._interrupted or (self._inbox._closed and not self._inbox._size)
+
+    @property
+    def is_active(self) -> bool:
+        """True while messages are delivered (ACTIVE, and TERMINATING while draining)."""
+        state = self._kernel._state
+        return state is KernelState.ACTIVE or state is KernelState.TERMINATING
+
+    async def wait_active(self) -> None:
+        """Wait until the kernel is activated (or is terminating)."""
+        kernel = self._kernel
+        while kernel._state is KernelState.LAUNCHED or kernel._state is KernelState.DEACTIVATED:
+            waiter = self._kit.waiter()
+            kernel._active_waiters.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                kernel._interrupted = True
+                raise
+
+    async def receive(self, timeout: float | None = None) -> Any:
+        """Return the next message (highest priority first, FIFO within a priority).
+
+        Waits while the queue is empty or the kernel is deactivated. Raises
+        :class:`~pdc_core.MessageTimeout` (a ``TimeoutError``) after ``timeout``
+        seconds, and :class:`~pdc_core.KernelTerminated` when the kernel is
+        terminating and its queue is drained.
+        """
+        inbox = self._inbox
+        ops = inbox._ops = inbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._checkpoint()
+        # The input mailbox carries no control messages: data or nothing.
+        item: Any = inbox._pop() if inbox._size and not inbox._paused else EMPTY
+        if item is EMPTY:
+            if timeout is None and inbox._taker is None and not inbox._closed:
+                # The common wait, inlined: park as the inbox's taker.
+                waiter = self._kit.waiter()
+                inbox._taker = waiter
+                try:
+                    item = await waiter
+                except BaseException as exc:
+                    self._abandon(inbox._release_taker(waiter), exc)
+                    raise
+                if item is None:
+                    item = await self._wait(None)
+            else:
+                item = await self._wait(timeout)
+        message, enqueued_ns = item
+        telemetry = self._telemetry
+        telemetry.messages_processed += 1
+        if enqueued_ns:
+            telemetry.delivered(message, enqueued_ns)
+        return message
+
+    async def _checkpoint(self) -> None:
+        try:
+            await self._kit.checkpoint()
+        except BaseException:
+            self._kernel._interrupted = True
+            raise
+
+    def _terminated(self) -> KernelTerminated:
+        kernel_id = self._kernel._kernel_id
+        return KernelTerminated(
+            f"kernel {kernel_id!r} is terminating and its queue is drained", actor_id=kernel_id
+        )
+
+    def _abandon(self, handed: Any, exc: BaseException) -> None:
+        """The taker's wait ended with ``exc``: account for the message handed meanwhile."""
+        if handed is not None:
+            self._kernel._lost(handed)
+        if not isinstance(exc, Exception):
+            self._kernel._interrupted = True
+
+    async def _wait(self, timeout: float | None) -> Any:
+        """Wait for the next item as the inbox's taker (handed messages directly)."""
+        inbox = self._inbox
+        kit = self._kit
+        if inbox._taker is not None:  # another task of this kernel is receiving
+            try:
+                return await inbox._wait_receive(kit, timeout)
+            except MailboxClosed:
+                raise self._terminated() from None
+            except Exception:
+                raise
+            except BaseException:
+                self._kernel._interrupted = True
+                raise
+        item = await inbox._take(kit, timeout, self._abandon)
+        if item is EMPTY:
+            raise self._terminated()
+        if item is TIMED_OUT:
+            raise MessageTimeout(
+                f"kernel {self._kernel._kernel_id!r} received nothing within {timeout} s"
+            )
+        return item
+
+    def receive_nowait(self) -> Any:
+        """Return the next message without waiting; raise ``anyio.WouldBlock`` if none."""
+        item = self._inbox._poll()
+        if item is EMPTY:
+            raise anyio.WouldBlock
+        message, enqueued_ns = item
+        self._telemetry.messages_processed += 1
+        if enqueued_ns:
+            self._telemetry.delivered(message, enqueued_ns)
+        return message
+
+    async def receive_batch(self, max_count: int, timeout: float | None = None) -> list[Any]:
+        """Wait for at least one message, then return up to ``max_count`` of them."""
+        if max_count < 1:
+            raise ValueError(f"max_count must be at least 1, got {max_count}")
+        batch = [await self.receive(timeout)]
+        poll = self._inbox._poll
+        telemetry = self._telemetry
+        while len(batch) < max_count:
+            item = poll()
+            if item is EMPTY:
+                break
+            message, enqueued_ns = item
+            telemetry.messages_processed += 1
+            if enqueued_ns:
+                telemetry.delivered(message, enqueued_ns)
+            batch.append(message)
+        return batch
+
+    async def send(self, message: Any) -> None:
+        """Emit ``message``.
+
+        A message whose ``correlation_id`` answers a pending ``ask`` resolves it
+        directly; any other goes to the output queue (read with
+        ``runtime.receive``), waiting while that queue is full.
+        """
+        kernel = self._kernel
+        outbox = self._outbox
+        ops = outbox._ops = outbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._checkpoint()  # before sending: a cancelled send sends nothing
+        output_type = kernel._output_type
+        if output_type is not None and not isinstance(message, output_type):
+            raise TypeError(
+                f"kernel {kernel._kernel_id!r} declares output_type="
+                f"{output_type.__name__}, but sent a {type(message).__name__}"
+            )
+        telemetry = self._telemetry
+        telemetry.messages_sent += 1
+        correlation_id = getattr(message, "correlation_id", None)
+        if correlation_id is not None:
+            if telemetry._inflight:
+                telemetry.replied(correlation_id)
+            pending = kernel._pending
+            if pending:
+                entry = pending.pop(correlation_id, None)
+                if entry is not None:
+                    kernel._resolve(entry, message)
+                    return
+        priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        outbox = self._outbox
+        if (
+            outbox._size < outbox._capacity
+            and type(priority) is int
+            and 0 <= priority <= 255
+            and not outbox._closed
+        ):
+            if outbox._taker is None or not outbox._handoff(message):
+                outbox._push(message, priority)
+            return
+        try:
+            await outbox.send(message, check_priority(priority))
+        except MailboxClosed:
+            raise KernelTerminated(
+                f"kernel {kernel._kernel_id!r} has stopped", actor_id=kernel._kernel_id
+            ) from None
+        except Exception:
+            raise
+        except BaseException:
+            kernel._interrupted = True
+            raise
+
+    def __repr__(self) -> str:
+        return f"<RingKernelContext {self.kernel_id!r} {self._kernel._state.name}>"
+
+
+# --------------------------------------------------------------------------------------
+# A launched kernel: handle (ActorRef) and runner (ActorRunner)
+# --------------------------------------------------------------------------------------
+
+
+class RingKernel(ActorRef[Any, Any]):
+    """A launched ring kernel: its state, queues, telemetry, and an actor handle.
+
+    ``runtime.launch`` returns it. Besides the runtime's methods (which take the
+    kernel id) it is an :class:`~pdc_core.ActorRef`: ``ask(request)`` sends the
+    request and returns the reply the kernel sends with
+    ``correlation_id=request.message_id``; ``pause``/``resume`` deactivate and
+    reactivate; ``stop`` terminates.
+    """
+
+    __slots__ = (
+        "_active_waiters",
+        "_definition",
+        "_finished",
+        "_inbox",
+        "_input_type",
+        "_interrupted",
+        "_kernel_id",
+        "_kit",
+        "_outbox",
+        "_output_type",
+        "_pending",
+        "_record",
+        "_runner",
+        "_state",
+        "_stop_waiters",
+        "_task",
+        "_telemetry",
+        "ctx",
+    )
+
+    def __init__(
+        self,
+        definition: RingKernelDefinition,
+        kit: Kit,
+        *,
+        telemetry: bool,
+    ) -> None:
+        self._definition = definition
+        self._kernel_id = definition.kernel_id
+        self._kit = kit
+        self._input_type = definition.input_type
+        self._output_type = definition.output_type
+        self._inbox: Mailbox[tuple[Any, int]] = Mailbox(
+            definition.input_queue_size,
+            backpressure=definition.backpressure,
+            name=f"{definition.kernel_id} input",
+            on_drop=self._on_drop,
+        )
+        self._outbox: Mailbox[Any] = Mailbox(
+            definition.output_queue_size, name=f"{definition.kernel_id} output"
+        )
+        self._inbox._kit = self._outbox._kit = kit
+        self._inbox.pause()
+        self._state = KernelState.LAUNCHED
+        self._telemetry = KernelTelemetry(definition.kernel_id, enabled=telemetry)
+        self._record = telemetry
+        self._pending: dict[Any, Any] = {}
+        self._active_waiters: list[Any] = []
+        self._stop_waiters: list[Any] = []
+        self._finished = False
+        self._interrupted = False
+        self._task: object = None
+        self.ctx = RingKernelContext(self)
+        self._runner = _RingKernelRunner(self)
+
+    # -- introspection ------------------------------------------------------------------
+
+    @property
+    def kernel_id(self) -> str:
+        """The kernel's id."""
+        return self._kernel_id
+
+    @property
+    def actor_id(self) -> str:
+        return self._kernel_id
+
+    @property
+    def kernel_state(self) -> KernelState:
+        """The ring-kernel lifecycle state."""
+        return self._state
+
+    @property
+    def state(self) -> ActorState:
+        """The lifecycle state in actor terms (see :attr:`kernel_state`)."""
+        return AS_ACTOR_STATE[self._state]
+
+    @property
+    def definition(self) -> RingKernelDefinition:
+        """The definition this kernel was launched from."""
+        return self._definition
+
+    def telemetry(self) -> Telemetry:
+        """A snapshot of the kernel's telemetry (counts are kept even when disabled)."""
+        t = self._telemetry
+        inbox = self._inbox.statistics()
+        lat50, lat95, lat99 = t.latency.percentiles(50, 95, 99)
+        q50, q95, q99 = t.queue_wait.percentiles(50, 95, 99)
+        count = t.latency.count
+        return Telemetry(
+            kernel_id=self._kernel_id,
+            state=self._state.name,
+            messages_received=inbox.sent,
+            messages_processed=t.messages_processed,
+            messages_sent=t.messages_sent,
+            messages_dropped=inbox.dropped,
+            messages_rejected=inbox.rejected,
+            messages_discarded=inbox.discarded,
+            queue_depth=inbox.depth,
+            output_depth=len(self._outbox),
+            error_count=t.error_count,
+            last_error=t.last_error,
+            uptime_seconds=time.monotonic() - t.created,
+            active_seconds=t.active_seconds(),
+            latency_count=count,
+            avg_latency_ns=t.latency.total_ns / count if count else 0.0,
+            min_latency_ns=t.latency.min_ns,
+            max_latency_ns=t.latency.max_ns,
+            latency_p50_ns=lat50,
+            latency_p95_ns=lat95,
+            latency_p99_ns=lat99,
+            queue_wait_p50_ns=q50,
+            queue_wait_p95_ns=q95,
+            queue_wait_p99_ns=q99,
+        )
+
+    def statistics(self) -> ActorStatistics:
+        t = self._telemetry
+        return ActorStatistics(
+            actor_id=self._kernel_id,
+            state=self.state,
+            handled=t.messages_processed,
+            errors=t.error_count,
+            restarts=self._runner.restarts,
+            skipped=0,
+            mailbox=self._inbox.statistics(),
+        )
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def _state_error(self, operation: str, allowed: str) -> KernelStateError:
+        return KernelStateError(self._kernel_id, self._state.name, operation, allowed=allowed)
+
+    def _set_state(self, state: KernelState) -> None:
+        self._state = state
+        self._telemetry.set_active(state is KernelState.ACTIVE or state is KernelState.TERMINATING)
+        if state is not KernelState.LAUNCHED and state is not KernelState.DEACTIVATED:
+            waiters, self._active_waiters = self._active_waiters, []
+            for waiter in waiters:
+                wake(waiter)
+
+    async def activate(self) -> None:
+        """LAUNCHED -> ACTIVE: start delivering messages."""
+        if self._state is not KernelState.LAUNCHED:
+            raise self._state_error("activate", "LAUNCHED")
+        self._set_state(KernelState.ACTIVE)
+        self._inbox.resume()
+
+    async def deactivate(self) -> None:
+        """ACTIVE -> DEACTIVATED: pause delivery; messages keep queueing."""
+        if self._state is not KernelState.ACTIVE:
+            raise self._state_error("deactivate", "ACTIVE")
+        self._inbox.pause()
+        self._set_state(KernelState.DEACTIVATED)
+
+    async def reactivate(self) -> None:
+        """DEACTIVATED -> ACTIVE: resume delivery."""
+        if self._state is not KernelState.DEACTIVATED:
+            raise self._state_error("reactivate", "DEACTIVATED")
+        self._set_state(KernelState.ACTIVE)
+        self._inbox.resume()
+
+    def _request_terminate(self, timeout: float = 0.0) -> None:
+        # ``timeout`` is for persistent kernels (their drain deadline); this kernel is
+        # cancelled by _force_terminate when its drain takes too long.
+        if self._finished or self._state is KernelState.TERMINATING:
+            return
+        self._set_state(KernelState.TERMINATING)
+        self._inbox.close()
+        self._inbox.resume()
+
+    def _force_terminate(self) -> None:
+        self._interrupted = True
+        self._inbox.discard()
+        scope = self._runner.cancel_scope
+        if scope is not None:
+            scope.cancel()
+
+    async def terminate(self, timeout: float = 5.0) -> None:
+        """Drain the queue (up to ``timeout`` seconds), then stop the kernel.
+
+        Returns once the kernel has stopped. Messages still queued after the timeout
+        are discarded (counted in the telemetry) and the kernel is cancelled.
+        Idempotent. Called from inside the kernel, it requests termination and
+        returns at once.
+        """
+        if self._finished:
+            return
+        if self._task is not None and self._task is self._kit.current_task():
+            self._request_terminate()
+            return
+        await terminate_within(self, timeout)
+
+    async def wait(self) -> None:
+        if self._finished:
+            return
+        waiter = self._kit.waiter()
+        self._stop_waiters.append(waiter)
+        await waiter
+
+    # -- messages -----------------------------------------------------------------------
+
+    async def send(
+        self, message: Any, *, timeout: float | None = None, priority: int | None = None
+    ) -> None:
+        """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``)."""
+        state = self._state
+        if (
+            state is not KernelState.ACTIVE
+            and state is not KernelState.LAUNCHED
+            and state is not KernelState.DEACTIVATED
+        ):
+            await cancellation_first()
+            raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED")
+        input_type = self._input_type
+        if input_type is not None and not isinstance(message, input_type):
+            raise TypeError(
+                f"kernel {self._kernel_id!r} accepts {input_type.__name__} messages, "
+                f"got {type(message).__name__}"
+            )
+        if priority is None:
+            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        inbox = self._inbox
+        ops = inbox._ops = inbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._kit.checkpoint()  # before sending: a cancelled send sends nothing
+        # Latency is sampled: one message in _SAMPLE_EVERY carries its enqueue time.
+        sampled = self._record and not inbox._counts.sent % _SAMPLE_EVERY
+        item = (message, _perf_counter_ns() if sampled else 0)
+        if (
+            inbox._size < inbox._capacity
+            and type(priority) is int
+            and 0 <= priority <= 255
+            and not inbox._closed
+        ):
+            if inbox._taker is None or not inbox._handoff(item):
+                inbox._push(item, priority)
+            return
+        priority = check_priority(priority)
+        try:
+            if timeout is None:
+                await inbox.send(item, priority)
+                return
+            with anyio.move_on_after(timeout) as scope:
+                await inbox.send(item, priority)
+            if scope.cancelled_caught:
+                raise MessageTimeout(
+                    f"kernel {self._kernel_id!r}: input queue still full after {timeout} s"
+                )
+        except MailboxClosed:
+            await cancellation_first()
+            raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED") from None
+
+    async def receive(self, timeout: float | None = None) -> Any:
+        """Return the next message from the kernel's output queue."""
+        outbox = self._outbox
+        ops = outbox._ops = outbox._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
+            await self._kit.checkpoint()
+        if outbox._size:  # the output mailbox is never paused and carries no control
+            return outbox._pop()
+        if self._finished:
+            await cancellation_first()
+            raise self._state_error("receive from", RECEIVE_STATES)
+        if outbox._taker is not None:  # another task is receiving: wait in line
+            try:
+                return await outbox._wait_receive(self._kit, timeout)
+            except MailboxClosed:
+                await cancellation_first()
+                raise self._state_error("receive from", RECEIVE_STATES) from None
+        item = await outbox._take(self._kit, timeout, self._requeue_reply)
+        if item is TIMED_OUT:
+            raise MessageTimeout(
+                f"nothing received from kernel {self._kernel_id!r} within {timeout} s"
+            )
+        if item is EMPTY:
+            await cancellation_first()
+            raise self._state_error("receive from", RECEIVE_STATES)
+        return item
+
+    def _requeue_reply(self, handed: Any, exc: BaseException) -> None:
+        """A receive ended with ``exc``: a reply handed to it meanwhile goes back in front."""
+        if handed is not None:
+            self._outbox._requeue(handed, _priority_of(handed))
+
+    async def tell(self, message: Any, *, priority: int | None = None) -> None:
+        await self.send(message, priority=priority)
+
+    def _resolve(self, entry: Any, reply: Any) -> None:
+        if entry.__class__ is tuple:
+            cell, index = entry
+            if cell.waiter.done():
+                return
+            cell.results[index] = reply
+            cell.remaining -= 1
+            if not cell.remaining:
+                cell.waiter.set_result(cell.results)
+        elif not entry.done():
+            entry.set_result(reply)
+
+    @staticmethod
+    def _message_id(message: Any) -> Any:
+        message_id = getattr(message, "message_id", None)
+        if message_id is None:
+            raise TypeError(
+                "ask needs a message with a message_id (a pdc Message such as Request), "
+                f"got {type(message).__name__}"
+            )
+        return message_id
+
+    async def ask(
+        self, message: Any, *, priority: int | None = None, timeout: float | None = None
+    ) -> Any:
+        """Send ``message`` and return the kernel's reply correlated with it."""
+        message_id = self._message_id(message)
+        waiter = self._kit.waiter()
+        pending = self._pending
+        pending[message_id] = waiter
+        try:
+            await self.send(message, priority=priority)
+            if timeout is not None:
+                self._kit.arm(waiter, timeout)
+            try:
+                result = await waiter
+            except ActorStopped:
+                await cancellation_first()
+                raise
+        finally:
+            if pending.get(message_id) is waiter:
+                del pending[message_id]
+        if result is TIMED_OUT:
+            raise MessageTimeout(f"kernel {self._kernel_id!r} did not reply within {timeout} s")
+        return result
+
+    async def tell_many(self, messages: Iterable[Any], *, priority: int | None = None) -> None:
+        for message in messages:
+            await self.send(message, priority=priority)
+
+    async def ask_many(
+        self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
+    ) -> list[Any]:
+        batch = list(messages)
+        if not batch:
+            return []
+        ids = [self._message_id(message) for message in batch]
+        cell = BatchReply(self._kit.waiter(), len(batch))
+        pending = self._pending
+        for index, message_id in enumerate(ids):
+            pending[message_id] = (cell, index)
+        try:
+            for message in batch:
+                await self.send(message, priority=priority)
+            if timeout is not None:
+                self._kit.arm(cell.waiter, timeout)
+            try:
+                result = await cell.waiter
+            except ActorStopped:
+                await cancellation_first()
+                raise
+        finally:
+            for message_id in ids:
+                entry = pending.get(message_id)
+                if entry is not None and entry.__class__ is tuple and entry[0] is cell:
+                    del pending[message_id]
+        if result is TIMED_OUT:
+            raise MessageTimeout(
+                f"kernel {self._kernel_id!r} did not reply to a batch of {len(batch)} "
+                f"within {timeout} s"
+            )
+        return list(result)
+
+    async def pause(self) -> None:
+        await self.deactivate()
+
+    async def resume(self) -> None:
+        if self._state is KernelState.LAUNCHED:
+            await self.activate()
+        else:
+            await self.reactivate()
+
+    async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        if not drain and not self._finished:
+            self._request_terminate()
+            self._force_terminate()
+        await self.terminate(timeout=5.0 if timeout is None else timeout)
+
+    def _lost(self, item: tuple[Any, int]) -> None:
+        """A message handed to the kernel was never received (the kernel was cancelled)."""
+        counts = self._inbox._counts
+        counts.received -= 1
+        counts.discarded += 1
+        message_id = getattr(item[0], "message_id", None)
+        entry = self._pending.pop(message_id, None) if message_id is not None else None
+        if entry is not None:
+            error = ActorStopped(
+                f"kernel {self._kernel_id!r} was cancelled before receiving the request",
+                actor_id=self._kernel_id,
+            )
+            fail(entry[0].waiter if entry.__class__ is tuple else entry, error)
+
+    def _on_drop(self, item: tuple[Any, int]) -> None:
+        message_id = getattr(item[0], "message_id", None)
+        entry = self._pending.pop(message_id, None) if message_id is not None else None
+        if entry is not None:
+            error = MessageDropped(
+                f"request to kernel {self._kernel_id!r} was dropped by its full input queue"
+            )
+            fail(entry[0].waiter if entry.__class__ is tuple else entry, error)
+
+    def _finalize(self, error: BaseException | None) -> None:
+        self._finished = True
+        failure: Callable[[], ActorStopped]
+        if isinstance(error, ActorCrashed):
+            self._set_state(KernelState.FAILED)
+            crash = error
+
+            def failure() -> ActorStopped:
+                return ActorCrashed(self._kernel_id, crash.cause)
+
+        else:
+            self._set_state(KernelState.TERMINATED)
+
+            def failure() -> ActorStopped:
+                return ActorStopped(
+                    f"kernel {self._kernel_id!r} terminated before replying",
+                    actor_id=self._kernel_id,
+                )
+
+        self._inbox.close()
+        self._inbox.discard()
+        self._outbox.close()
+        pending, self._pending = self._pending, {}
+        for entry in pending.values():
+            fail(entry[0].waiter if entry.__class__ is tuple else entry, failure())
+        waiters, self._stop_waiters = self._stop_waiters, []
+        for waiter in waiters:
+            wake(waiter)
+
+    def __repr__(self) -> str:
+        return f"<RingKernel {self._kernel_id!r} {self._state.name}>"
+
+
+class _RingKernelRunner(ActorRunner):
+    """Runs a ring kernel's function as an actor of the runtime's nursery."""
+
+    def __init__(self, kernel: RingKernel) -> None:
+        self._kernel = kernel
+        self.restarts = 0
+
+    @property
+    def ref(self) -> RingKernel:
+        return self._kernel
+
+    async def run(self, started: Callable[[], None]) -> None:
+        kernel = self._kernel
+        kernel._task = kernel._kit.current_task()
+        kernel._interrupted = False
+        started()
+        if kernel._state is KernelState.LAUNCHED:
+            # As in PyDotCompute, the function is called on activation (or on
+            # terminate, to drain what was queued), not at launch.
+            await kernel.ctx.wait_active()
+        try:
+            await kernel._definition.func(kernel.ctx)
+        except KernelTerminated:
+            if kernel._state is not KernelState.TERMINATING:
+                raise
+        except Exception as exc:
+            kernel._telemetry.error(exc)
+            raise
+
+    def on_crash(self, error: Exception, *, restarting: bool) -> None:
+        if restarting:
+            self.restarts += 1
+
+    def finalize(self, error: BaseException | None) -> None:
+        self._kernel._finalize(error)

@@ -1,0 +1,337 @@
+"""The seed API's runtime: ``RingKernelRuntime`` launches ring kernels and routes
+messages to them by id (see :mod:`._ring_kernel` for the lifecycle)."""
+
+# Timeouts are parameters here, as in the seed API (see _mailbox for why not scopes).
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._actors import (
+    ActorNursery,
+    ActorRunner,
+    Backpressure,
+    RestartPolicy,
+    open_nursery,
+)
+from .._backend._persistent_kernel import PersistentKernel
+from .._exceptions import (
+    KernelAlreadyExistsError,
+    KernelNotFoundError,
+    LifecycleError,
+)
+from .._loop import current_kit
+from ._lifecycle import FINAL_STATES, KernelState
+from ._persistent_runtime import PersistentRingKernel, launch_persistent
+from ._ring_kernel import KernelFunction, RingKernel, RingKernelDefinition, get_ring_kernel
+from ._telemetry import Telemetry
+
+if TYPE_CHECKING:
+    from .._backend._contract import Backend
+
+__all__ = ["RingKernelRuntime"]
+
+
+class RingKernelRuntime:
+    """Launches ring kernels and routes messages to them (PyDotCompute's runtime).
+
+    Use it as an async context manager; kernels live no longer than the block. On a
+    normal exit every live kernel is terminated (draining its queue, at most
+    ``shutdown_timeout`` seconds in all); if the block raises, they are cancelled.
+    ``use_uvloop`` and ``use_eager_tasks`` are accepted for compatibility and ignored:
+    the event loop is the caller's choice.
+    """
+
+    def __init__(
+        self,
+        *,
+        enable_telemetry: bool = True,
+        shutdown_timeout: float = 5.0,
+        use_uvloop: bool = False,
+        use_eager_tasks: bool = False,
+    ) -> None:
+        self._enable_telemetry = enable_telemetry
+        self._shutdown_timeout = shutdown_timeout
+        self._kernels: dict[str, RingKernel | PersistentRingKernel] = {}
+        self._nursery: ActorNursery | None = None
+        self._active = False
+
+    async def __aenter__(self) -> RingKernelRuntime:
+        if self._nursery is not None:
+            raise LifecycleError("a RingKernelRuntime can be entered only once")
+        self._nursery = open_nursery()
+        await self._nursery.__aenter__()
+        self._active = True
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._nursery is not None
+        if exc is None:
+            try:
+                await self.shutdown(self._shutdown_timeout)
+            except BaseException as error:
+                self._active = False
+                if not await self._nursery.__aexit__(type(error), error, error.__traceback__):
+                    raise
+                return False
+        self._active = False
+        return await self._nursery.__aexit__(exc_type, exc, tb)
+
+    @property
+    def is_active(self) -> bool:
+        """Whether the runtime is running (inside its ``async with`` block)."""
+        return self._active
+
+    @property
+    def kernel_ids(self) -> list[str]:
+        """Ids of the kernels launched in this runtime (terminated ones included)."""
+        return list(self._kernels)
+
+    @property
+    def kernel_states(self) -> dict[str, KernelState]:
+        """Each launched kernel's state, by id."""
+        return {kernel_id: kernel.kernel_state for kernel_id, kernel in self._kernels.items()}
+
+    def get_kernel(self, kernel_id: str) -> RingKernel | PersistentRingKernel:
+        """The kernel launched under ``kernel_id``: a :class:`RingKernel`, or a
+        :class:`~pdc_core.PersistentRingKernel` for a persistent kernel.
+
+        Raises :class:`~pdc_core.KernelNotFoundError` listing the known ids.
+        """
+        try:
+            return self._kernels[kernel_id]
+        except KeyError:
+            raise KernelNotFoundError(kernel_id, list(self._kernels)) from None
+
+    def get_kernel_state(self, kernel_id: str) -> KernelState:
+        """The state of the kernel launched under ``kernel_id``."""
+        return self.get_kernel(kernel_id).kernel_state
+
+    async def launch(
+        self,
+        kernel_id: str,
+        kernel_func: KernelFunction | RingKernelDefinition | PersistentKernel | None = None,
+        *,
+        input_type: type | None = None,
+        output_type: type | None = None,
+        queue_size: int | None = None,
+        backpressure: Backpressure | str | None = None,
+        restart: RestartPolicy | None = None,
+        backend: Backend | str | None = None,
+        **options: Any,
+    ) -> RingKernel | PersistentRingKernel:
+        """Phase 1: start the kernel, with delivery paused (state LAUNCHED).
+
+        Without ``kernel_func``, the kernel registered under ``kernel_id`` by
+        ``@ring_kernel`` is used (:class:`~pdc_core.KernelNotFoundError` lists the
+        registered ids if there is none). Keyword arguments override the registered
+        configuration. Launching an id that is still live raises
+        :class:`~pdc_core.KernelAlreadyExistsError`; a terminated one is replaced.
+        Returns once the kernel task is running.
+
+        A :class:`~pdc_core.PersistentKernel` is launched resident and parked on
+        ``backend`` (default: the best available) and driven through its ring; see
+        :class:`~pdc_core.PersistentRingKernel`. ``options`` (``stop_timeout``,
+        ``launch_timeout``, ``receive_window`` and the backend's own launch options)
+        apply to it only; ``input_type``, ``output_type``, ``queue_size`` and
+        ``backpressure`` do not (its records and ring capacity are in the kernel).
+        """
+        if not self._active or self._nursery is None:
+            raise LifecycleError(
+                "the runtime is not running: use `async with RingKernelRuntime() as runtime:`"
+            )
+        existing = self._kernels.get(kernel_id)
+        if existing is not None and existing.kernel_state not in FINAL_STATES:
+            raise KernelAlreadyExistsError(
+                f"kernel {kernel_id!r} is already launched (state {existing.kernel_state.name}); "
+                "terminate it before launching it again"
+            )
+        kernel: RingKernel | PersistentRingKernel
+        runner: ActorRunner
+        if isinstance(kernel_func, PersistentKernel):
+            queue_options = {
+                "input_type": input_type,
+                "output_type": output_type,
+                "queue_size": queue_size,
+                "backpressure": backpressure,
+            }
+            given = [name for name, value in queue_options.items() if value is not None]
+            if given:
+                raise TypeError(
+                    f"{', '.join(given)} do not apply to a PersistentKernel: its records "
+                    "are its request_dtype and reply_dtype, and its queue is its ring"
+                )
+            kernel, runner = launch_persistent(
+                kernel_id, kernel_func, backend, telemetry=self._enable_telemetry, **options
+            )
+        else:
+            if backend is not None or options:
+                given = (["backend"] if backend is not None else []) + sorted(options)
+                raise TypeError(
+                    f"{', '.join(given)} apply to persistent kernels only, and "
+                    f"{kernel_id!r} is a kernel function"
+                )
+            definition = self._definition(
+                kernel_id, kernel_func, input_type, output_type, queue_size, backpressure
+            )
+            kernel = RingKernel(definition, current_kit(), telemetry=self._enable_telemetry)
+            runner = kernel._runner
+        self._kernels[kernel_id] = kernel
+        try:
+            await self._nursery.start_actor(runner, restart=restart)
+        except BaseException:
+            if self._kernels.get(kernel_id) is kernel:
+                del self._kernels[kernel_id]
+            raise
+        return kernel
+
+    @staticmethod
+    def _definition(
+        kernel_id: str,
+        kernel_func: KernelFunction | RingKernelDefinition | None,
+        input_type: type | None,
+        output_type: type | None,
+        queue_size: int | None,
+        backpressure: Backpressure | str | None,
+    ) -> RingKernelDefinition:
+        if kernel_func is None:
+            base = get_ring_kernel(kernel_id)
+        elif isinstance(kernel_func, RingKernelDefinition):
+            base = kernel_func
+        else:
+            base = RingKernelDefinition(kernel_func, kernel_id=kernel_id)
+        if (
+            base.kernel_id == kernel_id
+            and input_type is None
+            and output_type is None
+            and queue_size is None
+            and backpressure is None
+        ):
+            return base
+        return RingKernelDefinition(
+            base.func,
+            kernel_id=kernel_id,
+            input_type=input_type or base.input_type,
+            output_type=output_type or base.output_type,
+            input_queue_size=queue_size or base.input_queue_size,
+            output_queue_size=queue_size or base.output_queue_size,
+            backpressure=backpressure or base.backpressure,
+            grid_size=base.grid_size,
+            block_size=base.block_size,
+        )
+
+    async def activate(self, kernel_id: str) -> None:
+        """Phase 2: LAUNCHED -> ACTIVE, start delivering messages."""
+        await self.get_kernel(kernel_id).activate()
+
+    async def deactivate(self, kernel_id: str) -> None:
+        """ACTIVE -> DEACTIVATED: pause delivery (messages keep queueing)."""
+        await self.get_kernel(kernel_id).deactivate()
+
+    async def reactivate(self, kernel_id: str) -> None:
+        """DEACTIVATED -> ACTIVE: resume delivery."""
+        await self.get_kernel(kernel_id).reactivate()
+
+    async def terminate(self, kernel_id: str, timeout: float = 5.0) -> None:
+        """Drain the kernel's queue for up to ``timeout`` seconds, then stop it."""
+        await self.get_kernel(kernel_id).terminate(timeout)
+
+    async def shutdown(self, timeout: float = 5.0) -> None:
+        """Terminate every live kernel, draining them for ``timeout`` seconds in all."""
+        live = [kernel for kernel in self._kernels.values() if not kernel._finished]
+        for kernel in live:
+            kernel._request_terminate(timeout)
+        with anyio.move_on_after(timeout):
+            for kernel in live:
+                await kernel.wait()
+        for kernel in live:
+            if not kernel._finished:
+                kernel._force_terminate()
+        for kernel in live:
+            await kernel.wait()
+
+    def send(
+        self,
+        kernel_id: str,
+        message: Any,
+        *,
+        timeout: float | None = None,
+        priority: int | None = None,
+    ) -> Coroutine[Any, Any, None]:
+        """Put ``message`` in the kernel's input queue (``await runtime.send(...)``).
+
+        Its priority is ``priority`` or else the message's own ``priority`` (default
+        128); out of 0..255 is a :class:`ValueError`. When the queue is full the
+        kernel's backpressure policy applies (``timeout`` bounds a blocking wait,
+        raising :class:`~pdc_core.MessageTimeout`). Raises
+        :class:`~pdc_core.KernelNotFoundError`, :class:`~pdc_core.KernelStateError`
+        (not LAUNCHED, ACTIVE or DEACTIVATED) or :class:`TypeError` (not the kernel's
+        ``input_type``).
+        """
+        kernel = self._kernels.get(kernel_id)
+        if kernel is None:
+            raise KernelNotFoundError(kernel_id, list(self._kernels))
+        # Returning the kernel's coroutine (rather than awaiting it here) saves a
+        # coroutine layer per message; `await runtime.send(...)` reads the same.
+        return kernel.send(message, timeout=timeout, priority=priority)
+
+    def receive(self, kernel_id: str, *, timeout: float | None = None) -> Coroutine[Any, Any, Any]:
+        """Return the next message from the kernel's output queue (``await`` it).
+
+        Raises :class:`~pdc_core.MessageTimeout` (a ``TimeoutError``) after
+        ``timeout`` seconds, and :class:`~pdc_core.KernelStateError` once the kernel
+        has stopped and its output queue is empty.
+        """
+        kernel = self._kernels.get(kernel_id)
+        if kernel is None:
+            raise KernelNotFoundError(kernel_id, list(self._kernels))
+        return kernel.receive(timeout)
+
+    async def ask(self, kernel_id: str, message: Any, *, timeout: float | None = None) -> Any:
+        """Send ``message`` and return the kernel's reply with its ``correlation_id``."""
+        return await self.get_kernel(kernel_id).ask(message, timeout=timeout)
+
+    async def send_and_receive(
+        self, kernel_id: str, message: Any, *, timeout: float | None = None
+    ) -> Any:
+        """PyDotCompute's name for :meth:`ask` (here the reply is matched by id)."""
+        return await self.ask(kernel_id, message, timeout=timeout)
+
+    def get_telemetry(self, kernel_id: str) -> Telemetry | None:
+        """A snapshot of the kernel's telemetry, or None if telemetry is disabled."""
+        kernel = self.get_kernel(kernel_id)
+        if not self._enable_telemetry:
+            return None
+        return kernel.telemetry()
+
+    def get_all_telemetry(self) -> dict[str, Telemetry]:
+        """Telemetry of every launched kernel (empty if telemetry is disabled)."""
+        if not self._enable_telemetry:
+            return {}
+        return {kernel_id: k.telemetry() for kernel_id, k in self._kernels.items()}
+
+    def get_summary(self) -> dict[str, object]:
+        """Totals over all kernels."""
+        all_telemetry = [k.telemetry() for k in self._kernels.values()]
+        return {
+            "kernel_count": len(all_telemetry),
+            "total_messages_processed": sum(t.messages_processed for t in all_telemetry),
+            "total_messages_dropped": sum(t.messages_dropped for t in all_telemetry),
+            "total_errors": sum(t.error_count for t in all_telemetry),
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<RingKernelRuntime active={self._active} kernels={len(self._kernels)} "
+            f"telemetry={self._enable_telemetry}>"
+        )

@@ -1,0 +1,141 @@
+"""numba.cuda's kernel vocabulary, for kernel bodies that run on every pdc backend.
+
+Write kernel bodies against this module the way numba.cuda's documentation shows::
+
+    from pdc_core import cuda, kernel
+
+    @kernel(block=(256,))
+    def scale(data, out):
+        i = cuda.grid(1)
+        if i < len(data):
+            out[i] = data[i] * 2
+
+On the ``cpu`` backend the body is simulated on the host (:func:`simulate`; see
+:func:`simulate` for the two strategies and their guarantees). On the
+``cuda`` backend it is compiled by numba-cuda (``pip install 'pdc-cuda[numba]'``),
+these names being swapped for numba's own (:func:`to_numba`). A body written with
+``from numba import cuda`` works too: on the cpu backend pdc swaps numba's module for
+this one.
+
+Provided: ``grid``, ``gridsize``, ``threadIdx``, ``blockIdx``, ``blockDim``,
+``gridDim``, ``warpsize``, ``laneid``, ``syncthreads`` (and ``_count``, ``_and``,
+``_or``), ``threadfence`` (and ``_block``, ``_system``), ``shared.array``,
+``local.array``, ``const.array_like``, ``atomic.{add, sub, max, min, nanmax, nanmin,
+and_, or_, xor, exch, inc, dec, cas, compare_and_swap}`` and ``jit``. Warp-level
+primitives (``syncwarp``, shuffles, votes) are not simulated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .._kernel import Kernel
+from .._publish import publish
+from ._simulator import (
+    Lanes,
+    SimulationStats,
+    atomic,
+    blockDim,
+    blockIdx,
+    const,
+    grid,
+    gridDim,
+    gridsize,
+    local,
+    shared,
+    simulate,
+    syncthreads,
+    syncthreads_and,
+    syncthreads_count,
+    syncthreads_or,
+    threadfence,
+    threadfence_block,
+    threadfence_system,
+    threadIdx,
+    to_numba,
+    warpsize,
+)
+from ._simulator import laneid as _laneid
+
+__all__ = [
+    "Lanes",
+    "SimulationStats",
+    "atomic",
+    "blockDim",
+    "blockIdx",
+    "const",
+    "grid",
+    "gridDim",
+    "gridsize",
+    "jit",
+    "local",
+    "shared",
+    "simulate",
+    "syncthreads",
+    "syncthreads_and",
+    "syncthreads_count",
+    "syncthreads_or",
+    "threadIdx",
+    "threadfence",
+    "threadfence_block",
+    "threadfence_system",
+    "to_numba",
+    "warpsize",
+]
+
+
+def jit(function_or_signature: Any = None, *, device: bool = False, **options: Any) -> Any:
+    """numba.cuda.jit's decorator forms, making pdc kernels.
+
+    ``@cuda.jit`` and ``@cuda.jit("void(float32[:])")`` (the signature is accepted and
+    ignored) make a :class:`~pdc_core.Kernel`, launched as ``k[grid, block](...)`` or
+    ``k(...)`` with an automatic configuration; other keywords (``fastmath=True``)
+    are passed to the backend as kernel options. ``@cuda.jit(device=True)`` marks a
+    device function: it stays a plain function, callable from kernel bodies.
+    """
+
+    def decorate(function: Callable[..., Any]) -> Any:
+        if device:
+            function.__pdc_device__ = True  # type: ignore[attr-defined]
+            return function
+        return Kernel(function, options=options or None)
+
+    if callable(function_or_signature) and not isinstance(function_or_signature, str):
+        return decorate(function_or_signature)
+    return decorate
+
+
+_UNSUPPORTED = frozenset(
+    {
+        "syncwarp",
+        "shfl_sync",
+        "shfl_up_sync",
+        "shfl_down_sync",
+        "shfl_xor_sync",
+        "all_sync",
+        "any_sync",
+        "eq_sync",
+        "ballot_sync",
+        "match_any_sync",
+        "match_all_sync",
+        "activemask",
+        "lanemask_lt",
+        "cg",
+    }
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "laneid":
+        return _laneid()
+    if name in _UNSUPPORTED:
+        raise AttributeError(
+            f"pdc_core.cuda does not simulate cuda.{name} (warp-level primitives and "
+            "cooperative groups are not supported); use shared memory with "
+            "cuda.syncthreads(), or run the kernel with numba on the cuda backend"
+        )
+    raise AttributeError(f"module 'pdc_core.cuda' has no attribute {name!r}")
+
+
+publish(__name__, globals(), __all__)
