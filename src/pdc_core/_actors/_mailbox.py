@@ -673,7 +673,67 @@ class Mailbox(Generic[T]):
         result: T | Control = item
         return result
 
-    def _release_taker(self, waiter: Waiter) -> Any:
+    # -- the fast path of single-consumer queues (a ring kernel's input and output) ------
+    #
+    # For queues that carry no control messages and have one consuming task at a time,
+    # whose round trip is a few microseconds: each is one call, with no coroutine frame
+    # where none is needed. Only these touch the queue from outside this package.
+
+    def tick(self) -> bool:
+        """Count one operation; True once every 64, when the caller should checkpoint."""
+        ops = self._ops = self._ops + 1
+        return not ops % _CHECKPOINT_EVERY
+
+    @property
+    def exhausted(self) -> bool:
+        """Closed, with no data left to receive."""
+        return self._closed and not self._size
+
+    def offer(self, item: T, priority: int) -> bool:
+        """Enqueue ``item`` now if it can go in without waiting, handing it straight to a
+        waiting taker; False, with nothing done, when the mailbox is closed or full or
+        ``priority`` is not an int in 0..255 (then :meth:`send` says why, or waits)."""
+        if (
+            self._size < self._capacity
+            and type(priority) is int
+            and 0 <= priority <= 255
+            and not self._closed
+        ):
+            if self._taker is None or not self._handoff(item):
+                self._push(item, priority)
+            return True
+        return False
+
+    def poll(self) -> Any:
+        """Take the next deliverable item, control first, or return :data:`EMPTY`."""
+        return self._poll()
+
+    def requeue(self, item: T, priority: int) -> None:
+        """Put back, first in its priority, an item whose receiver was cancelled after it
+        was handed over (counted as not received)."""
+        self._requeue(item, priority)
+
+    def count_undelivered(self) -> None:
+        """An item taken from the mailbox never reached its receiver (it was cancelled
+        and the item cannot go back): count it as discarded instead of received."""
+        self._counts.received -= 1
+        self._counts.discarded += 1
+
+    def park_taker(self) -> Waiter | None:
+        """Become the mailbox's single taker, waiting without a timeout.
+
+        Returns the waiter to await: it resolves to an item handed over directly, or to
+        ``None`` (look again with :meth:`poll` or :meth:`take`). Returns ``None`` instead
+        when another task is the taker or the mailbox is closed. A wait that ends with an
+        exception must call :meth:`release_taker`.
+        """
+        if self._taker is not None or self._closed:
+            return None
+        waiter = (self._kit or self._bind()).waiter()
+        self._taker = waiter
+        return waiter
+
+    def release_taker(self, waiter: Waiter) -> Any:
         """A taker's wait ended early: free the taker slot and return the item handed
         to it meanwhile (``None`` if none), which the caller must not lose."""
         if self._taker is waiter:
@@ -681,17 +741,29 @@ class Mailbox(Generic[T]):
         handed = woken_value(waiter)
         return None if handed is TIMED_OUT else handed
 
-    async def _take(
-        self, kit: Kit, timeout: float | None, abandon: Callable[[Any, BaseException], None]
+    async def take(
+        self, timeout: float | None, abandon: Callable[[Any, BaseException], None]
     ) -> Any:
-        """Wait for the next item as the mailbox's single taker (see :meth:`_handoff`).
+        """Wait for the next item, as the single taker (see :meth:`_handoff`) or, while
+        another task is the taker, in line behind it.
 
-        Returns the item, ``TIMED_OUT`` after ``timeout`` seconds, or ``EMPTY`` once
-        the mailbox is closed and empty. A wait that ends with an exception frees the
-        slot and calls ``abandon(handed, exc)`` with the item handed meanwhile (or
-        ``None``) before the exception propagates. Only for mailboxes that carry no
-        control messages and are not paused while taken from (a ring kernel's queues).
+        Returns the item, :data:`TIMED_OUT` after ``timeout`` seconds, or :data:`EMPTY`
+        once the mailbox is closed and empty. A wait that ends with an exception calls
+        ``abandon(handed, exc)`` with the item handed meanwhile (or ``None``) before the
+        exception propagates. Only for mailboxes that carry no control messages and are
+        not paused while taken from.
         """
+        kit = self._kit or self._bind()
+        if self._taker is not None:
+            try:
+                return await self._wait_receive(kit, timeout)
+            except MailboxClosed:
+                return EMPTY
+            except MessageTimeout:
+                return TIMED_OUT
+            except BaseException as exc:
+                abandon(None, exc)
+                raise
         deadline = None if timeout is None else kit.now() + timeout
         remaining = timeout
         while True:
@@ -704,7 +776,7 @@ class Mailbox(Generic[T]):
             try:
                 result = await waiter
             except BaseException as exc:
-                abandon(self._release_taker(waiter), exc)
+                abandon(self.release_taker(waiter), exc)
                 raise
             if result is TIMED_OUT:
                 if self._taker is waiter:

@@ -304,7 +304,7 @@ class RingKernelContext:
         """True once the kernel is told to end: terminate drained its queue, or it was
         cancelled. A loop ``while not ctx.should_terminate`` then exits."""
         kernel = self._kernel
-        return kernel._interrupted or (self._inbox._closed and not self._inbox._size)
+        return kernel._interrupted or self._inbox.exhausted
 
     @property
     def is_active(self) -> bool:
@@ -333,20 +333,17 @@ class RingKernelContext:
         terminating and its queue is drained.
         """
         inbox = self._inbox
-        ops = inbox._ops = inbox._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        if inbox.tick():
             await self._checkpoint()
-        # The input mailbox carries no control messages: data or nothing.
-        item: Any = inbox._pop() if inbox._size and not inbox._paused else EMPTY
+        item: Any = inbox.poll()  # the input mailbox carries no control: data or nothing
         if item is EMPTY:
-            if timeout is None and inbox._taker is None and not inbox._closed:
-                # The common wait, inlined: park as the inbox's taker.
-                waiter = self._kit.waiter()
-                inbox._taker = waiter
+            # The common wait, without a coroutine frame: park as the inbox's taker.
+            waiter = inbox.park_taker() if timeout is None else None
+            if waiter is not None:
                 try:
                     item = await waiter
                 except BaseException as exc:
-                    self._abandon(inbox._release_taker(waiter), exc)
+                    self._abandon(inbox.release_taker(waiter), exc)
                     raise
                 if item is None:
                     item = await self._wait(None)
@@ -381,19 +378,7 @@ class RingKernelContext:
 
     async def _wait(self, timeout: float | None) -> Any:
         """Wait for the next item as the inbox's taker (handed messages directly)."""
-        inbox = self._inbox
-        kit = self._kit
-        if inbox._taker is not None:  # another task of this kernel is receiving
-            try:
-                return await inbox._wait_receive(kit, timeout)
-            except MailboxClosed:
-                raise self._terminated() from None
-            except Exception:
-                raise
-            except BaseException:
-                self._kernel._interrupted = True
-                raise
-        item = await inbox._take(kit, timeout, self._abandon)
+        item = await self._inbox.take(timeout, self._abandon)
         if item is EMPTY:
             raise self._terminated()
         if item is TIMED_OUT:
@@ -404,7 +389,7 @@ class RingKernelContext:
 
     def receive_nowait(self) -> Any:
         """Return the next message without waiting; raise ``anyio.WouldBlock`` if none."""
-        item = self._inbox._poll()
+        item = self._inbox.poll()
         if item is EMPTY:
             raise anyio.WouldBlock
         message, enqueued_ns = item
@@ -418,7 +403,7 @@ class RingKernelContext:
         if max_count < 1:
             raise ValueError(f"max_count must be at least 1, got {max_count}")
         batch = [await self.receive(timeout)]
-        poll = self._inbox._poll
+        poll = self._inbox.poll
         telemetry = self._telemetry
         while len(batch) < max_count:
             item = poll()
@@ -440,8 +425,7 @@ class RingKernelContext:
         """
         kernel = self._kernel
         outbox = self._outbox
-        ops = outbox._ops = outbox._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        if outbox.tick():
             await self._checkpoint()  # before sending: a cancelled send sends nothing
         output_type = kernel._output_type
         if output_type is not None and not isinstance(message, output_type):
@@ -462,15 +446,7 @@ class RingKernelContext:
                     kernel._resolve(entry, message)
                     return
         priority = getattr(message, "priority", DEFAULT_PRIORITY)
-        outbox = self._outbox
-        if (
-            outbox._size < outbox._capacity
-            and type(priority) is int
-            and 0 <= priority <= 255
-            and not outbox._closed
-        ):
-            if outbox._taker is None or not outbox._handoff(message):
-                outbox._push(message, priority)
+        if outbox.offer(message, priority):
             return
         try:
             await outbox.send(message, check_priority(priority))
@@ -517,6 +493,7 @@ class RingKernel(ActorRef[Any, Any]):
         "_pending",
         "_record",
         "_runner",
+        "_sends",
         "_state",
         "_stop_waiters",
         "_task",
@@ -545,11 +522,11 @@ class RingKernel(ActorRef[Any, Any]):
         self._outbox: Mailbox[Any] = Mailbox(
             definition.output_queue_size, name=f"{definition.kernel_id} output"
         )
-        self._inbox._kit = self._outbox._kit = kit
         self._inbox.pause()
         self._state = KernelState.LAUNCHED
         self._telemetry = KernelTelemetry(definition.kernel_id, enabled=telemetry)
         self._record = telemetry
+        self._sends = 0
         self._pending: dict[Any, Any] = {}
         self._active_waiters: list[Any] = []
         self._stop_waiters: list[Any] = []
@@ -726,20 +703,13 @@ class RingKernel(ActorRef[Any, Any]):
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
         inbox = self._inbox
-        ops = inbox._ops = inbox._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        if inbox.tick():
             await self._kit.checkpoint()  # before sending: a cancelled send sends nothing
         # Latency is sampled: one message in _SAMPLE_EVERY carries its enqueue time.
-        sampled = self._record and not inbox._counts.sent % _SAMPLE_EVERY
+        sends = self._sends = self._sends + 1
+        sampled = self._record and not sends % _SAMPLE_EVERY
         item = (message, _perf_counter_ns() if sampled else 0)
-        if (
-            inbox._size < inbox._capacity
-            and type(priority) is int
-            and 0 <= priority <= 255
-            and not inbox._closed
-        ):
-            if inbox._taker is None or not inbox._handoff(item):
-                inbox._push(item, priority)
+        if inbox.offer(item, priority):
             return
         priority = check_priority(priority)
         try:
@@ -759,21 +729,15 @@ class RingKernel(ActorRef[Any, Any]):
     async def receive(self, timeout: float | None = None) -> Any:
         """Return the next message from the kernel's output queue."""
         outbox = self._outbox
-        ops = outbox._ops = outbox._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        if outbox.tick():
             await self._kit.checkpoint()
-        if outbox._size:  # the output mailbox is never paused and carries no control
-            return outbox._pop()
+        item = outbox.poll()  # the output mailbox is never paused and carries no control
+        if item is not EMPTY:
+            return item
         if self._finished:
             await cancellation_first()
             raise self._state_error("receive from", RECEIVE_STATES)
-        if outbox._taker is not None:  # another task is receiving: wait in line
-            try:
-                return await outbox._wait_receive(self._kit, timeout)
-            except MailboxClosed:
-                await cancellation_first()
-                raise self._state_error("receive from", RECEIVE_STATES) from None
-        item = await outbox._take(self._kit, timeout, self._requeue_reply)
+        item = await outbox.take(timeout, self._requeue_reply)
         if item is TIMED_OUT:
             raise MessageTimeout(
                 f"nothing received from kernel {self._kernel_id!r} within {timeout} s"
@@ -786,7 +750,7 @@ class RingKernel(ActorRef[Any, Any]):
     def _requeue_reply(self, handed: Any, exc: BaseException) -> None:
         """A receive ended with ``exc``: a reply handed to it meanwhile goes back in front."""
         if handed is not None:
-            self._outbox._requeue(handed, _priority_of(handed))
+            self._outbox.requeue(handed, _priority_of(handed))
 
     async def tell(self, message: Any, *, priority: int | None = None) -> None:
         await self.send(message, priority=priority)
@@ -891,9 +855,7 @@ class RingKernel(ActorRef[Any, Any]):
 
     def _lost(self, item: tuple[Any, int]) -> None:
         """A message handed to the kernel was never received (the kernel was cancelled)."""
-        counts = self._inbox._counts
-        counts.received -= 1
-        counts.discarded += 1
+        self._inbox.count_undelivered()
         message_id = getattr(item[0], "message_id", None)
         entry = self._pending.pop(message_id, None) if message_id is not None else None
         if entry is not None:
