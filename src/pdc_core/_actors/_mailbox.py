@@ -382,8 +382,8 @@ class Mailbox(Generic[T]):
         while self._receivers or self._taker is not None:
             self._wake_receiver()
 
-    def _poll(self) -> Any:
-        """Take the next deliverable item, control first, or return ``EMPTY``."""
+    def poll(self) -> Any:
+        """Take the next deliverable item, control first, or return :data:`EMPTY`."""
         if self._ctrl:
             return self._ctrl.popleft()
         if self._size and not self._paused:
@@ -647,7 +647,7 @@ class Mailbox(Generic[T]):
         data while paused) and :class:`~pdc_core.MailboxClosed` when the mailbox is
         closed and holds nothing more to receive.
         """
-        item = self._poll()
+        item = self.poll()
         if item is EMPTY:
             if self._closed and not self._size:
                 raise self._closed_error()
@@ -667,7 +667,7 @@ class Mailbox(Generic[T]):
         ops = self._ops = self._ops + 1
         if not ops % _CHECKPOINT_EVERY:
             await kit.checkpoint()
-        item = self._poll()
+        item = self.poll()
         if item is EMPTY:
             item = await self._wait_receive(kit, timeout)
         result: T | Control = item
@@ -678,11 +678,6 @@ class Mailbox(Generic[T]):
     # For queues that carry no control messages and have one consuming task at a time,
     # whose round trip is a few microseconds: each is one call, with no coroutine frame
     # where none is needed. Only these touch the queue from outside this package.
-
-    def tick(self) -> bool:
-        """Count one operation; True once every 64, when the caller should checkpoint."""
-        ops = self._ops = self._ops + 1
-        return not ops % _CHECKPOINT_EVERY
 
     @property
     def exhausted(self) -> bool:
@@ -703,10 +698,6 @@ class Mailbox(Generic[T]):
                 self._push(item, priority)
             return True
         return False
-
-    def poll(self) -> Any:
-        """Take the next deliverable item, control first, or return :data:`EMPTY`."""
-        return self._poll()
 
     def requeue(self, item: T, priority: int) -> None:
         """Put back, first in its priority, an item whose receiver was cancelled after it
@@ -784,7 +775,7 @@ class Mailbox(Generic[T]):
                 return TIMED_OUT
             if result is not None:
                 return result
-            item = self._poll()
+            item = self.poll()
             if item is not EMPTY:
                 return item
             if deadline is not None:
@@ -808,7 +799,7 @@ class Mailbox(Generic[T]):
             if result is TIMED_OUT:
                 _remove(self._receivers, waiter)
                 raise MessageTimeout(f"nothing received from {self._label()} within {timeout} s")
-            item = self._poll()
+            item = self.poll()
             if item is not EMPTY:
                 return item
             if deadline is not None:

@@ -387,7 +387,7 @@ class MailboxActor(ActorRunner):
         mailbox = self._mailbox
         kit = self._kit
         handle = actor.handle
-        poll = mailbox._poll
+        poll = mailbox.poll
         new_waiter = kit.waiter
         count = 0
         item: Any = None

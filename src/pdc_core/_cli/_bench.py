@@ -26,7 +26,7 @@ Throughput (messages per second into one actor, replies checked):
 * ``persistent kernel (cpu), request_batch`` against ``a task per message (cpu), all
   in flight``.
 
-The paths themselves live in :mod:`pdc_core._bench_paths`, shared with the scripts of
+The paths themselves live in :mod:`pdc_core._cli._bench_paths`, shared with the scripts of
 ``benchmarks/`` (one implementation of each); :func:`run_suite` runs them all.
 """
 

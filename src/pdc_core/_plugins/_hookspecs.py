@@ -4,7 +4,7 @@ Plugins are found through the ``pdc`` entry-point group. Each entry point names 
 object (usually a module) carrying hook implementations marked with :data:`hookimpl`.
 Hooks are synchronous and *register* things::
 
-    from pdc_core import hookimpl
+    from pdc_core.backend import hookimpl
 
     @hookimpl
     def pdc_register_backends(register):

@@ -21,7 +21,7 @@ A faithful facade, with PyDotCompute's names, over mailboxes and actor nurseries
         response = await runtime.receive("worker")
 
 Each launched kernel is an actor of the runtime's :class:`~pdc_core.ActorNursery`
-(plugged in through :class:`~pdc_core._actors.ActorRunner`), with a bounded,
+(plugged in through :class:`~pdc_core.lowlevel.ActorRunner`), with a bounded,
 prioritised input :class:`~pdc_core.Mailbox` and a bounded output mailbox.
 
 Lifecycle (``runtime.get_kernel_state(id)``)::
@@ -284,7 +284,7 @@ def ring_kernel(
 class RingKernelContext:
     """What a kernel function receives as ``ctx``."""
 
-    __slots__ = ("_inbox", "_kernel", "_kit", "_outbox", "_record", "_telemetry")
+    __slots__ = ("_inbox", "_kernel", "_kit", "_ops", "_outbox", "_record", "_telemetry")
 
     def __init__(self, kernel: RingKernel) -> None:
         self._kernel = kernel
@@ -293,6 +293,7 @@ class RingKernelContext:
         self._kit = kernel._kit
         self._telemetry = kernel._telemetry
         self._record = kernel._telemetry.enabled
+        self._ops = 0
 
     @property
     def kernel_id(self) -> str:
@@ -333,7 +334,8 @@ class RingKernelContext:
         terminating and its queue is drained.
         """
         inbox = self._inbox
-        if inbox.tick():
+        ops = self._ops = self._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
             await self._checkpoint()
         item: Any = inbox.poll()  # the input mailbox carries no control: data or nothing
         if item is EMPTY:
@@ -425,7 +427,8 @@ class RingKernelContext:
         """
         kernel = self._kernel
         outbox = self._outbox
-        if outbox.tick():
+        ops = self._ops = self._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
             await self._checkpoint()  # before sending: a cancelled send sends nothing
         output_type = kernel._output_type
         if output_type is not None and not isinstance(message, output_type):
@@ -488,6 +491,7 @@ class RingKernel(ActorRef[Any, Any]):
         "_interrupted",
         "_kernel_id",
         "_kit",
+        "_ops",
         "_outbox",
         "_output_type",
         "_pending",
@@ -527,6 +531,7 @@ class RingKernel(ActorRef[Any, Any]):
         self._telemetry = KernelTelemetry(definition.kernel_id, enabled=telemetry)
         self._record = telemetry
         self._sends = 0
+        self._ops = 0
         self._pending: dict[Any, Any] = {}
         self._active_waiters: list[Any] = []
         self._stop_waiters: list[Any] = []
@@ -703,7 +708,8 @@ class RingKernel(ActorRef[Any, Any]):
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
         inbox = self._inbox
-        if inbox.tick():
+        ops = self._ops = self._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
             await self._kit.checkpoint()  # before sending: a cancelled send sends nothing
         # Latency is sampled: one message in _SAMPLE_EVERY carries its enqueue time.
         sends = self._sends = self._sends + 1
@@ -729,7 +735,8 @@ class RingKernel(ActorRef[Any, Any]):
     async def receive(self, timeout: float | None = None) -> Any:
         """Return the next message from the kernel's output queue."""
         outbox = self._outbox
-        if outbox.tick():
+        ops = self._ops = self._ops + 1
+        if not ops % _CHECKPOINT_EVERY:
             await self._kit.checkpoint()
         item = outbox.poll()  # the output mailbox is never paused and carries no control
         if item is not EMPTY:
