@@ -9,6 +9,7 @@ a pdc_core module, at any depth (function-level ones included), except those und
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -140,25 +141,59 @@ def test_the_nursery_knows_no_kind_of_actor() -> None:
     }
 
 
+#: The faces a backend plugin may import (design.md §7); pdc_core.lowlevel is for new
+#: kinds of actor, not backends.
+PLUGIN_FACES = {"pdc_core", "pdc_core.backend", "pdc_core.cuda", "pdc_core.testing"}
+
+
 def _extender_files() -> list[Path]:
     files = sorted((ROOT / "plugins").rglob("*.py")) + sorted((ROOT / "examples").rglob("*.py"))
     return [path for path in files if ".venv" not in path.parts and "build" not in path.parts]
 
 
+def _pdc_imports(tree: ast.AST) -> list[tuple[int, str, str | None]]:
+    """(line, module, imported name or None) for every import of a pdc_core module."""
+    found: list[tuple[int, str, str | None]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found += [(node.lineno, node.module, alias.name) for alias in node.names]
+    return [entry for entry in found if entry[1].split(".")[0] == "pdc_core"]
+
+
+def _is_module(dotted: str) -> bool:
+    try:
+        return importlib.util.find_spec(dotted) is not None
+    except ModuleNotFoundError:  # the parent is a module, not a package
+        return False
+
+
+def _wrong_imports(source: str, *, plugin: bool) -> list[str]:
+    """Imports of private pdc_core names; for a plugin, also of modules outside its faces."""
+    wrong = []
+    for line, module, name in _pdc_imports(ast.parse(source)):
+        dotted = module if name is None else f"{module}.{name}"
+        if name is not None and _is_module(dotted):
+            module = dotted  # `from pdc_core import lowlevel` imports the module
+        private = any(p.startswith("_") and not p.startswith("__") for p in dotted.split("."))
+        outside = module not in PLUGIN_FACES and not module.startswith("pdc_core.testing.")
+        if private or (plugin and outside):
+            wrong.append(f"line {line}: {dotted}")
+    return wrong
+
+
+def test_the_import_check_catches_what_it_must() -> None:
+    source = "from pdc_core import lowlevel\nfrom pdc_core._actors import Mailbox\n"
+    assert _wrong_imports(source, plugin=True) == [
+        "line 1: pdc_core.lowlevel",
+        "line 2: pdc_core._actors.Mailbox",
+    ]
+    assert _wrong_imports(source, plugin=False) == ["line 2: pdc_core._actors.Mailbox"]
+    assert _wrong_imports("from pdc_core.backend import Backend, hookimpl", plugin=True) == []
+
+
 @pytest.mark.parametrize("path", _extender_files(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_plugins_and_examples_import_only_public_faces(path: Path) -> None:
-    tree = ast.parse(path.read_text())
-    private = []
-    for node in ast.walk(tree):
-        names: list[str] = []
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            if parts[0] == "pdc_core" and any(
-                part.startswith("_") and not part.startswith("__") for part in parts
-            ):
-                private.append(f"line {node.lineno}: {name}")
-    assert private == []
+    plugin = path.relative_to(ROOT).parts[0] == "plugins"
+    assert _wrong_imports(path.read_text(), plugin=plugin) == []
