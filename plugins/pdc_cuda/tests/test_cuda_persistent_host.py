@@ -14,6 +14,7 @@ pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -
 persistent = pytest.importorskip("pdc_core.backend")
 from cuda_test_support import fake_backend
 from pdc_cuda import CudaRingBody
+from pdc_cuda._nvrtc import min_compute_capability
 from pdc_cuda._persistent import (
     CudaResidentKernel,
     check_device,
@@ -83,15 +84,38 @@ def _fake_backend(**props):
     return fake_backend(**props)
 
 
+CUDA12 = (12, 8)
+CUDA13 = (13, 0)
+
+
 def test_capability_checks_before_launch():
-    check_device(_fake_backend(), allow_watchdog=False)
+    check_device(_fake_backend(), allow_watchdog=False, nvrtc_version=CUDA12)
     with pytest.raises(CapabilityError, match="canMapHostMemory"):
-        check_device(_fake_backend(canMapHostMemory=0), allow_watchdog=False)
+        check_device(_fake_backend(canMapHostMemory=0), allow_watchdog=False, nvrtc_version=CUDA12)
     with pytest.raises(CapabilityError, match=r"compute capability 6\.1; .* needs 7\.0"):
-        check_device(_fake_backend(major=6, minor=1), allow_watchdog=False)
+        check_device(_fake_backend(major=6, minor=1), allow_watchdog=False, nvrtc_version=CUDA12)
     with pytest.raises(CapabilityError, match="display watchdog"):
-        check_device(_fake_backend(kernelExecTimeoutEnabled=1), allow_watchdog=False)
-    check_device(_fake_backend(kernelExecTimeoutEnabled=1), allow_watchdog=True)
+        check_device(
+            _fake_backend(kernelExecTimeoutEnabled=1), allow_watchdog=False, nvrtc_version=CUDA12
+        )
+    check_device(
+        _fake_backend(kernelExecTimeoutEnabled=1), allow_watchdog=True, nvrtc_version=CUDA12
+    )
+
+
+def test_the_oldest_device_follows_the_nvrtc_in_use():
+    volta = _fake_backend(major=7, minor=0)
+    check_device(volta, allow_watchdog=False, nvrtc_version=CUDA12)
+    with pytest.raises(CapabilityError) as refused:
+        check_device(volta, allow_watchdog=False, nvrtc_version=CUDA13)
+    message = str(refused.value)
+    assert "compute capability 7.0" in message
+    assert "needs 7.5" in message
+    assert "NVRTC 13.0 (the CUDA 13 toolkit)" in message  # the toolkit
+    assert volta.qualified_name in message  # the device
+    check_device(_fake_backend(major=7, minor=5), allow_watchdog=False, nvrtc_version=CUDA13)
+    assert min_compute_capability(CUDA12) == (7, 0)
+    assert min_compute_capability(CUDA13) == (7, 5)
 
 
 def test_region_address_is_the_allocation_address_plus_the_offset():

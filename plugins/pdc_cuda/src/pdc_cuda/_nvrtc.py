@@ -31,6 +31,15 @@ __all__ = ["NvrtcCompiler", "cccl_include_options", "compile_to_ptx", "find_nvrt
 DEFAULT_ARCH = "compute_90"
 
 
+def min_compute_capability(nvrtc_version: tuple[int, int]) -> tuple[int, int]:
+    """The oldest compute capability a resident ring kernel compiled by this NVRTC runs on.
+
+    The kernel needs 7.0 (``__nanosleep``, system-scope acquire/release); CUDA 13's
+    NVRTC no longer accepts ``compute_70``/``compute_72``, so with it the floor is 7.5.
+    """
+    return (7, 5) if nvrtc_version[0] >= 13 else (7, 0)
+
+
 def _cupy_cccl() -> list[str]:
     spec = importlib.util.find_spec("cupy")
     if spec is None or not spec.submodule_search_locations:

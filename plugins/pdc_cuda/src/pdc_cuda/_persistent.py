@@ -31,6 +31,7 @@ import numpy.typing as npt
 from pdc_core import CapabilityError, DeviceSource, PersistentKernel
 from pdc_core.backend import Offset, ResidentKernel, RingMemory, StopMode
 
+from ._nvrtc import find_nvrtc, min_compute_capability
 from ._ring_source import KERNEL_NAME, CudaRingBody, render_ring_kernel
 
 if TYPE_CHECKING:
@@ -44,9 +45,6 @@ __all__ = ["LAUNCH_OPTIONS", "CudaResidentKernel", "launch_persistent_kernel", "
 LAUNCH_OPTIONS = frozenset(
     {"threads", "backoff_min_ns", "backoff_max_ns", "allow_watchdog", "compile_options"}
 )
-
-#: Oldest compute capability with ``__nanosleep`` and system-scope acquire/release.
-MIN_COMPUTE_CAPABILITY = (7, 0)
 
 
 def ring_body(
@@ -94,15 +92,27 @@ def ring_body(
     return body, (*compile_options, *tuple(extra))
 
 
-def check_device(backend: CudaBackend, allow_watchdog: bool) -> None:
-    """Raise :class:`CapabilityError` unless the device can host a resident ring kernel."""
+def check_device(
+    backend: CudaBackend, allow_watchdog: bool, nvrtc_version: tuple[int, int] | None = None
+) -> None:
+    """Raise :class:`CapabilityError` unless the device can host a resident ring kernel
+    compiled by the NVRTC in use (``nvrtc_version``; default: the one that loads)."""
     props = backend.properties
     where = f"{backend.qualified_name} ({props.name})"
     backend.require_mapped_memory("run a resident ring kernel")
-    if (props.major, props.minor) < MIN_COMPUTE_CAPABILITY:
+    version = nvrtc_version if nvrtc_version is not None else find_nvrtc().version
+    oldest = min_compute_capability(version)
+    if (props.major, props.minor) < oldest:
         raise CapabilityError(
             f"{where} has compute capability {props.compute_capability}; the resident ring "
-            "kernel needs 7.0 or newer (__nanosleep, system-scope acquire/release)"
+            f"kernel compiled by NVRTC {version[0]}.{version[1]} (the CUDA {version[0]} "
+            f"toolkit) needs {oldest[0]}.{oldest[1]} or newer (__nanosleep, system-scope "
+            "acquire/release"
+            + (
+                "; CUDA 13 dropped compute_70 and compute_72, CUDA 12's NVRTC still has them)"
+                if version[0] >= 13
+                else ")"
+            )
         )
     if props.kernel_exec_timeout_enabled and not allow_watchdog:
         raise CapabilityError(
