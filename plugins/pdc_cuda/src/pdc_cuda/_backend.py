@@ -540,8 +540,8 @@ class CudaBackend(Backend):
         polling back-off), ``allow_watchdog`` (launch even on a device with a display
         watchdog), ``compile_options``. Raises :class:`~pdc_core.CapabilityError` before
         launching on a device that cannot map host memory, is older than compute
-        capability 7.0 (7.5 with CUDA 13's NVRTC) or has a display watchdog; :class:`~pdc_cuda.CudaCompileError`
-        with NVRTC's log when the body does not compile.
+        capability 7.0 (7.5 with CUDA 13's NVRTC) or has a display watchdog;
+        :class:`~pdc_cuda.CudaCompileError` with NVRTC's log when the body does not compile.
         """
         from ._persistent import launch_persistent_kernel
 
