@@ -206,17 +206,31 @@ def launched_round_trips(backend: Any, size: int, count: int, graph: bool) -> li
         threads = min(256, max(32, words))
         args = (dev_in, dev_out, np.uint64(words))
 
+        runtime = cupy.cuda.runtime
+        nbytes = words * 8
+
         def enqueue() -> None:
-            dev_in.set(host_in, stream=stream)
+            # Raw asynchronous copies: CuPy's ndarray set/get refuse a capturing stream.
+            runtime.memcpyAsync(
+                dev_in.data.ptr, host_in.ctypes.data, nbytes, runtime.memcpyHostToDevice, stream.ptr
+            )
             with stream:
                 kernel.raw((1,), (threads,), args)
-            dev_out.get(stream=stream, out=host_out, blocking=False)
+            runtime.memcpyAsync(
+                host_out.ctypes.data,
+                dev_out.data.ptr,
+                nbytes,
+                runtime.memcpyDeviceToHost,
+                stream.ptr,
+            )
 
         if graph:
             with stream:
                 stream.begin_capture()
-                enqueue()
-                captured = stream.end_capture()
+                try:
+                    enqueue()
+                finally:  # a failed capture still ends, or the stream stays capturing
+                    captured = stream.end_capture()
 
             def once() -> None:
                 captured.launch(stream=stream)
