@@ -190,7 +190,10 @@ def test_memory_of_a_stopped_kernel_is_freed_only_once_none_is_resident():
     first.release()
     # cudaFreeHost may wait for the whole device: the rings wait for the other kernel.
     assert len(backend._deferred_frees) == 1
-    assert backend._deferred_frees[0][0] is first.memory
+    allocation = first.memory.owner
+    assert backend._deferred_frees[0][0] is allocation  # the allocation, not its views
+    first.memory.detach()  # what the session does next: its views let go of the allocation
+    assert backend._deferred_frees[0][0] is allocation
     second_stream.state = "done"
     assert backend.resident_kernels() == []
     assert backend._deferred_frees == []

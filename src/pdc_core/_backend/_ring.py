@@ -269,8 +269,13 @@ class RingMemory:
         if base.ctypes.data % RING_ALIGNMENT:
             raise ValueError(f"a ring region must start on a {RING_ALIGNMENT}-byte boundary")
         self.layout = layout
+        #: The allocation ``base`` was carved from; ``None`` once :meth:`detach`-ed.
+        self.owner: Any = base if owner is None else owner
+        self._view(base)
+
+    def _view(self, base: npt.NDArray[np.uint8]) -> None:
+        layout = self.layout
         self.base = base
-        self.owner = base if owner is None else owner
         control = base[:CONTROL_BLOCK_SIZE]
         #: The control block as little-endian u64 and u32 words (index = offset // 8 or // 4).
         self.words64: npt.NDArray[np.uint64] = control.view(_U64)
@@ -286,6 +291,23 @@ class RingMemory:
         self.in_slots: npt.NDArray[Any] = base[in_start:in_end].view(layout.request_dtype)
         #: The output slots, as an array of reply records (``out_capacity`` long).
         self.out_slots: npt.NDArray[Any] = base[out_start:out_end].view(layout.reply_dtype)
+
+    def detach(self) -> None:
+        """Move the region into a private host copy and let go of the allocation.
+
+        Only once no device side can touch the region again (its kernel has exited):
+        the backend's memory is freed as soon as nothing else holds it, instead of
+        whenever the garbage collector gets to this object, and reads go on seeing the
+        region's last values. Idempotent.
+        """
+        if self.owner is None:
+            return
+        copy = np.empty(self.layout.total_size + RING_ALIGNMENT, dtype=_BYTE)
+        skip = (-copy.ctypes.data) % RING_ALIGNMENT
+        region = copy[skip : skip + self.layout.total_size]
+        region[:] = self.base
+        self.owner = None
+        self._view(region)
 
     # -- construction ---------------------------------------------------------------
 
@@ -496,14 +518,24 @@ class RingHost:
         layout = memory.layout
         self._in_cap = layout.in_capacity
         self._out_cap = layout.out_capacity
-        self._in_slots = memory.in_slots
-        self._out_slots = memory.out_slots
-        self._w64 = memory.words64
-        self._w32 = memory.words32
+        self._cache_views()
         self.in_head = memory.load64(Offset.IN_HEAD)
         self.out_tail = memory.load64(Offset.OUT_TAIL)
         self._in_tail = memory.load64(Offset.IN_TAIL)
         self._out_head = memory.load64(Offset.OUT_HEAD)
+
+    def _cache_views(self) -> None:
+        memory = self.memory
+        self._in_slots = memory.in_slots
+        self._out_slots = memory.out_slots
+        self._w64 = memory.words64
+        self._w32 = memory.words32
+
+    def detach(self) -> None:
+        """:meth:`RingMemory.detach` the region (its kernel has exited); the host side
+        keeps reading its last values from the copy."""
+        self.memory.detach()
+        self._cache_views()
 
     # -- indices the kernel writes --------------------------------------------------
 

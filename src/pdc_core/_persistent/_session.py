@@ -667,10 +667,18 @@ class PersistentKernelSession:
         if pending.filled < total:
             if pending.error is None:  # pragma: no cover - wait_until only returns when final
                 self._check_open()
-            assert pending.error is not None
+            error = pending.error
+            assert error is not None
             if self._error is not None:
                 self._error_reported = True
-            raise pending.error
+            # The error's traceback holds this frame: drop the frame's references to the
+            # error, or error -> frame -> pending -> error is a cycle that keeps the whole
+            # session (and its rings) alive until the garbage collector runs.
+            del pending
+            try:
+                raise error
+            finally:
+                del error
         assert pending.replies is not None
         return pending.replies
 
@@ -784,6 +792,10 @@ class PersistentKernelSession:
             self._finalizer.detach()
             self._waiter.close()
             self.resident.release()
+            # The kernel has exited: let the rings' allocation go now (a backend with
+            # other kernels still resident defers the free in release()), not whenever
+            # the garbage collector gets to the session.
+            self._ring.detach()
 
     def __repr__(self) -> str:
         return (

@@ -229,7 +229,8 @@ class CudaResidentKernel(ResidentKernel):
             except Exception:  # a failed context: there is no state to keep
                 self._final_state = None
         if backend.resident_kernels():
-            backend.defer_free((self.memory, self.state_array))
+            # The allocation itself: the session detaches the ring memory from it next.
+            backend.defer_free((self.memory.owner, self.state_array))
         self.state_array = None
 
 
