@@ -228,23 +228,32 @@ RUNNING_LINE = "pdc demo: running"
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
 def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pdc_core",
-            "demo",
-            "--json",
-            "--messages",
-            "50000000",
-            "--async-backend",
-            async_backend,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
+    # A suite started in the background by a script (`pytest ... &`) runs with SIGINT
+    # ignored, and a child would inherit that: let the demo start with the default.
+    sigint = signal.getsignal(signal.SIGINT)
+    if sigint == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "pdc_core",
+                "demo",
+                "--json",
+                "--messages",
+                "50000000",
+                "--async-backend",
+                async_backend,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+    finally:
+        if sigint == signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         assert proc.stdout is not None
         stderr = _StderrLines(proc)
