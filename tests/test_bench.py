@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
 
 import anyio
 import pytest
+from subprocess_support import StderrLines, start_interruptible
 
 from pdc_core._cli import main
 from pdc_core._cli._bench import BenchResult, run_suite
@@ -92,29 +94,23 @@ def test_bad_options_exit_2(argv: list[str]) -> None:
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
 def test_ctrl_c_prints_partial_results(async_backend: str) -> None:
-    import signal
-    import subprocess
-    import time
-
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "pdc_core",
-            "bench",
-            "--json",
-            "--rounds",
-            "50",
-            "--async-backend",
-            async_backend,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_interruptible(
+        ["bench", "--json", "--rounds", "50", "--async-backend", async_backend]
     )
-    time.sleep(5.0)  # let the event loop start and install its SIGINT handler
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        assert proc.stdout is not None
+        stderr = StderrLines(proc)
+        # a first measurement is in, so there are partial results to print
+        running = stderr.wait_for("pdc bench: running", timeout=120)
+        assert running, f"no 'pdc bench: running' line on stderr:\n{stderr.text(timeout=0)}"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        out = proc.stdout.read()
+        err = stderr.text(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     payload = json.loads(out)

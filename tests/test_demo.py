@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import threading
-import time
 
 import anyio
 import numpy as np
 import pytest
+from subprocess_support import StderrLines, start_interruptible
 
 import pdc_core
 from pdc_core import PersistentKernel
@@ -182,44 +180,6 @@ def test_bad_options_exit_2(argv: list[str]) -> None:
     assert info.value.code == 2
 
 
-class _StderrLines:
-    """Reads a process's stderr line by line on a thread, so a test can wait for a line."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.lines: list[str] = []
-        self.ended = False
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self._read, args=(proc,), daemon=True)
-        self._thread.start()
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            with self._changed:
-                self.lines.append(line)
-                self._changed.notify_all()
-        with self._changed:
-            self.ended = True
-            self._changed.notify_all()
-
-    def wait_for(self, prefix: str, timeout: float) -> bool:
-        """Whether a line starting with ``prefix`` came (before the end, within ``timeout``)."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not any(line.startswith(prefix) for line in self.lines):
-                remaining = deadline - time.monotonic()
-                if self.ended or remaining <= 0:
-                    return False
-                self._changed.wait(remaining)
-            return True
-
-    def text(self, timeout: float) -> str:
-        """Everything read, once the stream has ended."""
-        self._thread.join(timeout)
-        with self._changed:
-            return "".join(self.lines)
-
-
 #: What ``pdc demo`` prints on stderr (also with ``--json``) once frames flow.
 RUNNING_LINE = "pdc demo: running"
 
@@ -227,36 +187,12 @@ RUNNING_LINE = "pdc demo: running"
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process")
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
 def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    # A suite started in the background by a script (`pytest ... &`) runs with SIGINT
-    # ignored, and a child would inherit that: let the demo start with the default.
-    sigint = signal.getsignal(signal.SIGINT)
-    if sigint == signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-    try:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "pdc_core",
-                "demo",
-                "--json",
-                "--messages",
-                "50000000",
-                "--async-backend",
-                async_backend,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-    finally:
-        if sigint == signal.SIG_IGN:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+    proc = start_interruptible(
+        ["demo", "--json", "--messages", "50000000", "--async-backend", async_backend]
+    )
     try:
         assert proc.stdout is not None
-        stderr = _StderrLines(proc)
+        stderr = StderrLines(proc)
         # past start-up (imports), into the pipeline: frames have been processed
         running = stderr.wait_for(RUNNING_LINE, timeout=60)
         assert running, f"no {RUNNING_LINE!r} line on stderr:\n{stderr.text(timeout=0)}"

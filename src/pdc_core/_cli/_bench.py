@@ -44,6 +44,7 @@ import numpy as np
 from . import _bench_paths as paths
 from ._bench_stats import environment
 from ._bench_stats import summarize as _summary
+from ._running import announce_once
 
 __all__ = [
     "BARE",
@@ -410,7 +411,10 @@ def run(args: argparse.Namespace) -> int:
     )
     task = progress.add_task("benchmarking", total=steps(rounds, backends))
 
+    announce = announce_once("bench", f"({', '.join(backends)})")
+
     def on_step(key: str) -> None:
+        announce()  # a first measurement is in
         progress.update(task, advance=1, description=key)
 
     with progress:

@@ -45,6 +45,7 @@ from .._loop import current_library
 from .._persistent import KernelActorRef, PersistentKernelActor
 from .._plugins import available_backends, get_backend
 from ..backend import Backend, Capability, PersistentKernel
+from ._running import announce_once
 
 __all__ = [
     "ANOMALY_RATE",
@@ -631,13 +632,10 @@ def run(args: argparse.Namespace) -> int:
     )
     task = progress.add_task(f"frames on {backend.qualified_name}", total=config.messages)
 
-    announced = False
+    announce = announce_once("demo", f"on {backend.qualified_name}")
 
     def on_progress(done: int) -> None:
-        nonlocal announced
-        if not announced:  # frames flow: say so once (scripts wait for this line)
-            announced = True
-            print(f"pdc demo: running on {backend.qualified_name}", file=sys.stderr, flush=True)
+        announce()  # frames flow
         progress.update(task, completed=done)
 
     interrupted = False
