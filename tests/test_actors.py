@@ -32,6 +32,7 @@ from pdc_core import (
     MessageDropped,
     MessageTimeout,
     RestartPolicy,
+    ShutdownTimeout,
     open_nursery,
 )
 
@@ -633,12 +634,17 @@ async def test_shutdown_timeout_cancels_stuck_actors() -> None:
             await anyio.sleep_forever()
 
     start = time.monotonic()
-    with anyio.fail_after(LIMIT):
+    with anyio.fail_after(LIMIT), pytest.raises(ShutdownTimeout) as timed_out:
         async with open_nursery(shutdown_timeout=0.05) as nursery:
-            ref = await nursery.start_actor(Stuck)
+            ref = await nursery.start_actor(Stuck, name="stuck")
             await ref.tell("x")
+            await ref.tell("y")
+            await anyio.wait_all_tasks_blocked()  # "x" in hand, "y" queued
     assert time.monotonic() - start < 2
     assert ref.state is ActorState.STOPPED
+    assert timed_out.value.left == {"stuck": 2}
+    assert "'stuck': 2" in str(timed_out.value)
+    assert "0.05 s" in str(timed_out.value)
 
 
 async def test_body_error_cancels_actors_and_is_raised_unwrapped() -> None:

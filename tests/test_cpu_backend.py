@@ -118,9 +118,12 @@ def test_wait_event_orders_two_streams(cpu):
     first.submit(gate.wait)
     first.submit(lambda: log.append("first"))
     event = first.record_event()
+    reached = threading.Event()
+    second.submit(reached.set)
     second.wait_event(event)
     second.submit(lambda: log.append("second"))
-    time.sleep(0.01)
+    assert reached.wait(10)  # second's worker runs and has come to the wait
+    time.sleep(0.01)  # a chance to go wrong: nothing may happen, so nothing to wait for
     assert log == []  # second is held behind first's event
     gate.set()
     cpu.synchronize()
@@ -167,7 +170,7 @@ async def test_async_waits_do_not_block_the_event_loop(cpu):
 
     stream = cpu.create_stream()
     gate = threading.Event()
-    stream.submit(gate.wait)
+    stream.submit(lambda: gate.wait(10))  # bounded: a blocked loop fails, not hangs
     event = stream.record_event()
     ticks = 0
 
@@ -175,12 +178,12 @@ async def test_async_waits_do_not_block_the_event_loop(cpu):
         nonlocal ticks
         while not event.done:
             ticks += 1
+            if ticks == 4:  # the loop ran while event.wait() below waited: let it end
+                gate.set()
             await anyio.sleep(0.001)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ticker)
-        await anyio.sleep(0.02)
-        gate.set()
         with anyio.fail_after(5):
             await event.wait()
             await stream.wait()

@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import threading
-import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -30,6 +30,7 @@ from pdc_core import (
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+LIMIT = 10
 
 
 def double(requests: Any) -> Any:
@@ -38,13 +39,27 @@ def double(requests: Any) -> Any:
     replies["y"] = requests["x"] * 2
     if (requests["x"] < 0).any():
         raise ValueError("negative input")
-    if (requests["x"] == 1000).any():
-        time.sleep(0.3)  # a body that does not stop in time
     return replies
 
 
-def make_kernel(name: str = "double") -> PersistentKernel:
-    return PersistentKernel(name, REQ, REP, capacity=16, bodies={"cpu": double})
+class HeldBatch:
+    """``double``, but a batch with x == 1000 is a body that does not stop in time: it
+    says it has the batch in hand (``entered``), then holds it until the test sets
+    ``release`` (bounded, so that a failed test does not keep the worker thread)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, requests: Any) -> Any:
+        if (requests["x"] == 1000).any():
+            self.entered.set()
+            self.release.wait(LIMIT)
+        return double(requests)
+
+
+def make_kernel(name: str = "double", body: Callable[[Any], Any] = double) -> PersistentKernel:
+    return PersistentKernel(name, REQ, REP, capacity=16, bodies={"cpu": body})
 
 
 def records(start: int, count: int) -> Any:
@@ -164,21 +179,26 @@ async def test_idle_kernel_crash_is_seen_without_a_request() -> None:
 
 async def test_stop_timeout_is_reported() -> None:
     baseline = thread_count()
-    with anyio.fail_after(3):
-        with pytest.raises(ActorCrashed) as info:
-            async with open_nursery() as nursery:
-                ref = await nursery.start_actor(make_kernel())
-                await ref.tell((1, 1000.0))  # the body sleeps 0.3 s
-                await anyio.sleep(0.02)
-                await ref.stop(timeout=0.05)
-    assert isinstance(info.value.cause, KernelStopTimeout)
+    held = HeldBatch()
+    try:
+        with anyio.fail_after(3):
+            with pytest.raises(ActorCrashed) as info:
+                async with open_nursery() as nursery:
+                    ref = await nursery.start_actor(make_kernel(body=held))
+                    await ref.tell((1, 1000.0))  # the body holds it until after the crash
+                    while not held.entered.is_set():  # noqa: ASYNC110 - set by the worker thread
+                        await anyio.sleep(0.001)
+                    await ref.stop(timeout=0.05)
+        assert isinstance(info.value.cause, KernelStopTimeout)
+    finally:
+        held.release.set()
     await settle_threads(baseline)  # the worker exits once the body returns
 
 
 async def test_cancelling_the_nursery_stops_the_kernel() -> None:
     baseline = thread_count()
     pending: list[BaseException] = []
-    with anyio.move_on_after(0.1) as scope:
+    with anyio.fail_after(LIMIT), anyio.CancelScope() as scope:
         async with open_nursery() as nursery:
             ref = await nursery.start_actor(make_kernel())
             await ref.pause()
@@ -190,7 +210,15 @@ async def test_cancelling_the_nursery_stops_the_kernel() -> None:
                     pending.append(exc)
                     raise
 
-            await ask()
+            async def cancel_once_it_waits() -> None:
+                # Once the ask waits for the parked kernel, not at a deadline that
+                # could come before it is even sent.
+                await anyio.wait_all_tasks_blocked()
+                scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_once_it_waits)
+                await ask()
     assert scope.cancelled_caught
     assert ref.state is ActorState.STOPPED
     assert len(pending) == 1

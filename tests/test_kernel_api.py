@@ -480,16 +480,18 @@ def test_cpu_backend_declares_python_kernels_only() -> None:
 
 
 def test_launch_on_a_cpu_stream_returns_before_completion() -> None:
+    release = threading.Event()
+
     @kernel
     def slow(a):  # type: ignore[no-untyped-def]
-        time.sleep(0.2)
+        release.wait(10)  # held until the launch has returned (bounded: a bug fails, not hangs)
         a[cuda.grid(1)] = 1
 
     stream = get_backend("cpu").create_stream()
     a = np.zeros(4)
-    start = time.perf_counter()
     slow(a, stream=stream, block=4)
-    assert time.perf_counter() - start < 0.15
+    assert not a.any()  # returned while the kernel was held (a blocking launch would fail here)
+    release.set()
     stream.synchronize()
     np.testing.assert_array_equal(a, 1)
     stream.close()
@@ -522,17 +524,25 @@ def sleepy(a):  # type: ignore[no-untyped-def]
 
 async def test_launch_async_does_not_block_the_event_loop() -> None:
     ticks = 0
+    release = threading.Event()
+
+    @kernel
+    def held(a):  # type: ignore[no-untyped-def]
+        release.wait(10)  # until the loop has ticked 10 times (bounded: a bug fails, not hangs)
+        a[cuda.grid(1)] = 1
 
     async def tick() -> None:
         nonlocal ticks
         while True:
             await anyio.sleep(0.01)
             ticks += 1
+            if ticks == 10:  # the loop ran while launch_async below waited
+                release.set()
 
     a = np.zeros(64)
     async with anyio.create_task_group() as group:
         group.start_soon(tick)
-        await sleepy.launch_async(a)
+        await held.launch_async(a)
         group.cancel_scope.cancel()
     np.testing.assert_array_equal(a, 1)
     assert ticks >= 10

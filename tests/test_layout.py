@@ -138,6 +138,7 @@ def test_the_nursery_knows_no_kind_of_actor() -> None:
         "pdc_core._actors._mailbox",
         "pdc_core._actors._refs",
         "pdc_core._exceptions",
+        "pdc_core._loop",
     }
 
 

@@ -235,11 +235,12 @@ async def test_receive_waits_for_a_sender() -> None:
     async def consumer() -> None:
         got.append(await mailbox.receive())
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(consumer)
-        await anyio.sleep(0.01)
-        assert mailbox.statistics().receivers_waiting == 1
-        await mailbox.send(42)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(consumer)
+            await anyio.wait_all_tasks_blocked()  # the consumer waits in receive()
+            assert mailbox.statistics().receivers_waiting == 1
+            await mailbox.send(42)
     assert got == [42]
 
 
@@ -285,11 +286,14 @@ async def test_timeouts_expire_in_order_and_late_messages_are_kept() -> None:
         except MessageTimeout:
             results[name] = "timeout"
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(wait, "short", 0.02)
-        tg.start_soon(wait, "long", 5)
-        await anyio.sleep(0.1)
-        await mailbox.send(7)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait, "short", 0.02)
+            tg.start_soon(wait, "long", 5)
+            while "short" not in results:  # noqa: ASYNC110 - the short receive's timeout
+                await anyio.sleep(0.001)
+            assert mailbox.statistics().receivers_waiting == 1  # "long" still waits
+            await mailbox.send(7)
     assert results == {"short": "timeout", "long": 7}
     assert len(mailbox) == 0
 
@@ -335,7 +339,9 @@ async def test_close_wakes_blocked_senders_and_receivers() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(blocked_send)
             tg.start_soon(blocked_receive)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # both wait: one in send, one in receive
+            assert full.statistics().senders_waiting == 1
+            assert empty.statistics().receivers_waiting == 1
             full.close()
             empty.close()
     assert errors == [MailboxClosed, MailboxClosed]
@@ -350,7 +356,7 @@ async def test_pause_blocks_receivers_until_resume() -> None:
     async with anyio.create_task_group() as tg:
 
         async def later() -> None:
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # the receive below waits, paused
             mailbox.resume()
 
         tg.start_soon(later)
@@ -365,7 +371,7 @@ async def test_control_reaches_a_receiver_of_a_full_paused_mailbox() -> None:
     stop = Stop()
 
     async def later() -> None:
-        await anyio.sleep(0.01)
+        await anyio.wait_all_tasks_blocked()  # the receive below waits, paused
         mailbox.send_control(stop)
 
     async with anyio.create_task_group() as tg:
@@ -440,7 +446,8 @@ async def test_closing_with_queued_items_releases_every_receiver() -> None:
         async with anyio.create_task_group() as tg:
             for i in range(3):
                 tg.start_soon(consumer, i)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # every consumer waits for an item
+            assert mailbox.statistics().receivers_waiting == 3
             mailbox.send_nowait(1)
             mailbox.send_nowait(2)
             mailbox.close()

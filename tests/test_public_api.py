@@ -92,6 +92,7 @@ CORE = [
     "RingProtocolError",
     "SessionState",
     "SessionStatistics",
+    "ShutdownTimeout",
     "Telemetry",
     "UnifiedBuffer",
     "__version__",
@@ -280,6 +281,7 @@ def _errors() -> list[BaseException]:
         pdc_core.MessageTimeout("nothing within 1 s"),
         pdc_core.RecordError("wrong dtype"),
         pdc_core.BackendUnavailable("no cuda"),
+        pdc_core.ShutdownTimeout(0.5, {"b": 2, "c": 0}),
     ]
 
 

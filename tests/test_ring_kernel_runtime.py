@@ -128,7 +128,9 @@ async def test_deactivate_really_pauses_delivery() -> None:
         for i in range(2, 5):
             await runtime.send("recorder", Request(data=i))
         before = timeouts
-        await anyio.sleep(0.05)
+        # A second timeout is of a receive() begun after the sends: it waited with all
+        # three messages queued.
+        await wait_until(lambda: timeouts >= before + 2)
         assert received == [1]  # nothing delivered while deactivated
         assert timeouts > before  # receive() waited and timed out meanwhile
         assert runtime.get_telemetry("recorder").queue_depth == 3  # type: ignore[union-attr]
@@ -443,7 +445,7 @@ async def test_ask_on_a_kernel_that_never_replies_times_out_or_fails_on_stop() -
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(waiting)
-            await anyio.sleep(0.01)
+            await anyio.wait_all_tasks_blocked()  # the ask was sent and waits for a reply
             await runtime.terminate("sink")
     assert len(outcome) == 1
     assert "terminated before replying" in str(outcome[0])

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -29,24 +30,53 @@ from pdc_core import (
     RingKernelRuntime,
     open_nursery,
 )
+from pdc_core.backend import StopMode
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+LIMIT = 10
 
 
 def double(requests: Any) -> Any:
     if (requests["x"] < 0).any():
         raise ValueError("negative input")
-    if (requests["x"] == 1000).any():
-        time.sleep(1.0)  # a batch that outlasts every timeout below
     replies = np.empty(len(requests), REP)
     replies["id"] = requests["id"]
     replies["y"] = requests["x"] * 2
     return replies
 
 
-def make_kernel(capacity: int = 8) -> PersistentKernel:
-    return PersistentKernel("double", REQ, REP, capacity=capacity, bodies={"cpu": double})
+class HeldBatch:
+    """``double``, but a batch with x == 1000 outlasts every timeout below: the body
+    says it has the batch in hand (``entered``), then holds it until the test sets
+    ``release`` (bounded, so that a failed test does not keep the worker thread)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, requests: Any) -> Any:
+        if (requests["x"] == 1000).any():
+            self.entered.set()
+            self.release.wait(LIMIT)
+        return double(requests)
+
+
+def make_kernel(capacity: int = 8, body: Callable[[Any], Any] = double) -> PersistentKernel:
+    return PersistentKernel("double", REQ, REP, capacity=capacity, bodies={"cpu": body})
+
+
+async def wait_for(predicate: Callable[[], bool]) -> None:
+    with anyio.fail_after(LIMIT):
+        while not predicate():  # noqa: ASYNC110 - a thread's progress has no anyio event
+            await anyio.sleep(0.001)
+
+
+async def release_once_escalated(held: HeldBatch, ref: Any) -> None:
+    """Let the held batch go once the stop word is ``NOW``: the stop was escalated."""
+    resident = ref.session.resident
+    await wait_for(lambda: resident.status.stop is StopMode.NOW)
+    held.release.set()
 
 
 def thread_count() -> int:
@@ -136,9 +166,10 @@ async def test_runtime_exit_terminates_persistent_kernels() -> None:
 
 
 async def test_terminate_escalates_after_the_timeout_and_fails_unconsumed_requests() -> None:
+    held = HeldBatch()
     async with RingKernelRuntime() as runtime:
         kernel = await runtime.launch(
-            "double", make_kernel(capacity=8), backend="cpu", stop_timeout=5
+            "double", make_kernel(capacity=8, body=held), backend="cpu", stop_timeout=5
         )
         await runtime.activate("double")
         results: dict[int, Any] = {}
@@ -149,14 +180,18 @@ async def test_terminate_escalates_after_the_timeout_and_fails_unconsumed_reques
             except ActorStopped as exc:
                 results[record[0]] = exc
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(ask, (0, 1000.0))  # keeps the kernel busy for 1 s
-            await anyio.sleep(0.1)
-            tg.start_soon(ask, (1, 1.0))  # published, never consumed: the stop comes first
-            await anyio.sleep(0.05)
-            started = time.monotonic()
-            await runtime.terminate("double", timeout=0.2)
-            assert time.monotonic() - started < 3
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask, (0, 1000.0))  # keeps the kernel busy until the escalation
+                await wait_for(held.entered.is_set)  # the kernel has it in hand
+                tg.start_soon(ask, (1, 1.0))  # published, never consumed: the stop comes first
+                await wait_for(lambda: kernel.telemetry().messages_received == 2)
+                tg.start_soon(release_once_escalated, held, kernel)
+                started = time.monotonic()
+                await runtime.terminate("double", timeout=0.2)
+                assert time.monotonic() - started < 3
+        finally:
+            held.release.set()
         assert results[0] == 2000.0  # the batch in hand is finished and answered
         assert isinstance(results[1], ActorStopped)
         assert kernel.kernel_state is KernelState.TERMINATED
@@ -164,16 +199,24 @@ async def test_terminate_escalates_after_the_timeout_and_fails_unconsumed_reques
 
 
 async def test_a_kernel_that_does_not_stop_crashes_the_runtime_with_stop_timeout() -> None:
-    with pytest.raises(ActorCrashed) as info:
-        async with RingKernelRuntime() as runtime:
-            kernel = await runtime.launch("double", make_kernel(), backend="cpu", stop_timeout=0.1)
-            await runtime.activate("double")
-            await kernel.send((0, 1000.0))
-            await anyio.sleep(0.1)
-            await runtime.terminate("double", timeout=0.05)
-    assert isinstance(info.value.cause, KernelStopTimeout)
-    assert kernel.kernel_state is KernelState.FAILED
-    await anyio.sleep(1.2)  # let the body finish: its worker then exits
+    held = HeldBatch()
+    try:
+        with pytest.raises(ActorCrashed) as info:
+            async with RingKernelRuntime() as runtime:
+                kernel = await runtime.launch(
+                    "double", make_kernel(body=held), backend="cpu", stop_timeout=0.1
+                )
+                await runtime.activate("double")
+                await kernel.send((0, 1000.0))
+                await wait_for(held.entered.is_set)  # held until after the crash
+                await runtime.terminate("double", timeout=0.05)
+        assert isinstance(info.value.cause, KernelStopTimeout)
+        assert kernel.kernel_state is KernelState.FAILED
+    finally:
+        held.release.set()  # let the body finish: its worker then exits
+    session = kernel.session
+    assert session is not None
+    await wait_for(lambda: session.resident.exited)
 
 
 async def test_error_word_crashes_the_runtime_and_fails_pending_requests() -> None:
@@ -226,24 +269,33 @@ async def test_bad_input_is_refused_with_a_clear_error() -> None:
 
 async def test_cancellation_stops_the_kernel_and_leaves_nothing_running() -> None:
     baseline = thread_count()
-    with anyio.move_on_after(0.2):
+    with anyio.CancelScope() as scope:
         async with RingKernelRuntime() as runtime:
             await runtime.launch("double", make_kernel(), backend="cpu")
             await runtime.activate("double")
+            scope.cancel()  # once the kernel runs, not at a deadline that could come first
             await anyio.sleep_forever()
+    assert scope.cancelled_caught
     assert runtime.kernel_states == {"double": KernelState.TERMINATED}
     await settle_threads(baseline)
 
 
 async def test_kernel_actor_stop_without_drain_escalates_a_draining_stop() -> None:
-    async with open_nursery() as nursery:
-        ref = await nursery.start_actor(PersistentKernelActor(make_kernel(), "cpu"))
-        await ref.tell((0, 1000.0))
-        await anyio.sleep(0.1)
-        await ref.tell((1, 1.0))
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: ref.stop(drain=True))
-            await anyio.sleep(0.05)
-            await ref.stop()  # escalates: the unconsumed request is not answered
-        assert ref.session is not None
-        assert ref.session.statistics.unprocessed == 1
+    held = HeldBatch()
+    try:
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(PersistentKernelActor(make_kernel(body=held), "cpu"))
+            await ref.tell((0, 1000.0))
+            await wait_for(held.entered.is_set)  # the kernel has it in hand
+            await ref.tell((1, 1.0))
+            assert ref.session is not None
+            resident = ref.session.resident
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(lambda: ref.stop(drain=True))
+                await wait_for(lambda: resident.status.stop is StopMode.DRAIN)  # it drains
+                tg.start_soon(release_once_escalated, held, ref)
+                await ref.stop()  # escalates: the unconsumed request is not answered
+            assert ref.session is not None
+            assert ref.session.statistics.unprocessed == 1
+    finally:
+        held.release.set()

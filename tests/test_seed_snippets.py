@@ -202,7 +202,7 @@ async def test_batch_processor_deactivate_and_terminate() -> None:
             await runtime.deactivate("batch_processor")
             for i in range(250):
                 await runtime.send("batch_processor", Request(data=i))
-            await anyio.sleep(0.03)
+            await anyio.wait_all_tasks_blocked()  # the kernel has done all it would do
             assert runtime.get_telemetry("batch_processor").messages_processed == 0  # type: ignore[union-attr]
             await runtime.reactivate("batch_processor")
             got = sorted([(await runtime.receive("batch_processor")).result for _ in range(250)])

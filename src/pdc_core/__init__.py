@@ -55,6 +55,7 @@ from ._exceptions import (
     PoolLimitError,
     RecordError,
     RingProtocolError,
+    ShutdownTimeout,
 )
 from ._kernel import Kernel, kernel
 from ._launch import LaunchConfig, auto_block_size, launch_config
@@ -194,6 +195,7 @@ __all__ = [
     "PoolLimitError",
     "RecordError",
     "RingProtocolError",
+    "ShutdownTimeout",
 ]
 
 

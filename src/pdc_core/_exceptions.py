@@ -8,6 +8,8 @@ against the standard library's exceptions keeps working.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = [
     "ActorCrashed",
     "ActorError",
@@ -35,6 +37,7 @@ __all__ = [
     "PoolLimitError",
     "RecordError",
     "RingProtocolError",
+    "ShutdownTimeout",
 ]
 
 
@@ -149,6 +152,24 @@ class ActorCrashed(ActorStopped):
         self.cause = cause
         self.note = note
         self.__cause__ = cause
+
+
+class ShutdownTimeout(ActorError, TimeoutError):
+    """An actor nursery's ``shutdown_timeout`` passed before its actors were done.
+
+    Leaving the block drains the nursery: its actors go on until all are idle at once.
+    What was still left when the timeout passed was cancelled; ``left`` maps each actor
+    id to the messages it still had (queued, or in hand), and the message names them.
+    """
+
+    def __init__(self, timeout: float, left: Mapping[str, int]) -> None:
+        listing = ", ".join(f"{actor_id!r}: {count}" for actor_id, count in left.items())
+        super().__init__(
+            f"the nursery's shutdown_timeout ({timeout:g} s) passed before its actors were "
+            f"done; cancelled what was left (messages per actor: {listing or 'none'})"
+        )
+        self.timeout = timeout
+        self.left = dict(left)
 
 
 class KernelTerminated(ActorStopped):

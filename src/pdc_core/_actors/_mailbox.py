@@ -226,10 +226,12 @@ class Mailbox(Generic[T]):
         "_lanes",
         "_name",
         "_on_drop",
+        "_on_starved",
         "_ops",
         "_paused",
         "_prios",
         "_receivers",
+        "_sealed",
         "_senders",
         "_size",
         "_taker",
@@ -261,6 +263,8 @@ class Mailbox(Generic[T]):
         self._kit: Kit | None = None
         self._paused = False
         self._closed = False
+        self._sealed = False
+        self._on_starved: Callable[[], None] | None = None
         self._ops = 0
         self._counts = _Counters()
 
@@ -373,7 +377,7 @@ class Mailbox(Generic[T]):
         self._counts.received += 1
         if self._senders:
             self._wake_sender()
-        if not size and self._closed:
+        if not size and self._closed and not self._sealed:
             self._wake_all_receivers()
         return item
 
@@ -520,6 +524,23 @@ class Mailbox(Generic[T]):
         if self._size < self._capacity:
             self._push(item, priority)
             return
+        await self._send_full(item, priority, kit)
+
+    async def admit(self, item: T, priority: int = DEFAULT_PRIORITY) -> None:
+        """:meth:`send` that a :meth:`seal`-ed mailbox lets in: how the actors of a
+        draining nursery keep sending to each other. Backpressure applies as for
+        :meth:`send`; raises :class:`~pdc_core.MailboxClosed` once closed for good."""
+        if not self._sealed:
+            await self.send(item, priority)
+            return
+        priority = check_priority(priority)
+        if self._size < self._capacity:
+            self._push(item, priority)
+            return
+        await self._send_full(item, priority, self._kit or self._bind())
+
+    async def _send_full(self, item: T, priority: int, kit: Kit) -> None:
+        """Apply the backpressure policy to an item that finds the mailbox full."""
         if self._backpressure is Backpressure.DROP_OLDEST:
             self._offer_full(item, priority)
             return
@@ -530,7 +551,8 @@ class Mailbox(Generic[T]):
         self._push(item, priority)
 
     async def _wait_for_room(self, kit: Kit) -> None:
-        """Wait until the mailbox has room (or raise MailboxClosed)."""
+        """Wait until the mailbox has room (or raise MailboxClosed once closed for good;
+        a sender that was already waiting when the mailbox was sealed goes on waiting)."""
         while True:
             waiter = kit.waiter()
             self._senders.append(waiter)
@@ -543,7 +565,7 @@ class Mailbox(Generic[T]):
                 else:
                     _remove(self._senders, waiter)
                 raise
-            if self._closed:
+            if self._closed and not self._sealed:
                 if self._size < self._capacity:
                     self._wake_sender()
                 raise self._closed_error()
@@ -649,7 +671,7 @@ class Mailbox(Generic[T]):
         """
         item = self.poll()
         if item is EMPTY:
-            if self._closed and not self._size:
+            if self._closed and not self._sealed and not self._size:
                 raise self._closed_error()
             raise WouldBlock
         result: T | Control = item
@@ -682,7 +704,7 @@ class Mailbox(Generic[T]):
     @property
     def exhausted(self) -> bool:
         """Closed, with no data left to receive."""
-        return self._closed and not self._size
+        return self._closed and not self._sealed and not self._size
 
     def offer(self, item: T, priority: int) -> bool:
         """Enqueue ``item`` now if it can go in without waiting, handing it straight to a
@@ -758,7 +780,7 @@ class Mailbox(Generic[T]):
         deadline = None if timeout is None else kit.now() + timeout
         remaining = timeout
         while True:
-            if self._closed and not self._size:
+            if self._closed and not self._sealed and not self._size:
                 return EMPTY
             waiter = kit.waiter()
             self._taker = waiter
@@ -785,10 +807,12 @@ class Mailbox(Generic[T]):
         deadline = None if timeout is None else kit.now() + timeout
         remaining = timeout
         while True:
-            if self._closed and not self._size and not self._ctrl:
+            if self._closed and not self._sealed and not self._size and not self._ctrl:
                 raise self._closed_error()
             waiter = kit.waiter()
             self._receivers.append(waiter)
+            if self._sealed and self._on_starved is not None and not self._size:
+                self._on_starved()
             if remaining is not None:
                 kit.arm(waiter, remaining)
             try:
@@ -835,7 +859,7 @@ class Mailbox(Generic[T]):
             senders = self._senders
             for _ in range(min(taken, len(senders))):
                 self._wake_sender()
-            if not self._size and self._closed:
+            if not self._size and self._closed and not self._sealed:
                 self._wake_all_receivers()
         return out
 
@@ -886,15 +910,45 @@ class Mailbox(Generic[T]):
         """Refuse new data from now on. Queued data can still be received.
 
         Blocked senders raise :class:`~pdc_core.MailboxClosed`; once the mailbox is
-        empty, receivers do too. Control messages are still accepted. Idempotent.
+        empty, receivers do too. Control messages are still accepted. Idempotent; it
+        also ends a :meth:`seal`.
         """
-        if self._closed:
+        if self._closed and not self._sealed:
             return
         self._closed = True
+        self._sealed = False
+        self._on_starved = None
         while self._senders:
             self._wake_sender()
         if not self._size:
             self._wake_all_receivers()
+
+    def seal(self, on_starved: Callable[[], None]) -> None:
+        """Refuse new data from :meth:`send` (it raises MailboxClosed), but not from
+        :meth:`admit`, and keep receivers waiting when the mailbox is empty instead of
+        ending them: the state of a draining nursery's mailboxes. A paused mailbox is
+        resumed. ``on_starved()`` is called whenever a receiver starts waiting on the
+        empty mailbox (see :meth:`starved`). :meth:`close` ends the seal.
+        """
+        if self._closed:
+            return
+        self._closed = self._sealed = True
+        self._on_starved = on_starved
+        self.resume()
+
+    @property
+    def sealed(self) -> bool:
+        """Whether the mailbox is :meth:`seal`-ed (and not closed for good yet)."""
+        return self._sealed
+
+    def starved(self) -> bool:
+        """Nothing is queued and a receiver waits, not yet woken."""
+        if self._size or self._ctrl:
+            return False
+        taker = self._taker
+        if taker is not None and not taker.done():
+            return True
+        return any(not waiter.done() for waiter in self._receivers)
 
     def discard(self) -> list[T]:
         """Remove and return every queued data message, counting them as discarded.

@@ -138,10 +138,24 @@ class MailboxActorRef(ActorRef[M, R]):
             return ActorCrashed(self._actor_id, runner.crash.cause)
         return ActorStopped(f"actor {self._actor_id!r} is not running", actor_id=self._actor_id)
 
+    def _admits_caller(self) -> bool:
+        """The mailbox is sealed (its nursery drains) and the caller is one of the
+        nursery's actors, whose sends must go on until the nursery is quiescent."""
+        runner = self._runner
+        return (
+            self._mailbox.sealed
+            and runner is not None
+            and runner.is_member is not None
+            and runner.is_member(self._kit.current_task())
+        )
+
     async def _enqueue(self, envelope: tuple[Any, Any, int], priority: int) -> None:
         try:
             await self._mailbox.send(envelope, priority)
         except MailboxClosed:
+            if self._admits_caller():
+                await self._mailbox.admit(envelope, priority)
+                return
             await cancellation_first()
             raise self._stopped_error() from None
 
@@ -206,12 +220,17 @@ class MailboxActorRef(ActorRef[M, R]):
     async def _send_batch(
         self, envelopes: list[tuple[Any, Any, int]], prio: int | list[int]
     ) -> None:
+        mailbox = self._mailbox
         try:
-            if isinstance(prio, int):
-                await self._mailbox.send_many(envelopes, prio)
+            if self._admits_caller():
+                priorities = [prio] * len(envelopes) if isinstance(prio, int) else prio
+                for envelope, p in zip(envelopes, priorities, strict=True):
+                    await mailbox.admit(envelope, p)
+            elif isinstance(prio, int):
+                await mailbox.send_many(envelopes, prio)
             else:
                 for envelope, p in zip(envelopes, prio, strict=True):
-                    await self._mailbox.send(envelope, p)
+                    await mailbox.send(envelope, p)
         except MailboxClosed:
             await cancellation_first()
             raise self._stopped_error() from None
@@ -349,10 +368,24 @@ class MailboxActor(ActorRunner):
         self.stop_waiters: list[Any] = []
         self._inflight: Any = None
         self._task: Any = None
+        #: Set by a draining nursery: whether a task is one of the nursery's actors.
+        self.is_member: Callable[[object], bool] | None = None
 
     @property
     def ref(self) -> MailboxActorRef[Any, Any]:
         return self._ref
+
+    def begin_drain(self, on_idle: Callable[[], None], is_member: Callable[[object], bool]) -> None:
+        if not self.finished:
+            self.is_member = is_member
+            self._mailbox.seal(on_idle)
+
+    @property
+    def idle(self) -> bool:
+        return self.finished or self._mailbox.starved()
+
+    def unfinished(self) -> int:
+        return len(self._mailbox) + (0 if self.idle else 1)
 
     def request_drain(self, start_soon: Callable[..., object]) -> None:
         if not self.finished:
@@ -395,10 +428,17 @@ class MailboxActor(ActorRunner):
             while True:
                 item = poll()
                 if item is EMPTY:
-                    if mailbox._closed and not mailbox._size and not mailbox._ctrl:
+                    if (
+                        mailbox._closed
+                        and not mailbox._sealed
+                        and not mailbox._size
+                        and not mailbox._ctrl
+                    ):
                         return True
                     waiter = new_waiter()
                     mailbox._taker = waiter
+                    if mailbox._sealed and mailbox._on_starved is not None:
+                        mailbox._on_starved()  # a draining nursery: maybe all are idle now
                     try:
                         item = await waiter
                     except BaseException:

@@ -54,7 +54,14 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .._exceptions import ActorCrashed, ActorStopped, DuplicateActorError, LifecycleError
+from .._exceptions import (
+    ActorCrashed,
+    ActorStopped,
+    DuplicateActorError,
+    LifecycleError,
+    ShutdownTimeout,
+)
+from .._loop import current_kit
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
 from ._refs import ActorRef, ActorRunner, StartOptions, runner_for
 
@@ -97,12 +104,20 @@ class RestartPolicy:
 _ids = itertools.count(1)
 
 
-def _flatten(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
-    """The distinct leaves of ``group``.
+def _errors(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The distinct errors in ``group``: its leaves but cancellations.
 
     Two ``ActorCrashed`` for the same crash (the actor's own, and the one a pending
-    request of the body failed with) count as one.
+    request of the body failed with) count as one. A cancellation is how an error (or
+    an enclosing scope) stopped the rest, not an error of its own, and trio and
+    asyncio differ in whether it shows up here at all.
     """
+    cancelled = anyio.get_cancelled_exc_class()
+    return [leaf for leaf in _flatten(group) if not isinstance(leaf, cancelled)]
+
+
+def _flatten(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    """The distinct leaves of ``group`` (see :func:`_errors`)."""
     leaves: list[BaseException] = []
     seen: set[object] = set()
     for exc in group.exceptions:
@@ -125,6 +140,12 @@ class ActorNursery:
         self._runners: dict[str, ActorRunner] = {}
         self._shutdown_timeout = shutdown_timeout
         self._open = False
+        #: The tasks running this nursery's actors: their sends go on while it drains.
+        self._tasks: set[object] = set()
+        self._draining = False
+        self._stopping = False
+        #: Messages left per actor when ``shutdown_timeout`` passed (then raised).
+        self._left: dict[str, int] | None = None
 
     # -- context manager ----------------------------------------------------------------
 
@@ -145,30 +166,48 @@ class ActorNursery:
         assert self._tg is not None
         self._open = False
         if exc is None:
-            for ref in list(self._actors.values()):
-                self._request_stop(ref)
+            self._drain()
             if self._shutdown_timeout is not None and self._actors:
                 self._tg.start_soon(self._watchdog, self._shutdown_timeout)
         try:
-            return bool(await self._tg.__aexit__(exc_type, exc, tb))
+            suppressed = bool(await self._tg.__aexit__(exc_type, exc, tb))
         except BaseExceptionGroup as group:
-            leaves = _flatten(group)
-            if len(leaves) == 1:
-                leaf = leaves[0]
-                raise leaf from leaf.__cause__
-            raise
+            errors = _errors(group)
+            if len(errors) == 1:
+                raise errors[0] from errors[0].__cause__
+            if errors:
+                raise BaseExceptionGroup("several errors in an actor nursery", errors) from None
+            raise  # only cancellations: they belong to the scope that was cancelled
+        if self._left is not None:
+            raise ShutdownTimeout(self._shutdown_timeout or 0.0, self._left)
+        return suppressed
 
-    def _request_stop(self, ref: ActorRef[Any, Any]) -> None:
-        """Ask an actor to stop after draining, without waiting."""
-        runner = self._runners.get(ref.actor_id)
-        if runner is not None:
+    # -- draining: the body has ended ---------------------------------------------------
+
+    def _drain(self) -> None:
+        """Refuse messages from outside; let the actors work until all are idle at once."""
+        self._draining = True
+        for runner in list(self._runners.values()):
+            runner.begin_drain(self._check_quiescent, self._tasks.__contains__)
+        self._check_quiescent()
+
+    def _check_quiescent(self) -> None:
+        """Once every actor is idle (all mailboxes empty, no handler running), stop all."""
+        if not self._draining or self._stopping:
+            return
+        runners = list(self._runners.values())
+        if all(runner.idle for runner in runners):
+            self._stopping = True
             assert self._tg is not None
-            runner.request_drain(self._tg.start_soon)
+            for runner in runners:
+                runner.request_drain(self._tg.start_soon)
 
     async def _watchdog(self, timeout: float) -> None:
         with anyio.move_on_after(timeout):
             for ref in list(self._actors.values()):
                 await ref.wait()
+            return
+        self._left = {actor_id: runner.unfinished() for actor_id, runner in self._runners.items()}
         for runner in list(self._runners.values()):
             if runner.cancel_scope is not None:
                 runner.cancel_scope.cancel()
@@ -250,6 +289,7 @@ class ActorNursery:
         if self._runners.get(actor_id) is runner:
             del self._runners[actor_id]
             del self._actors[actor_id]
+            self._check_quiescent()  # the others may have been waiting for this one
 
     async def _supervise(
         self,
@@ -261,6 +301,8 @@ class ActorNursery:
         ref = runner.ref
         actor_id = ref.actor_id
         is_started = False
+        task = current_kit().current_task()
+        self._tasks.add(task)
 
         def started() -> None:
             nonlocal is_started
@@ -311,6 +353,7 @@ class ActorNursery:
                 error = exc
             raise
         finally:
+            self._tasks.discard(task)
             runner.cancel_scope = None
             self._forget(actor_id, runner)
             runner.finalize(error)

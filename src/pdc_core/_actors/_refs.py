@@ -256,8 +256,33 @@ class ActorRunner(ABC):
     def finalize(self, error: BaseException | None) -> None:
         """Called once when the actor is done for good; fail what is pending."""
 
+    # -- the nursery's exit: drain to quiescence, then stop together ------------------
+
+    def begin_drain(  # noqa: B027 - optional hook
+        self, on_idle: Callable[[], None], is_member: Callable[[object], bool]
+    ) -> None:
+        """The nursery's body has ended: refuse messages from outside the nursery but go
+        on serving its own actors (``is_member(task)`` says whether a sending task is
+        one of them), and call ``on_idle()`` whenever the actor runs out of work.
+
+        The default does nothing: a kind of actor that never sends to its siblings by
+        itself is idle whenever :attr:`idle` says so.
+        """
+
+    @property
+    def idle(self) -> bool:
+        """Whether the actor has nothing queued and nothing in hand (default: True).
+
+        The nursery stops its actors, together, once all are idle at the same time.
+        """
+        return True
+
+    def unfinished(self) -> int:
+        """Messages queued or in hand, for the error of a ``shutdown_timeout``."""
+        return 0
+
     def request_drain(self, start_soon: Callable[..., object]) -> None:
-        """Ask the actor to stop after draining, without waiting (the nursery's exit).
+        """All the nursery's actors are idle: stop after draining, without waiting.
 
         The default starts ``ref.stop(drain=True)`` as a task of the nursery with
         ``start_soon``; a runner that can request the stop synchronously overrides it.
