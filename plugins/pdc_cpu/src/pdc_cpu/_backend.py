@@ -52,6 +52,11 @@ class CpuBackend(Backend):
     pretending otherwise: a device view of a host array is the array itself. Copies
     are real copies (``to_device`` returns new memory), and with a stream they run on
     that stream's worker thread, in order.
+
+    Memory comes from a caching pool: a block whose last view is gone is kept for reuse
+    by the next allocation of its size, up to :attr:`cache_limit` bytes of such blocks
+    (least recently freed ones are released first). ``memory_statistics()`` reports it:
+    the cached bytes are ``bytes_held - bytes_in_use``.
     """
 
     name: ClassVar[str] = "cpu"
@@ -137,6 +142,29 @@ class CpuBackend(Backend):
 
     def free_cached_memory(self) -> None:
         self.pool.free_cached()
+
+    @property
+    def cache_limit(self) -> int | None:
+        """The most bytes of freed host blocks kept for reuse; ``None`` when unbounded.
+
+        Defaults to :data:`pdc_cpu.DEFAULT_CACHE_LIMIT`: a sixteenth of the memory
+        available to the process, at most 256 MiB. Change it with
+        :meth:`set_cache_limit`.
+        """
+        return self.pool.cache_limit
+
+    def set_cache_limit(self, nbytes: int | None) -> int | None:
+        """Bound the host-memory cache to ``nbytes`` bytes and return the previous bound.
+
+        The cache holds blocks whose arrays are all gone, for reuse by later allocations
+        of the same size; blocks in use are never counted, evicted or reused. When a
+        freed block would take the cache past the bound, the least recently freed
+        blocks are released first; a block larger than the bound is released at once.
+        Cached blocks beyond a lowered bound are released immediately. ``None`` lifts
+        the bound; ``0`` caches nothing. Raises :class:`TypeError` for anything but an
+        integer or ``None`` (a ``bool`` included), :class:`ValueError` for a negative one.
+        """
+        return self.pool.set_cache_limit(nbytes)
 
     def create_stream(self) -> CpuStream:
         stream = CpuStream(self)
