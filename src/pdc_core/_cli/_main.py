@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import _plugins
+from .._exceptions import BackendError
 from .._version import __version__
 
 __all__ = [
@@ -76,14 +77,30 @@ def _plugins_payload() -> list[dict[str, Any]]:
     ]
 
 
+def _selection_line() -> str | None:
+    """What ``PDC_PLUGINS`` left out, when it is set."""
+    selection = _plugins.plugin_selection()
+    if selection.raw is None:
+        return None
+    left_out = ", ".join(
+        f"{info.name} ({info.distribution} {info.version})" if info.distribution else info.name
+        for info in selection.filtered_out
+    )
+    return f"PDC_PLUGINS={selection.raw!r} filtered out: {left_out or 'nothing'}"
+
+
 def _run_plugins(args: argparse.Namespace) -> int:
     payload = _plugins_payload()
     if args.json:
         _emit_json(payload)
         return 0
+    selection = _selection_line()
     if not payload:
         print(f"No pdc plugins installed (entry-point group {_plugins.ENTRY_POINT_GROUP!r}).")
-        print("Install one, for example: pip install pdc-cpu")
+        if selection is None:
+            print("Install one, for example: pip install pdc-cpu")
+        else:
+            print(selection)
         return 0
     for plugin in payload:
         dist = f"{plugin['distribution']} {plugin['version']}" if plugin["distribution"] else ""
@@ -92,6 +109,8 @@ def _run_plugins(args: argparse.Namespace) -> int:
         print(f"  backends: {', '.join(plugin['backends']) or '-'}")
         if plugin["error"]:
             print(f"  error:    {plugin['error']}")
+    if selection is not None:
+        print(selection)
     return 0
 
 
@@ -113,9 +132,9 @@ def _info_payload() -> dict[str, Any]:
         }
         if info.availability.available:
             try:
-                devices = _plugins.registered_backends()[info.name].devices()
-            except Exception as exc:
-                entry["error"] = f"devices() failed: {type(exc).__name__}: {exc}"
+                devices = _plugins.backend_devices(_plugins.registered_backends()[info.name])
+            except BackendError as exc:  # whatever devices() raised, SystemExit included
+                entry["error"] = str(exc)
             else:
                 entry["devices"] = [
                     {
@@ -139,9 +158,18 @@ def _info_payload() -> dict[str, Any]:
         "default_backend": default,
         "backends": backends,
         "packages": {name: _package_version(name) for name in _VERSIONED_PACKAGES},
-        "plugin_errors": {
-            info.name: info.error for info in _plugins.list_plugins() if info.error is not None
-        },
+        "plugin_errors": _plugin_errors(),
+    }
+
+
+def _plugin_errors() -> dict[str, str]:
+    """Errors by plugin name; by ``dist:name`` where distributions share a name."""
+    plugins = _plugins.list_plugins()
+    names = [info.name for info in plugins]
+    return {
+        info.name if names.count(info.name) == 1 else info.qualified_name: info.error
+        for info in plugins
+        if info.error is not None
     }
 
 

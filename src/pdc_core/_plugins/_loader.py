@@ -11,18 +11,30 @@ object (usually a module) carrying hook implementations marked with
         register(MyBackend)
 
 Loading is lazy (the first time backends are needed, never at ``import pdc_core``)
-and isolated: a plugin that fails to import, raises in a hook, registers something
+and isolated: a plugin that fails to import, raises (``sys.exit()`` included: every
+exception but :class:`KeyboardInterrupt` is contained) in a hook, registers something
 that is not a backend or returns a value from a ``register`` hook is recorded with
-its error and skipped. ``PDC_PLUGINS=cpu,cuda`` loads only the named entry points.
+its error and skipped.
+
+Plugins are identified by distribution and entry-point name. Two distributions that
+provide the same entry-point name are never chosen between silently: the first-party
+distribution of a name (:data:`KNOWN_DISTRIBUTIONS`) keeps it, and otherwise neither
+is loaded; the refused claimants are reported. ``PDC_PLUGINS=cpu,cuda`` loads only the
+selected plugins: a plain name selects the first-party plugin of that name (``cpu``
+is pdc-cpu's ``cpu``) or the only distribution's entry point of that name, and
+``dist:name`` (``pdc-thirdparty:thirdparty``) selects exactly one distribution's.
+Names are case-insensitive; entries that select nothing are warned about.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import re
 import threading
 import traceback
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pluggy
@@ -32,14 +44,23 @@ from .._exceptions import PluginError
 from ._hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME, PdcHookSpecs
 
 __all__ = [
+    "KNOWN_DISTRIBUTIONS",
     "PluginInfo",
+    "PluginSelection",
     "failed_plugins",
     "forget_plugins",
     "list_plugins",
+    "plugin_info_of_backend",
     "plugin_of_backend",
+    "plugin_selection",
     "plugin_state",
     "registered_backends",
 ]
+
+#: The first-party plugins: entry-point name -> the distribution that owns it. In
+#: ``PDC_PLUGINS`` a plain ``cpu`` means pdc-cpu's ``cpu`` entry point, and another
+#: distribution's ``cpu`` entry point never replaces it. Also the "pip install" hints.
+KNOWN_DISTRIBUTIONS = {"cpu": "pdc-cpu", "cuda": "pdc-cuda", "metal": "pdc-metal"}
 
 
 @dataclass
@@ -57,6 +78,22 @@ class PluginInfo:
     def loaded(self) -> bool:
         return self.error is None
 
+    @property
+    def qualified_name(self) -> str:
+        """``"<distribution>:<name>"``, which selects exactly this plugin in ``PDC_PLUGINS``."""
+        return f"{self.distribution}:{self.name}" if self.distribution else self.name
+
+
+@dataclass(frozen=True)
+class PluginSelection:
+    """What ``PDC_PLUGINS`` did: ``raw`` is its value (``None`` when unset or blank),
+    ``filtered_out`` the installed plugins it left out (not loaded, not listed), and
+    ``unmatched`` its entries that select no installed plugin."""
+
+    raw: str | None = None
+    filtered_out: tuple[PluginInfo, ...] = ()
+    unmatched: tuple[str, ...] = ()
+
 
 class _PluginState:
     """Loaded plugins and the backends they registered; built once, on demand."""
@@ -64,51 +101,267 @@ class _PluginState:
     def __init__(self) -> None:
         self.manager = pluggy.PluginManager(PROJECT_NAME)
         self.manager.add_hookspecs(PdcHookSpecs)
+        #: By key (see :attr:`_Candidate.key`): unique even when names are shared.
         self.plugins: dict[str, PluginInfo] = {}
         self.backends: dict[str, type[Backend]] = {}
         self.backend_plugin: dict[str, str] = {}
+        self.selection = PluginSelection()
 
 
 _state: _PluginState | None = None
 _lock = threading.Lock()
 
 
-def _selected_names() -> set[str] | None:
-    raw = os.environ.get("PDC_PLUGINS", "").strip()
-    if not raw:
-        return None
-    return {name.strip() for name in raw.split(",") if name.strip()}
+def _normalize(distribution: str) -> str:
+    """The PEP 503 form of a distribution name: ``PDC_Thirdparty`` -> ``pdc-thirdparty``."""
+    return re.sub(r"[-_.]+", "-", distribution).strip().lower()
 
 
 def _format_error(exc: BaseException) -> str:
     lines = traceback.format_exception_only(type(exc), exc)
-    return "".join(lines).strip()
+    text = "".join(lines).strip()
+    if isinstance(exc, SystemExit):
+        text += " (a plugin must not exit the process)"
+    return text
+
+
+@dataclass(frozen=True, eq=False)
+class _Candidate:
+    """One installed ``pdc`` entry point, before it is loaded."""
+
+    entry_point: importlib.metadata.EntryPoint
+    distribution: str | None
+    version: str | None
+
+    @property
+    def name(self) -> str:
+        return self.entry_point.name
+
+    @property
+    def lower_name(self) -> str:
+        return self.entry_point.name.lower()
+
+    @property
+    def normalized_distribution(self) -> str | None:
+        return _normalize(self.distribution) if self.distribution is not None else None
+
+    @property
+    def key(self) -> str:
+        dist = self.normalized_distribution
+        return f"{dist}:{self.lower_name}" if dist is not None else self.lower_name
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.distribution}:{self.name}" if self.distribution else self.name
+
+    @property
+    def first_party(self) -> bool:
+        owner = KNOWN_DISTRIBUTIONS.get(self.lower_name)
+        return owner is not None and owner == self.normalized_distribution
+
+    def info(self, error: str | None = None) -> PluginInfo:
+        return PluginInfo(
+            name=self.name, distribution=self.distribution, version=self.version, error=error
+        )
+
+
+def _discover() -> list[_Candidate]:
+    """The installed entry points, once per (distribution, name)."""
+    found: dict[str, _Candidate] = {}
+    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        dist = entry_point.dist
+        candidate = _Candidate(
+            entry_point=entry_point,
+            distribution=dist.name if dist is not None else None,
+            version=dist.version if dist is not None else None,
+        )
+        found.setdefault(candidate.key, candidate)  # the same distribution twice on sys.path
+    return list(found.values())
+
+
+@dataclass
+class _Plan:
+    """Which candidates to load, which to report as refused, and what PDC_PLUGINS did."""
+
+    load: list[_Candidate]
+    refused: dict[str, str]
+    selection: PluginSelection
+    warning: str | None = None
+
+
+def _join(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _distributions(group: Iterable[_Candidate]) -> list[str]:
+    return sorted({c.distribution or "an unknown distribution" for c in group})
+
+
+def _refusal(
+    candidate: _Candidate, group: list[_Candidate], loaded: list[_Candidate], *, asked: bool
+) -> str:
+    """Why ``candidate`` is not loaded: another distribution claims its name, or (``asked``)
+    a plain first-party name in ``PDC_PLUGINS`` means the first-party plugin only."""
+    name = candidate.lower_name
+    dists = _distributions(group)
+    owner = KNOWN_DISTRIBUTIONS.get(name)
+    if len(dists) == 1:
+        claim = f"{dists[0]} provides a pdc entry point named {name!r}"
+    else:
+        claim = f"{_join(dists)} {'both' if len(dists) == 2 else 'all'} provide"
+        claim += f" a pdc entry point named {name!r}"
+    this = candidate.qualified_name
+    if owner is not None and any(c.first_party for c in loaded):
+        return (
+            f"refused: {claim}; {owner} is its first-party owner, so only {owner}:{name} "
+            f"is loaded. Name this one {this} in PDC_PLUGINS to load it instead"
+        )
+    if owner is not None and asked:
+        return (
+            f"refused: {claim}, but {name!r} in PDC_PLUGINS selects only the first-party "
+            f"{owner}:{name}, which is not installed. Name this one {this} in PDC_PLUGINS "
+            "to load it"
+        )
+    choices = " or ".join(sorted(c.qualified_name for c in group))
+    return (
+        f"refused: {claim}, so none is loaded rather than one chosen at random. "
+        f"Name one in PDC_PLUGINS to load it: {choices}"
+    )
+
+
+def _selector(candidate: _Candidate, groups: dict[str, list[_Candidate]]) -> str:
+    """The shortest PDC_PLUGINS entry that selects ``candidate``."""
+    group = groups[candidate.lower_name]
+    if candidate.first_party:
+        return candidate.lower_name
+    if candidate.lower_name not in KNOWN_DISTRIBUTIONS and len(_distributions(group)) == 1:
+        return candidate.lower_name
+    return candidate.qualified_name
+
+
+def _parse_selection(raw: str) -> list[str]:
+    entries: list[str] = []
+    for entry in raw.split(","):
+        entry = entry.strip().lower()
+        if entry and entry not in entries:
+            entries.append(entry)
+    return entries
+
+
+def _plan(candidates: list[_Candidate], raw_selection: str | None) -> _Plan:
+    """Decide what to load from the candidates and ``PDC_PLUGINS`` (``raw_selection``)."""
+    groups: dict[str, list[_Candidate]] = {}
+    for candidate in candidates:
+        groups.setdefault(candidate.lower_name, []).append(candidate)
+    raw = (raw_selection or "").strip()
+    if not raw:
+        # Everything, except names claimed by several distributions: there the
+        # first-party owner keeps the name, and otherwise no claimant is loaded.
+        load: list[_Candidate] = []
+        refused: dict[str, str] = {}
+        for group in groups.values():
+            if len(_distributions(group)) == 1:
+                load += group
+                continue
+            kept = [c for c in group if c.first_party]
+            load += kept
+            for candidate in group:
+                if candidate not in kept:
+                    refused[candidate.key] = _refusal(candidate, group, kept, asked=False)
+        return _Plan(load=load, refused=refused, selection=PluginSelection())
+
+    chosen: list[_Candidate] = []
+    asked: list[str] = []  # plain names, whose other claimants are reported as refused
+    unknown: list[str] = []
+    ambiguous: list[str] = []
+    for entry in _parse_selection(raw):
+        dist, sep, name = entry.partition(":")
+        if sep:
+            matches = [
+                c
+                for c in candidates
+                if c.normalized_distribution == _normalize(dist) and c.lower_name == name.strip()
+            ]
+            if not matches:
+                unknown.append(entry)
+        else:
+            group = groups.get(entry, [])
+            asked.append(entry)
+            if entry in KNOWN_DISTRIBUTIONS:  # known even where its distribution is missing
+                matches = [c for c in group if c.first_party]
+            elif len(_distributions(group)) > 1:
+                matches = []
+                ambiguous.append(entry)
+            else:
+                matches = group
+                if not matches:
+                    unknown.append(entry)
+        chosen += [c for c in matches if c not in chosen]
+    refused = {}
+    for name in asked:
+        group = groups.get(name, [])
+        loaded = [c for c in group if c in chosen]
+        for candidate in group:
+            if candidate not in chosen:
+                refused[candidate.key] = _refusal(candidate, group, loaded, asked=True)
+    filtered_out = tuple(
+        c.info()
+        for c in sorted(candidates, key=lambda c: (c.lower_name, c.key))
+        if c not in chosen and c.key not in refused
+    )
+    problems = []
+    if unknown:
+        problems.append(
+            "no installed plugin is named " + ", ".join(repr(entry) for entry in unknown)
+        )
+    for name in ambiguous:
+        choices = " or ".join(sorted(c.qualified_name for c in groups[name]))
+        problems.append(f"{name!r} is provided by several distributions; name one: {choices}")
+    warning = None
+    if problems:
+        available = sorted({_selector(c, groups) for c in candidates})
+        warning = (
+            f"PDC_PLUGINS={raw!r}: {'; '.join(problems)}. "
+            f"Installed plugins: {', '.join(available) or 'none'}"
+        )
+    return _Plan(
+        load=chosen,
+        refused=refused,
+        selection=PluginSelection(
+            raw=raw, filtered_out=filtered_out, unmatched=tuple(unknown + ambiguous)
+        ),
+        warning=warning,
+    )
 
 
 def _load() -> _PluginState:
     state = _PluginState()
-    selected = _selected_names()
-    for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        if selected is not None and entry_point.name not in selected:
-            continue
-        if entry_point.name in state.plugins:
-            continue  # the same distribution seen twice on sys.path
-        dist = entry_point.dist
-        info = PluginInfo(
-            name=entry_point.name,
-            distribution=dist.name if dist is not None else None,
-            version=dist.version if dist is not None else None,
-        )
-        state.plugins[info.name] = info
-        try:
-            plugin = entry_point.load()
-            state.manager.register(plugin, name=info.name)
-        except Exception as exc:
-            info.error = f"failed to load: {_format_error(exc)}"
-            continue
-        info.hooks = sorted(caller.name for caller in state.manager.get_hookcallers(plugin) or ())
+    candidates = _discover()
+    plan = _plan(candidates, os.environ.get("PDC_PLUGINS"))
+    state.selection = plan.selection
+    for candidate in candidates:
+        if candidate.key in plan.refused:
+            state.plugins[candidate.key] = candidate.info(error=plan.refused[candidate.key])
+        elif candidate in plan.load:
+            _load_plugin(state, candidate)
     _call_register_hooks(state)
+    if plan.warning is not None:
+        warnings.warn(plan.warning, UserWarning, stacklevel=2)
     return state
+
+
+def _load_plugin(state: _PluginState, candidate: _Candidate) -> None:
+    info = candidate.info()
+    state.plugins[candidate.key] = info
+    try:
+        plugin = candidate.entry_point.load()
+        state.manager.register(plugin, name=candidate.key)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a plugin must not end the process
+        info.error = f"failed to load: {_format_error(exc)}"
+        return
+    info.hooks = sorted(caller.name for caller in state.manager.get_hookcallers(plugin) or ())
 
 
 def _call_register_hooks(state: _PluginState) -> None:
@@ -120,7 +373,9 @@ def _call_register_hooks(state: _PluginState) -> None:
     """
     claims: dict[str, list[tuple[str, type[Backend]]]] = {}
     impls = state.manager.hook.pdc_register_backends.get_hookimpls()
-    for impl in sorted(impls, key=lambda impl: impl.plugin_name):
+    for impl in sorted(
+        impls, key=lambda impl: (state.plugins[impl.plugin_name].name, impl.plugin_name)
+    ):
         info = state.plugins[impl.plugin_name]
         registered: list[type[Backend]] = []
         try:
@@ -132,12 +387,14 @@ def _call_register_hooks(state: _PluginState) -> None:
                 )
             for backend in registered:
                 _validate_backend(backend)
-        except Exception as exc:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit too: a plugin must not end the process
             info.error = f"pdc_register_backends failed: {_format_error(exc)}"
             state.manager.unregister(name=impl.plugin_name)
             continue
         for backend in registered:
-            claims.setdefault(backend.name, []).append((info.name, backend))
+            claims.setdefault(backend.name, []).append((impl.plugin_name, backend))
     for name, candidates in claims.items():
         winner = next(
             (
@@ -147,16 +404,17 @@ def _call_register_hooks(state: _PluginState) -> None:
             ),
             candidates[0],
         )
-        for plugin_name, backend in candidates:
-            if (plugin_name, backend) != winner:
-                state.plugins[plugin_name].error = (
-                    f"registers backend {name!r}, which plugin {winner[0]!r} also registers; "
-                    "skipped"
+        for plugin_key, backend in candidates:
+            if (plugin_key, backend) != winner:
+                owner = state.plugins[winner[0]]
+                state.plugins[plugin_key].error = (
+                    f"registers backend {name!r}, which plugin {owner.name!r} "
+                    f"({owner.distribution}) also registers; skipped"
                 )
                 continue
             state.backends[name] = backend
-            state.backend_plugin[name] = plugin_name
-            state.plugins[plugin_name].backends.append(name)
+            state.backend_plugin[name] = plugin_key
+            state.plugins[plugin_key].backends.append(name)
 
 
 def _validate_backend(backend: object) -> None:
@@ -197,8 +455,15 @@ def forget_plugins() -> None:
 
 
 def list_plugins() -> list[PluginInfo]:
-    """Every plugin found in the ``pdc`` entry-point group, loaded or not."""
-    return sorted(plugin_state().plugins.values(), key=lambda info: info.name)
+    """Every plugin found in the ``pdc`` entry-point group, loaded or not.
+
+    Plugins that ``PDC_PLUGINS`` filters out are not listed (see
+    :func:`plugin_selection`); refused claimants of a selected name are.
+    """
+    return sorted(
+        plugin_state().plugins.values(),
+        key=lambda info: (info.name.lower(), not info.loaded, info.distribution or ""),
+    )
 
 
 def registered_backends() -> dict[str, type[Backend]]:
@@ -207,10 +472,23 @@ def registered_backends() -> dict[str, type[Backend]]:
 
 
 def plugin_of_backend(name: str) -> str | None:
+    """The name of the plugin that registered the backend ``name``, if any."""
+    info = plugin_info_of_backend(name)
+    return info.name if info is not None else None
+
+
+def plugin_info_of_backend(name: str) -> PluginInfo | None:
     """The plugin that registered the backend ``name``, if any."""
-    return plugin_state().backend_plugin.get(name)
+    state = plugin_state()
+    key = state.backend_plugin.get(name)
+    return state.plugins[key] if key is not None else None
+
+
+def plugin_selection() -> PluginSelection:
+    """What ``PDC_PLUGINS`` filtered out when the plugins were loaded."""
+    return plugin_state().selection
 
 
 def failed_plugins() -> Iterable[PluginInfo]:
-    """The plugins that failed to load, with their errors."""
+    """The plugins that failed to load or were refused, with their errors."""
     return (info for info in plugin_state().plugins.values() if info.error is not None)

@@ -11,22 +11,21 @@ import os
 import threading
 from dataclasses import dataclass
 
-from .._backend._contract import Availability, Backend, Capability
-from .._exceptions import BackendUnavailable
+from .._backend._contract import Availability, Backend, Capability, DeviceInfo
+from .._exceptions import BackendError, BackendUnavailable
 from . import _loader
+from ._loader import KNOWN_DISTRIBUTIONS
 
 __all__ = [
     "KNOWN_DISTRIBUTIONS",
     "BackendInfo",
     "available_backends",
+    "backend_devices",
     "default_backend_name",
     "get_backend",
     "reload_plugins",
     "resolve_backend",
 ]
-
-#: Where the first-party backends come from, for "pip install ..." hints.
-KNOWN_DISTRIBUTIONS = {"cpu": "pdc-cpu", "cuda": "pdc-cuda", "metal": "pdc-metal"}
 
 
 @dataclass(frozen=True)
@@ -66,10 +65,44 @@ def _probe(backend: type[Backend]) -> Availability:
                 cached = Availability.no(
                     f"availability() returned {cached!r} instead of an Availability"
                 )
-        except Exception as exc:  # a buggy plugin must not break lookup of the others
-            cached = Availability.no(f"availability() raised {type(exc).__name__}: {exc}")
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a buggy plugin must not break lookup of the others
+            cached = Availability.no(f"availability() raised {_loader._format_error(exc)}")
         _availability[backend.name] = cached
     return cached
+
+
+def _origin(backend: type[Backend]) -> str:
+    """``"CpuBackend, registered by plugin 'cpu' of pdc-cpu 0.2.0"``, for error messages."""
+    plugin = _loader.plugin_info_of_backend(backend.name)
+    if plugin is None or _loader.registered_backends().get(backend.name) is not backend:
+        return f"{backend.__qualname__}, from {backend.distribution}"
+    dist = " ".join(part for part in (plugin.distribution, plugin.version) if part)
+    origin = f"{backend.__qualname__}, registered by plugin {plugin.name!r}"
+    return f"{origin} of {dist}" if dist else origin
+
+
+def _failure(backend: type[Backend], doing: str, call: str, exc: BaseException) -> BackendError:
+    return BackendError(
+        f"the {backend.name} backend ({_origin(backend)}) failed {doing}: "
+        f"{call} raised {_loader._format_error(exc)}"
+    )
+
+
+def backend_devices(backend: type[Backend]) -> list[DeviceInfo]:
+    """``backend.devices()``, with whatever it raises turned into a :class:`BackendError`.
+
+    A :class:`~pdc_core.BackendError` (``BackendUnavailable`` included) passes through as
+    the backend raised it; anything else but :class:`KeyboardInterrupt` (``SystemExit``
+    included) becomes a ``BackendError`` naming the backend and its plugin, chained to it.
+    """
+    try:
+        return list(backend.devices())
+    except (KeyboardInterrupt, BackendError):
+        raise
+    except BaseException as exc:
+        raise _failure(backend, "to list its devices", "devices()", exc) from exc
 
 
 def available_backends() -> list[BackendInfo]:
@@ -123,7 +156,10 @@ def get_backend(name: str | None = None) -> Backend:
 
     Raises :class:`~pdc_core.BackendUnavailable` when the name is unknown, the
     backend cannot run here, or the device index is out of range; the message lists
-    what is installed, why the requested one is unavailable and what to install.
+    what is installed, why the requested one is unavailable and what to install (or
+    what ``PDC_PLUGINS`` filtered out). Raises :class:`~pdc_core.BackendError`, naming
+    the backend and its plugin and chained to the cause, when the backend's
+    ``devices()`` or constructor fails.
     """
     base, index = _parse(name if name is not None else default_backend_name())
     key = (base, index)
@@ -140,7 +176,7 @@ def get_backend(name: str | None = None) -> Backend:
             f"the {base} backend (from {cls.distribution}) is not available here: "
             f"{availability.reason}.\n{_installed_summary()}"
         )
-    devices = cls.devices()
+    devices = backend_devices(cls)
     if index >= len(devices):
         listing = ", ".join(f"{d.qualified_name} ({d.name})" for d in devices) or "none"
         raise BackendUnavailable(
@@ -150,7 +186,14 @@ def get_backend(name: str | None = None) -> Backend:
     with _lock:
         instance = _instances.get(key)
         if instance is None:
-            instance = cls(device=index)
+            try:
+                instance = cls(device=index)
+            except (KeyboardInterrupt, BackendError):
+                raise
+            except BaseException as exc:
+                raise _failure(
+                    cls, f"to start on device {index}", f"{cls.__qualname__}(device={index})", exc
+                ) from exc
             _instances[key] = instance
     return instance
 
@@ -170,6 +213,8 @@ def resolve_backend(backend: Backend | str | None) -> Backend:
 def _installed_summary() -> str:
     infos = available_backends()
     if not infos:
+        if _loader.plugin_selection().filtered_out:
+            return "No backend is loaded."
         return "No backend is installed."
     lines = ["Installed backends:"]
     for info in infos:
@@ -179,27 +224,89 @@ def _installed_summary() -> str:
     return "\n".join(lines)
 
 
+def _plugin_label(info: _loader.PluginInfo) -> str:
+    dist = " ".join(part for part in (info.distribution, info.version) if part)
+    return f"{info.name} ({dist})" if dist else info.name
+
+
 def _failed_summary() -> str:
-    failed = list(_loader.failed_plugins())
+    failed = sorted(_loader.failed_plugins(), key=lambda info: (info.name, info.qualified_name))
     if not failed:
         return ""
-    lines = ["Plugins that failed to load:"]
-    lines += [f"  {info.name}: {info.error}" for info in failed]
+    lines = ["Plugins that failed to load or were refused:"]
+    lines += [f"  {_plugin_label(info)}: {info.error}" for info in failed]
     return "\n" + "\n".join(lines)
 
 
+def _selection_summary() -> str:
+    """What PDC_PLUGINS left out, when it is set."""
+    selection = _loader.plugin_selection()
+    if selection.raw is None:
+        return ""
+    lines = []
+    if selection.filtered_out:
+        left_out = ", ".join(_plugin_label(info) for info in selection.filtered_out)
+        lines.append(f"PDC_PLUGINS={selection.raw!r} filtered out: {left_out}")
+    if selection.unmatched:
+        unmatched = ", ".join(repr(entry) for entry in selection.unmatched)
+        lines.append(f"PDC_PLUGINS entries that select no installed plugin: {unmatched}")
+    return "\n" + "\n".join(lines) if lines else ""
+
+
+def _filtered_provider(base: str) -> _loader.PluginInfo | None:
+    """The plugin PDC_PLUGINS filtered out that (probably) provides the backend ``base``."""
+    owner = KNOWN_DISTRIBUTIONS.get(base)
+    for info in _loader.plugin_selection().filtered_out:
+        dist = _loader._normalize(info.distribution) if info.distribution else None
+        if info.name.lower() == base and (owner is None or dist == owner):
+            return info
+    return None
+
+
+def _entry_for(info: _loader.PluginInfo) -> str:
+    """The ``PDC_PLUGINS`` entry that selects the plugin ``info``."""
+    name = info.name.lower()
+    owner = KNOWN_DISTRIBUTIONS.get(name)
+    dist = _loader._normalize(info.distribution) if info.distribution else None
+    if owner is not None:
+        return name if dist == owner else info.qualified_name
+    everyone = [*_loader.list_plugins(), *_loader.plugin_selection().filtered_out]
+    claimants = {other.distribution for other in everyone if other.name.lower() == name}
+    return name if len(claimants) == 1 else info.qualified_name
+
+
 def _unknown_message(base: str) -> str:
+    details = f"{_installed_summary()}{_failed_summary()}{_selection_summary()}"
+    provider = _filtered_provider(base)
+    raw = _loader.plugin_selection().raw
+    if provider is not None:
+        owner = KNOWN_DISTRIBUTIONS.get(base)
+        where = (
+            f"{provider.distribution} is installed (no need to pip install {owner}), "
+            f"but PDC_PLUGINS={raw!r} filtered out its plugin {provider.name!r}"
+            if owner is not None
+            else f"PDC_PLUGINS={raw!r} filtered out the installed plugin "
+            f"{_plugin_label(provider)}, which probably provides it"
+        )
+        return (
+            f"unknown backend {base!r}: {where}. Add {_entry_for(provider)} to "
+            f"PDC_PLUGINS, or unset PDC_PLUGINS.\n{details}"
+        )
     hint = KNOWN_DISTRIBUTIONS.get(base)
     install = (
         f" Install it with: pip install {hint}"
         if hint
         else " No known distribution provides it; check the name."
     )
-    return f"unknown backend {base!r}.{install}\n{_installed_summary()}{_failed_summary()}"
+    return f"unknown backend {base!r}.{install}\n{details}"
 
 
 def _no_backend_message() -> str:
-    return (
-        "no pdc backend is available. Install one, for example: pip install pdc-cpu\n"
-        f"{_installed_summary()}{_failed_summary()}"
-    )
+    details = f"{_installed_summary()}{_failed_summary()}{_selection_summary()}"
+    selection = _loader.plugin_selection()
+    if selection.filtered_out:
+        return (
+            f"no pdc backend is available with PDC_PLUGINS={selection.raw!r}: add an "
+            f"installed backend's plugin to PDC_PLUGINS, or unset PDC_PLUGINS.\n{details}"
+        )
+    return f"no pdc backend is available. Install one, for example: pip install pdc-cpu\n{details}"
