@@ -752,3 +752,33 @@ async def test_resident_handle_protocol_methods() -> None:
     resident.device.set_error(5, "late")
     assert resident.error is not None
     assert resident.error.code == 5
+
+
+async def test_leaving_the_block_after_a_stop_timed_out_does_not_wait_again() -> None:
+    backend = ScriptedBackend()
+    with anyio.fail_after(2):  # a second stop would wait stop_timeout (4 s) again
+        async with open_persistent_kernel(
+            make_kernel(), backend, stop_timeout=4, ignore_stop=True
+        ) as session:
+            assert session.stop_timeout == 4
+            with pytest.raises(KernelStopTimeout, match=r"within 0\.05 s"):
+                await session.stop(timeout=0.05)
+    assert not backend.launched[0].released  # the device may still use the memory
+
+
+async def test_leaving_the_block_releases_a_kernel_that_exited_after_its_stop_timed_out() -> None:
+    backend = ScriptedBackend()
+    with anyio.fail_after(2):
+        async with open_persistent_kernel(make_kernel(), backend, ignore_stop=True) as session:
+            with pytest.raises(KernelStopTimeout):
+                await session.stop(timeout=0.05)
+            backend.launched[0].finish()
+    assert backend.launched[0].released
+
+
+async def test_stop_timeout_is_checked_before_anything_is_launched() -> None:
+    backend = ScriptedBackend()
+    for bad in (float("nan"), 0, -1):
+        with pytest.raises(ValueError, match="stop_timeout"):
+            await PersistentKernelSession.start(make_kernel(), backend, stop_timeout=bad)
+    assert backend.launched == []

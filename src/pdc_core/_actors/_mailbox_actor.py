@@ -19,6 +19,7 @@ import anyio
 from .._exceptions import (
     ActorCrashed,
     ActorStopped,
+    LifecycleError,
     MailboxClosed,
     MessageDropped,
     MessageTimeout,
@@ -138,6 +139,15 @@ class MailboxActorRef(ActorRef[M, R]):
             return ActorCrashed(self._actor_id, runner.crash.cause)
         return ActorStopped(f"actor {self._actor_id!r} is not running", actor_id=self._actor_id)
 
+    def _check_not_self(self, operation: str) -> None:
+        """An actor waiting for its own reply would wait forever: refuse it."""
+        runner = self._runner
+        if runner is not None and runner.is_current_task():
+            raise LifecycleError(
+                f"actor {self._actor_id!r} called {operation}() on itself from its handler: "
+                "it would wait forever for its own reply (use tell, or handle it inline)"
+            )
+
     def _admits_caller(self) -> bool:
         """The mailbox is sealed (its nursery drains) and the caller is one of the
         nursery's actors, whose sends must go on until the nursery is quiescent."""
@@ -195,8 +205,10 @@ class MailboxActorRef(ActorRef[M, R]):
         ):
             envelope = (message, waiter, -1)
             if mailbox._taker is None or not mailbox._handoff(envelope):
+                self._check_not_self("ask")  # the actor is busy: is it asking itself?
                 mailbox._push(envelope, priority)
         else:
+            self._check_not_self("ask")
             await self._enqueue((message, waiter, -1), check_priority(priority))
         if timeout is not None:
             kit.arm(waiter, timeout)
@@ -248,6 +260,7 @@ class MailboxActorRef(ActorRef[M, R]):
         batch = messages if isinstance(messages, list) else list(messages)
         if not batch:
             return []
+        self._check_not_self("ask_many")
         prio = self._priorities(batch, priority)
         kit = self._kit
         cell = BatchReply(kit.waiter(), len(batch), ordered=isinstance(prio, int))
@@ -293,6 +306,8 @@ class MailboxActorRef(ActorRef[M, R]):
         assert runner is not None
         if runner.finished:
             return
+        if not drain and runner.state is ActorState.RESTARTING and runner.cancel_scope:
+            runner.cancel_scope.cancel()  # waiting out a restart backoff: end it now
         if runner.state is not ActorState.STOPPING:
             runner.state = ActorState.STOPPING
         mailbox = self._mailbox
@@ -385,7 +400,8 @@ class MailboxActor(ActorRunner):
         return self.finished or self._mailbox.starved()
 
     def unfinished(self) -> int:
-        return len(self._mailbox) + (0 if self.idle else 1)
+        handling = self.state is not ActorState.RESTARTING and not self.idle
+        return len(self._mailbox) + handling
 
     def request_drain(self, start_soon: Callable[..., object]) -> None:
         if not self.finished:

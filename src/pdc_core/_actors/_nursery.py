@@ -45,7 +45,8 @@ point documented there.
 
 from __future__ import annotations
 
-import itertools
+import math
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from types import TracebackType
@@ -88,8 +89,16 @@ class RestartPolicy:
     max_backoff: float = 1.0
 
     def __post_init__(self) -> None:
+        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int):
+            raise TypeError(f"max_restarts must be an int, not {self.max_restarts!r}")
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
+        for name in ("within", "backoff", "backoff_factor", "max_backoff"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"{name} must be a number of seconds, not {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite, got {value!r}")
         if self.within <= 0:
             raise ValueError(f"within must be > 0 seconds, got {self.within}")
         if self.backoff < 0 or self.max_backoff < 0 or self.backoff_factor < 1:
@@ -101,7 +110,8 @@ class RestartPolicy:
         return float(min(self.max_backoff, self.backoff * self.backoff_factor**exponent))
 
 
-_ids = itertools.count(1)
+#: Runners that have been started: a runner runs in one nursery, once.
+_started: weakref.WeakSet[ActorRunner] = weakref.WeakSet()
 
 
 def _errors(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -269,13 +279,20 @@ class ActorNursery:
             raise LifecycleError("cannot start an actor: the nursery is not open")
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        if restart is not None and not isinstance(restart, RestartPolicy):
+            raise TypeError(f"restart must be a RestartPolicy or None, not {restart!r}")
         options = StartOptions(name, capacity, backpressure, max_batch, paused)
         runner = runner_for(target, args, options)
+        if runner in _started:
+            raise LifecycleError(
+                f"{runner!r} has already run in a nursery; make a new one to start again"
+            )
         actor_id = runner.ref.actor_id
         if actor_id in self._actors:
             raise DuplicateActorError(f"an actor named {actor_id!r} is already running")
         self._actors[actor_id] = runner.ref
         self._runners[actor_id] = runner
+        _started.add(runner)
         try:
             ref: ActorRef[Any, Any] = await self._tg.start(
                 self._supervise, runner, restart, name=f"pdc-actor-{actor_id}"
@@ -330,7 +347,13 @@ class ActorNursery:
                     if restart is not None and len(history) < restart.max_restarts:
                         history.append(now)
                         runner.on_crash(exc, restarting=True)
-                        await anyio.sleep(restart.delay(len(history)))
+                        # Under the runner's scope too: stop(timeout=...) and the
+                        # nursery's shutdown_timeout hold while it waits out the backoff.
+                        with anyio.CancelScope() as backoff:
+                            runner.cancel_scope = backoff
+                            await anyio.sleep(restart.delay(len(history)))
+                        if backoff.cancelled_caught:
+                            return  # stopped while waiting to restart
                         continue
                     runner.on_crash(exc, restarting=False)
                     crashed = ActorCrashed(actor_id, exc)

@@ -327,6 +327,7 @@ class PersistentKernelActor(ActorRunner):
             self._backend,
             launch_timeout=self._launch_timeout,
             receive_window=self._receive_window,
+            stop_timeout=self._stop_timeout,
             **self._options,
         )
         self.session = session

@@ -79,6 +79,11 @@ def backend_for(kernel: PersistentKernel, backend: Backend | str | None) -> Back
     return backend
 
 
+def _check_stop_timeout(stop_timeout: float) -> None:
+    if not stop_timeout > 0:  # NaN too
+        raise ValueError(f"stop_timeout must be > 0 seconds, not {stop_timeout!r}")
+
+
 class SessionState(enum.Enum):
     """Lifecycle of a :class:`PersistentKernelSession`."""
 
@@ -203,10 +208,14 @@ class PersistentKernelSession:
         resident: ResidentKernel,
         *,
         receive_window: int | None = None,
+        stop_timeout: float = 5.0,
     ) -> None:
+        _check_stop_timeout(stop_timeout)
         self.kernel = kernel
         self.backend = backend
         self.resident = resident
+        #: What :meth:`stop` (and leaving ``async with``) waits at most by default.
+        self.stop_timeout = stop_timeout
         self.memory = resident.memory
         self._ring = RingHost(self.memory)
         self._waiter = resident.host_waiter()
@@ -235,6 +244,7 @@ class PersistentKernelSession:
         self._error: PersistentKernelError | None = None
         self._error_reported = False
         self._released = False  # stop() is done with the kernel
+        self._stop_timed_out: float | None = None  # the timeout of a stop that failed
         self._freed = False  # the waiter is closed and the resident released
         # A session dropped without being closed still asks its kernel to stop, so an
         # abandoned worker thread or resident kernel does not run forever.
@@ -250,6 +260,7 @@ class PersistentKernelSession:
         *,
         launch_timeout: float = 10.0,
         receive_window: int | None = None,
+        stop_timeout: float = 5.0,
         **options: Any,
     ) -> PersistentKernelSession:
         """Allocate the rings, launch ``kernel`` and wait until it is resident.
@@ -262,6 +273,7 @@ class PersistentKernelSession:
         :class:`~pdc_core.PersistentKernelError` when the kernel fails to start or does
         not signal ``STARTED`` within ``launch_timeout`` seconds (it is then stopped).
         """
+        _check_stop_timeout(stop_timeout)
         backend = backend_for(kernel, backend)
         memory = RingMemory.allocate(backend, kernel.layout)
         resident = backend.launch_persistent_kernel(kernel, memory, **options)
@@ -270,7 +282,9 @@ class PersistentKernelSession:
                 f"{backend!r}.launch_persistent_kernel returned {type(resident).__name__}, "
                 "not a ResidentKernel"
             )
-        session = cls(kernel, backend, resident, receive_window=receive_window)
+        session = cls(
+            kernel, backend, resident, receive_window=receive_window, stop_timeout=stop_timeout
+        )
         try:
             with anyio.fail_after(launch_timeout):
                 await session.wait_until(lambda: session._ring.started)
@@ -296,7 +310,7 @@ class PersistentKernelSession:
     async def _abort(self) -> None:
         with anyio.CancelScope(shield=True):
             with suppress(KernelStopTimeout, ActorStopped):
-                await self.stop(timeout=5.0)
+                await self.stop()
 
     async def __aenter__(self) -> PersistentKernelSession:
         return self
@@ -310,12 +324,17 @@ class PersistentKernelSession:
         await self.aclose(_raise_crash=exc is None)
 
     async def aclose(self, *, _raise_crash: bool = True) -> None:
-        """Stop the kernel (see :meth:`stop`) and release everything.
+        """Stop the kernel (see :meth:`stop`, within :attr:`stop_timeout`) and release
+        everything. After a stop that timed out it does not wait again: it releases the
+        memory if the kernel has exited since, and keeps it otherwise.
 
         If the kernel crashed and no caller has been told yet, raises the
         :class:`~pdc_core.ActorCrashed` here, so a crash is never silent.
         """
-        await self.stop()
+        if self._stop_timed_out is None:
+            await self.stop()
+        elif self.resident.exited:  # it stopped since: release without waiting again
+            await self.stop(0)
         if _raise_crash and self._error is not None and not self._error_reported:
             self._raise_terminal()
 
@@ -752,19 +771,24 @@ class PersistentKernelSession:
         self._check_open()
         self._state = SessionState.RUNNING
 
-    async def stop(self, timeout: float = 5.0, *, drain: bool = False) -> None:
+    async def stop(self, timeout: float | None = None, *, drain: bool = False) -> None:
         """Stop the kernel and release its memory; idempotent.
 
         ``drain=False``: the kernel finishes the batch in hand and stops; requests it
         had not consumed fail with :class:`~pdc_core.ActorStopped`. ``drain=True``: it
         first answers everything already published (replies keep flowing to their
         callers meanwhile). Either way, every reply the kernel published is delivered.
-        Shielded from cancellation, bounded by ``timeout``; raises
-        :class:`~pdc_core.KernelStopTimeout` if the kernel has not stopped by then
-        (the memory is then kept, since the device may still use it).
+        Shielded from cancellation, bounded by ``timeout`` (default:
+        :attr:`stop_timeout`); raises :class:`~pdc_core.KernelStopTimeout` if the kernel
+        has not stopped by then (the memory is then kept, since the device may still use
+        it). Calling it again tries again.
         """
         if self._released:
             return
+        if timeout is None:
+            timeout = self.stop_timeout
+        elif not timeout >= 0:  # NaN too
+            raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
         deadline = time.monotonic() + timeout
         with anyio.CancelScope(shield=True):
             if not self._final:
@@ -775,8 +799,10 @@ class PersistentKernelSession:
                 with anyio.move_on_after(max(0.0, deadline - time.monotonic())):
                     await self.wait_until(lambda: False)
                 if not self._final:
+                    self._stop_timed_out = timeout
                     raise stop_timeout_error(self.resident, timeout)
             if not await self.resident.wait_exited(max(0.0, deadline - time.monotonic())):
+                self._stop_timed_out = timeout
                 raise stop_timeout_error(self.resident, timeout)
             if not self._released:
                 self._released = True
@@ -811,6 +837,7 @@ async def open_persistent_kernel(
     *,
     launch_timeout: float = 10.0,
     receive_window: int | None = None,
+    stop_timeout: float = 5.0,
     **options: Any,
 ) -> AsyncIterator[PersistentKernelSession]:
     """Launch ``kernel`` and yield its :class:`PersistentKernelSession`; stop it on exit.
@@ -820,14 +847,16 @@ async def open_persistent_kernel(
         async with open_persistent_kernel(double, "cpu") as kernel:
             reply = await kernel.request((1, 2.0))
 
-    On exit the kernel is stopped (shielded from cancellation, bounded in time) and
-    its memory released; a crash nobody was told about is raised there.
+    On exit the kernel is stopped (shielded from cancellation, within
+    ``stop_timeout`` seconds; not again if a stop already timed out) and its memory
+    released; a crash nobody was told about is raised there.
     """
     session = await PersistentKernelSession.start(
         kernel,
         backend,
         launch_timeout=launch_timeout,
         receive_window=receive_window,
+        stop_timeout=stop_timeout,
         **options,
     )
     async with session:
