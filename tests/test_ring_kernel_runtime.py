@@ -425,6 +425,42 @@ async def test_ask_matches_replies_by_correlation_id() -> None:
             await kernel.ask("not a message")
 
 
+async def test_asking_with_a_request_already_pending_is_refused() -> None:
+    release = anyio.Event()
+
+    async def held_echo(ctx: Any) -> None:
+        while not ctx.should_terminate:
+            msg = await ctx.receive()
+            await release.wait()
+            await ctx.send(msg.respond(msg.data))
+
+    with anyio.fail_after(LIMIT):
+        async with RingKernelRuntime() as runtime:
+            kernel = await runtime.launch("held_echo", held_echo)
+            await runtime.activate("held_echo")
+            request = Request(data=1)
+            replies: list[Any] = []
+
+            async def first() -> None:
+                replies.append(await kernel.ask(request))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(first)
+                await anyio.wait_all_tasks_blocked()  # the first ask is pending
+                with pytest.raises(ValueError, match="is already pending on kernel 'held_echo'"):
+                    await kernel.ask(request)
+                with pytest.raises(ValueError, match="already pending"):
+                    await kernel.ask_many([request])
+                release.set()
+            assert [reply.result for reply in replies] == [1]
+            twice = Request(data=2)
+            with pytest.raises(ValueError, match=f"request {twice.message_id} is already pending"):
+                await kernel.ask_many([twice, twice])
+            assert [r.result for r in await kernel.ask_many([Request(data=3)])] == [3]
+            with pytest.raises(MessageTimeout):  # nothing stray reached the output queue
+                await runtime.receive("held_echo", timeout=0.05)
+
+
 async def test_ask_on_a_kernel_that_never_replies_times_out_or_fails_on_stop() -> None:
     async def sink(ctx: Any) -> None:
         while True:

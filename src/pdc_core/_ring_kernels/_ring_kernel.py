@@ -784,13 +784,22 @@ class RingKernel(ActorRef[Any, Any]):
             )
         return message_id
 
+    def _already_pending(self, message_id: Any) -> ValueError:
+        return ValueError(
+            f"request {message_id} is already pending on kernel {self._kernel_id!r}: "
+            "its reply could answer only one caller. Ask with a message of its own "
+            "(each new Request has a new message_id)"
+        )
+
     async def ask(
         self, message: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> Any:
         """Send ``message`` and return the kernel's reply correlated with it."""
         message_id = self._message_id(message)
-        waiter = self._kit.waiter()
         pending = self._pending
+        if message_id in pending:
+            raise self._already_pending(message_id)
+        waiter = self._kit.waiter()
         pending[message_id] = waiter
         try:
             await self.send(message, priority=priority)
@@ -819,8 +828,13 @@ class RingKernel(ActorRef[Any, Any]):
         if not batch:
             return []
         ids = [self._message_id(message) for message in batch]
-        cell = BatchReply(self._kit.waiter(), len(batch))
         pending = self._pending
+        seen: set[Any] = set()
+        for message_id in ids:
+            if message_id in pending or message_id in seen:
+                raise self._already_pending(message_id)
+            seen.add(message_id)
+        cell = BatchReply(self._kit.waiter(), len(batch))
         for index, message_id in enumerate(ids):
             pending[message_id] = (cell, index)
         try:
