@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
 from anyio import WouldBlock
 
 from .._exceptions import MailboxClosed, MailboxFull, MessageTimeout
-from .._loop import TIMED_OUT, Kit, Waiter, current_kit, woken_value
+from .._loop import TIMED_OUT, Kit, Waiter, check_timeout, current_kit, woken_value
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -685,6 +685,8 @@ class Mailbox(Generic[T]):
         :class:`~pdc_core.MailboxClosed` once the mailbox is closed and empty. A
         cancelled receive takes nothing from the mailbox.
         """
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         kit = self._kit or self._bind()
         ops = self._ops = self._ops + 1
         if not ops % _CHECKPOINT_EVERY:
@@ -870,6 +872,8 @@ class Mailbox(Generic[T]):
         """
         if max_items < 1:
             raise ValueError(f"max_items must be at least 1, got {max_items}")
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         kit = self._kit or self._bind()
         ops = self._ops = self._ops + 1
         if not ops % _CHECKPOINT_EVERY:

@@ -24,7 +24,7 @@ from .._exceptions import (
     MessageDropped,
     MessageTimeout,
 )
-from .._loop import TIMED_OUT, Kit, current_kit, fail, wake, woken_value
+from .._loop import TIMED_OUT, Kit, check_timeout, current_kit, fail, wake, woken_value
 from ._mailbox import DEFAULT_PRIORITY, EMPTY, Control, Mailbox, check_priority
 from ._refs import (
     ActorRef,
@@ -192,6 +192,8 @@ class MailboxActorRef(ActorRef[M, R]):
     async def ask(
         self, message: M, *, priority: int | None = None, timeout: float | None = None
     ) -> R:
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
         kit = self._kit
@@ -257,6 +259,8 @@ class MailboxActorRef(ActorRef[M, R]):
     async def ask_many(
         self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
     ) -> list[R]:
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         batch = messages if isinstance(messages, list) else list(messages)
         if not batch:
             return []
@@ -302,6 +306,7 @@ class MailboxActorRef(ActorRef[M, R]):
             runner.state = ActorState.RUNNING
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        timeout = check_timeout(timeout)
         runner = self._runner
         assert runner is not None
         if runner.finished:

@@ -62,7 +62,7 @@ from .._exceptions import (
     LifecycleError,
     ShutdownTimeout,
 )
-from .._loop import current_kit
+from .._loop import check_duration, current_kit
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
 from ._refs import ActorRef, ActorRunner, StartOptions, runner_for
 
@@ -145,6 +145,7 @@ class ActorNursery:
     """Starts actors and bounds their lifetime. Create one with :func:`open_nursery`."""
 
     def __init__(self, *, shutdown_timeout: float | None = None) -> None:
+        shutdown_timeout = check_duration(shutdown_timeout, "shutdown_timeout")
         self._tg: anyio.abc.TaskGroup | None = None
         self._actors: dict[str, ActorRef[Any, Any]] = {}
         self._runners: dict[str, ActorRunner] = {}

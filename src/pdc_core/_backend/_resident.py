@@ -29,7 +29,7 @@ import anyio
 import numpy.typing as npt
 
 from .._exceptions import KernelStopTimeout, PersistentKernelError
-from .._loop import current_sleep
+from .._loop import check_timeout, current_sleep
 from ._ring import Offset, RingMemory, StopMode
 
 if TYPE_CHECKING:
@@ -273,6 +273,7 @@ class ResidentKernel(abc.ABC):
 
     async def wait_exited(self, timeout: float) -> bool:
         """Wait (polling, backing off to 1 ms) until :attr:`exited`; False on timeout."""
+        check_timeout(timeout)
         deadline = time.monotonic() + timeout
         delay = 0.0
         while not self.exited:
@@ -290,6 +291,7 @@ class ResidentKernel(abc.ABC):
         stops). Raises :class:`~pdc_core.KernelStopTimeout` after ``timeout`` seconds,
         describing the control block; never hangs.
         """
+        check_timeout(timeout)
         self.request_stop(StopMode.DRAIN if drain else StopMode.NOW)
         deadline = time.monotonic() + timeout
         delay = 0.0

@@ -15,6 +15,7 @@ imported only when it is the one running.
 from __future__ import annotations
 
 import asyncio
+import math
 import sys
 import weakref
 from collections.abc import Awaitable, Callable
@@ -30,6 +31,8 @@ __all__ = [
     "TIMED_OUT",
     "Kit",
     "Waiter",
+    "check_duration",
+    "check_timeout",
     "current_kit",
     "current_library",
     "current_sleep",
@@ -98,3 +101,39 @@ def woken_value(waiter: Waiter) -> Any:
         return _asyncio_woken_value(waiter)
     assert isinstance(waiter, TrioWaiter)
     return _trio_woken_value(waiter)
+
+
+# -- timeout arguments, checked in one place ------------------------------------------------
+#
+# A NaN deadline in a timer heap breaks every later timeout of the loop (asyncio) or the
+# loop itself (trio), so every timeout of the public API comes through here first.
+
+
+def _seconds(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds or None, not {value!r}")
+    if math.isnan(value):
+        raise ValueError(f"{name} is NaN; give a number of seconds, or None for no timeout")
+    return float(value)
+
+
+def check_timeout(value: float | None, name: str = "timeout") -> float | None:
+    """A wait's timeout: ``None`` or ``inf`` for none (returns ``None``), a number of
+    seconds otherwise, zero or negative meaning "now". NaN is a ``ValueError`` naming
+    ``name``; anything but a number is a ``TypeError``."""
+    if value is None:
+        return None
+    seconds = _seconds(value, name)
+    return None if seconds == math.inf else seconds
+
+
+def check_duration(value: float | None, name: str) -> float | None:
+    """A bound set once (``shutdown_timeout``, ``stop_timeout``, ``launch_timeout``):
+    ``None`` or ``inf`` for none (returns ``None``), else a positive number of seconds;
+    zero, negative and NaN are a ``ValueError`` naming ``name``."""
+    if value is None:
+        return None
+    seconds = _seconds(value, name)
+    if seconds <= 0:
+        raise ValueError(f"{name} must be > 0 seconds (or None for no bound), not {value!r}")
+    return None if seconds == math.inf else seconds

@@ -60,6 +60,7 @@ from .._actors import (
 from .._backend._persistent_kernel import PersistentKernel
 from .._backend._ring import StopMode
 from .._exceptions import ActorCrashed, ActorStopped, MessageTimeout
+from .._loop import check_duration, check_timeout
 from ._session import PersistentKernelSession, SessionState, backend_for
 
 if TYPE_CHECKING:
@@ -158,6 +159,7 @@ class KernelActorRef(ActorRef[Any, Any]):
         self, message: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> Any:
         """Send one request and return the kernel's reply record."""
+        timeout = check_timeout(timeout)
         try:
             session = self._open_session(priority)
             if timeout is None:
@@ -172,6 +174,7 @@ class KernelActorRef(ActorRef[Any, Any]):
         self, messages: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> npt.NDArray[Any]:
         """Send a batch and return the replies, in order, as one record array."""
+        timeout = check_timeout(timeout)
         try:
             session = self._open_session(priority)
             if timeout is None:
@@ -186,6 +189,7 @@ class KernelActorRef(ActorRef[Any, Any]):
         self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
     ) -> list[Any]:
         """Like :meth:`ask_batch`, returning a list of reply records."""
+        timeout = check_timeout(timeout)
         return list(await self.ask_batch(messages, priority=priority, timeout=timeout))
 
     async def pause(self) -> None:
@@ -211,6 +215,7 @@ class KernelActorRef(ActorRef[Any, Any]):
         ``stop_timeout``); a kernel that does not stop in time crashes the actor with
         :class:`~pdc_core.KernelStopTimeout`. Idempotent.
         """
+        timeout = check_timeout(timeout)
         self._runner.request_stop(drain=drain, timeout=timeout)
         await self.wait()
 
@@ -271,8 +276,8 @@ class PersistentKernelActor(ActorRunner):
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"an actor name must be a non-empty str, not {name!r}")
-        if stop_timeout <= 0:
-            raise ValueError(f"stop_timeout must be > 0 seconds, not {stop_timeout!r}")
+        check_duration(launch_timeout, "launch_timeout")
+        check_duration(stop_timeout, "stop_timeout")
         self._backend = backend_for(kernel, backend)
         self.kernel = kernel
         self.actor_id = name if name is not None else kernel.name

@@ -44,7 +44,7 @@ from .._backend._ring import (
     coerce_record,
 )
 from .._exceptions import ActorCrashed, ActorStopped, KernelStopTimeout, PersistentKernelError
-from .._loop import current_kit, wake
+from .._loop import check_duration, check_timeout, current_kit, wake
 from .._plugins import resolve_backend
 
 if TYPE_CHECKING:
@@ -77,11 +77,6 @@ def backend_for(kernel: PersistentKernel, backend: Backend | str | None) -> Back
     backend.require(Capability.PERSISTENT_KERNELS, "run persistent kernels")
     kernel.body_for(backend.name)
     return backend
-
-
-def _check_stop_timeout(stop_timeout: float) -> None:
-    if not stop_timeout > 0:  # NaN too
-        raise ValueError(f"stop_timeout must be > 0 seconds, not {stop_timeout!r}")
 
 
 class SessionState(enum.Enum):
@@ -210,7 +205,7 @@ class PersistentKernelSession:
         receive_window: int | None = None,
         stop_timeout: float = 5.0,
     ) -> None:
-        _check_stop_timeout(stop_timeout)
+        check_duration(stop_timeout, "stop_timeout")
         self.kernel = kernel
         self.backend = backend
         self.resident = resident
@@ -273,7 +268,8 @@ class PersistentKernelSession:
         :class:`~pdc_core.PersistentKernelError` when the kernel fails to start or does
         not signal ``STARTED`` within ``launch_timeout`` seconds (it is then stopped).
         """
-        _check_stop_timeout(stop_timeout)
+        check_duration(launch_timeout, "launch_timeout")
+        check_duration(stop_timeout, "stop_timeout")
         backend = backend_for(kernel, backend)
         memory = RingMemory.allocate(backend, kernel.layout)
         resident = backend.launch_persistent_kernel(kernel, memory, **options)
@@ -787,8 +783,8 @@ class PersistentKernelSession:
             return
         if timeout is None:
             timeout = self.stop_timeout
-        elif not timeout >= 0:  # NaN too
-            raise ValueError(f"timeout must be >= 0 seconds, not {timeout!r}")
+        else:
+            check_timeout(timeout)
         deadline = time.monotonic() + timeout
         with anyio.CancelScope(shield=True):
             if not self._final:

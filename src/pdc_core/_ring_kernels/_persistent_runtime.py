@@ -46,6 +46,7 @@ import anyio
 
 from .._actors import ActorRunner, ActorState, cancellation_first, check_priority
 from .._exceptions import ActorStopped, KernelStateError, MessageTimeout
+from .._loop import check_timeout
 from .._persistent import KernelActorRef, PersistentKernelActor
 from ._lifecycle import RECEIVE_STATES, KernelState, terminate_within
 from ._telemetry import KernelTelemetry, Telemetry
@@ -193,6 +194,7 @@ class PersistentRingKernel(KernelActorRef):
 
         Idempotent. See the module documentation for what happens to requests.
         """
+        check_timeout(timeout)
         await terminate_within(self, timeout)
 
     # -- messages -----------------------------------------------------------------------
@@ -206,6 +208,7 @@ class PersistentRingKernel(KernelActorRef):
         (:class:`~pdc_core.MessageTimeout`). Raises
         :class:`~pdc_core.KernelStateError` unless LAUNCHED, ACTIVE or DEACTIVATED.
         """
+        timeout = check_timeout(timeout)
         if priority is not None:
             check_priority(priority)
         if self.kernel_state not in _SEND_STATES:
@@ -231,6 +234,7 @@ class PersistentRingKernel(KernelActorRef):
         :class:`~pdc_core.KernelStateError` once the kernel has stopped and every
         reply it published has been received.
         """
+        timeout = check_timeout(timeout)
         session = self._runner.session
         assert session is not None  # the runtime returns the handle once it has started
         try:
@@ -247,6 +251,7 @@ class PersistentRingKernel(KernelActorRef):
         self, message: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> Any:
         """Send one request and return its reply (every round trip is timed)."""
+        timeout = check_timeout(timeout)
         started = time.perf_counter_ns()
         reply = await super().ask(message, priority=priority, timeout=timeout)
         self._runner.recorder.latency.record(time.perf_counter_ns() - started)

@@ -25,7 +25,7 @@ from .._exceptions import (
     KernelNotFoundError,
     LifecycleError,
 )
-from .._loop import current_kit
+from .._loop import check_duration, check_timeout, current_kit
 from ._lifecycle import FINAL_STATES, KernelState
 from ._persistent_runtime import PersistentRingKernel, launch_persistent
 from ._ring_kernel import KernelFunction, RingKernel, RingKernelDefinition, get_ring_kernel
@@ -56,6 +56,7 @@ class RingKernelRuntime:
         use_eager_tasks: bool = False,
     ) -> None:
         self._enable_telemetry = enable_telemetry
+        check_duration(shutdown_timeout, "shutdown_timeout")
         self._shutdown_timeout = shutdown_timeout
         self._kernels: dict[str, RingKernel | PersistentRingKernel] = {}
         self._nursery: ActorNursery | None = None
@@ -244,10 +245,12 @@ class RingKernelRuntime:
 
     async def terminate(self, kernel_id: str, timeout: float = 5.0) -> None:
         """Drain the kernel's queue for up to ``timeout`` seconds, then stop it."""
+        check_timeout(timeout)
         await self.get_kernel(kernel_id).terminate(timeout)
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Terminate every live kernel, draining them for ``timeout`` seconds in all."""
+        check_timeout(timeout)
         live = [kernel for kernel in self._kernels.values() if not kernel._finished]
         for kernel in live:
             kernel._request_terminate(timeout)
@@ -278,6 +281,7 @@ class RingKernelRuntime:
         (not LAUNCHED, ACTIVE or DEACTIVATED) or :class:`TypeError` (not the kernel's
         ``input_type``).
         """
+        timeout = check_timeout(timeout)
         kernel = self._kernels.get(kernel_id)
         if kernel is None:
             raise KernelNotFoundError(kernel_id, list(self._kernels))
@@ -292,6 +296,7 @@ class RingKernelRuntime:
         ``timeout`` seconds, and :class:`~pdc_core.KernelStateError` once the kernel
         has stopped and its output queue is empty.
         """
+        timeout = check_timeout(timeout)
         kernel = self._kernels.get(kernel_id)
         if kernel is None:
             raise KernelNotFoundError(kernel_id, list(self._kernels))
@@ -299,6 +304,7 @@ class RingKernelRuntime:
 
     async def ask(self, kernel_id: str, message: Any, *, timeout: float | None = None) -> Any:
         """Send ``message`` and return the kernel's reply with its ``correlation_id``."""
+        timeout = check_timeout(timeout)
         return await self.get_kernel(kernel_id).ask(message, timeout=timeout)
 
     async def send_and_receive(
