@@ -128,3 +128,41 @@ async def test_a_runner_that_already_ran_is_refused() -> None:
     async with open_nursery() as nursery:
         with pytest.raises(LifecycleError, match="has already run in a nursery"):
             await nursery.start_actor(actor)
+
+
+async def test_a_plain_def_handler_is_named_at_start() -> None:
+    def forgot_async(message: Any) -> Any:
+        return message
+
+    async with open_nursery() as nursery:
+        with pytest.raises(TypeError, match=r"'forgot_async' is a plain function .* `async def"):
+            await nursery.start_actor(forgot_async)
+        assert nursery.actors == {}
+
+
+async def test_a_factory_returning_something_else_says_what_a_handler_is() -> None:
+    def factory() -> Any:
+        return 42
+
+    with pytest.raises(Exception, match=r"returned int, not an Actor .*async def"):
+        async with open_nursery() as nursery:
+            await nursery.start_actor(factory)
+
+
+def test_a_mailbox_belongs_to_the_loop_that_first_used_it() -> None:
+    import asyncio
+
+    from pdc_core import Mailbox
+
+    mailbox: Mailbox[int] = Mailbox()
+
+    async def first() -> None:
+        await mailbox.send(1)
+        assert await mailbox.receive() == 1
+
+    async def second() -> None:
+        await mailbox.receive()
+
+    asyncio.run(first())
+    with pytest.raises(RuntimeError, match="belongs to the asyncio event loop that first used it"):
+        asyncio.run(second())

@@ -550,9 +550,18 @@ class Mailbox(Generic[T]):
         await self._wait_for_room(kit)
         self._push(item, priority)
 
+    def _check_loop(self, kit: Kit) -> None:
+        """A mailbox waits with the event loop that first used it; any other is an error."""
+        if kit is not current_kit():
+            raise RuntimeError(
+                f"{self._label()} belongs to the {kit.name} event loop that first used it; "
+                "a mailbox (and an actor) cannot be used from another event loop"
+            )
+
     async def _wait_for_room(self, kit: Kit) -> None:
         """Wait until the mailbox has room (or raise MailboxClosed once closed for good;
         a sender that was already waiting when the mailbox was sealed goes on waiting)."""
+        self._check_loop(kit)
         while True:
             waiter = kit.waiter()
             self._senders.append(waiter)
@@ -806,6 +815,7 @@ class Mailbox(Generic[T]):
                 remaining = max(0.0, deadline - kit.now())
 
     async def _wait_receive(self, kit: Kit, timeout: float | None) -> Any:
+        self._check_loop(kit)
         deadline = None if timeout is None else kit.now() + timeout
         remaining = timeout
         while True:

@@ -641,6 +641,22 @@ def _on_drop_for(name: str) -> Callable[[Any], None]:
     return on_drop
 
 
+def _check_factory(factory: Callable[..., Any], label: str, args: tuple[Any, ...]) -> None:
+    """A plain ``def`` that cannot be called with ``args`` is a handler written without
+    ``async``, not a factory: say so at start, not with an argument error later."""
+    try:
+        inspect.signature(factory).bind(*args)
+    except TypeError:
+        raise TypeError(
+            f"{label!r} is a plain function that cannot be called with the {len(args)} "
+            "positional argument(s) given to start_actor: a handler must be "
+            "`async def handler(message)`, and a factory is called with those arguments "
+            "and must return an Actor"
+        ) from None
+    except ValueError:  # no signature to check (some builtins): the call will tell
+        return
+
+
 @runner_for.register(object)
 def _mailbox_runner(target: Any, /, args: tuple[Any, ...], options: StartOptions) -> MailboxActor:
     """Mailbox actors serve every target no other kind of actor claims."""
@@ -672,13 +688,15 @@ def _mailbox_runner(target: Any, /, args: tuple[Any, ...], options: StartOptions
 
     elif callable(target):
         label = getattr(target, "__name__", type(target).__name__)
+        _check_factory(target, label, args)
         factory = target
 
         def make() -> Actor[Any, Any]:
             actor = factory(*args)
             if not isinstance(actor, Actor):
                 raise TypeError(
-                    f"actor factory {label!r} returned {type(actor).__name__}, not an Actor"
+                    f"actor factory {label!r} returned {type(actor).__name__}, not an Actor "
+                    "(a handler must be an `async def handler(message)`)"
                 )
             return actor
 
