@@ -38,7 +38,9 @@ A mailbox belongs to the event loop that first waits on it.
 from __future__ import annotations
 
 import enum
+import logging
 import operator
+import time
 from bisect import insort
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -73,6 +75,9 @@ DEFAULT_PRIORITY: Final = 128
 DEFAULT_CAPACITY: Final = 1024
 #: Operations that complete without waiting yield to the scheduler once every this many.
 _CHECKPOINT_EVERY: Final = 64
+#: Drops under the drop_oldest policy are logged once, then once per this many.
+_DROP_LOG_EVERY: Final = 1000
+_log = logging.getLogger("pdc.mailbox")
 #: What :meth:`Mailbox.poll` and :meth:`Mailbox.take` return when there is nothing.
 EMPTY: Final = object()
 
@@ -222,6 +227,9 @@ class Mailbox(Generic[T]):
         "_closed",
         "_counts",
         "_ctrl",
+        "_drops_checked",
+        "_drops_logged_at",
+        "_drops_warned",
         "_kit",
         "_lanes",
         "_name",
@@ -263,6 +271,9 @@ class Mailbox(Generic[T]):
         self._kit: Kit | None = None
         self._paused = False
         self._closed = False
+        self._drops_checked = 0
+        self._drops_warned = 0
+        self._drops_logged_at = 0.0
         self._sealed = False
         self._on_starved: Callable[[], None] | None = None
         self._ops = 0
@@ -454,8 +465,27 @@ class Mailbox(Generic[T]):
         c = self._counts
         c.dropped += 1
         c.dropped_by_priority[priority] = c.dropped_by_priority.get(priority, 0) + 1
+        if c.dropped - self._drops_checked >= _DROP_LOG_EVERY or c.dropped == 1:
+            self._log_drops()  # the first drop, then at most once a second
         if self._on_drop is not None:
             self._on_drop(item)
+
+    def _log_drops(self) -> None:
+        """Warn about drops: the first, then at most once a second (the clock is read
+        once per :data:`_DROP_LOG_EVERY` drops)."""
+        dropped = self._drops_checked = self._counts.dropped
+        now = time.monotonic()
+        if dropped > 1 and now - self._drops_logged_at < 1.0:
+            return
+        self._drops_logged_at = now
+        _log.warning(
+            "%s is full: its drop_oldest policy has dropped %d message(s) in all "
+            "(%d since the last warning)",
+            self._label(),
+            dropped,
+            dropped - self._drops_warned,
+        )
+        self._drops_warned = dropped
 
     def _offer_full(self, item: T, priority: int) -> None:
         """Apply the drop-oldest policy to a full mailbox."""

@@ -45,6 +45,7 @@ point documented there.
 
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from collections import deque
@@ -109,6 +110,8 @@ class RestartPolicy:
         exponent = max(0, restarts - 1)
         return float(min(self.max_backoff, self.backoff * self.backoff_factor**exponent))
 
+
+_log = logging.getLogger("pdc.actors")
 
 #: Runners that have been started: a runner runs in one nursery, once.
 _started: weakref.WeakSet[ActorRunner] = weakref.WeakSet()
@@ -198,6 +201,7 @@ class ActorNursery:
     def _drain(self) -> None:
         """Refuse messages from outside; let the actors work until all are idle at once."""
         self._draining = True
+        _log.debug("nursery draining %d actor(s)", len(self._runners))
         for runner in list(self._runners.values()):
             runner.begin_drain(self._check_quiescent, self._tasks.__contains__)
         self._check_quiescent()
@@ -209,6 +213,7 @@ class ActorNursery:
         runners = list(self._runners.values())
         if all(runner.idle for runner in runners):
             self._stopping = True
+            _log.debug("nursery quiescent: stopping %d actor(s)", len(runners))
             assert self._tg is not None
             for runner in runners:
                 runner.request_drain(self._tg.start_soon)
@@ -219,6 +224,9 @@ class ActorNursery:
                 await ref.wait()
             return
         self._left = {actor_id: runner.unfinished() for actor_id, runner in self._runners.items()}
+        _log.warning(
+            "shutdown_timeout (%g s) passed; cancelling what is left: %s", timeout, self._left
+        )
         for runner in list(self._runners.values()):
             if runner.cancel_scope is not None:
                 runner.cancel_scope.cancel()
@@ -318,6 +326,7 @@ class ActorNursery:
     ) -> None:
         ref = runner.ref
         actor_id = ref.actor_id
+        _log.debug("starting actor %r (%s)", actor_id, type(runner).__name__)
         is_started = False
         task = current_kit().current_task()
         self._tasks.add(task)
@@ -341,6 +350,7 @@ class ActorNursery:
                         crashed = ActorCrashed(actor_id, exc, note=" while starting")
                         runner.on_crash(exc, restarting=False)
                         error = crashed
+                        _log.warning("%s", crashed)
                         raise crashed from exc
                     now = anyio.current_time()
                     while history and history[0] <= now - (restart.within if restart else 0):
@@ -348,17 +358,29 @@ class ActorNursery:
                     if restart is not None and len(history) < restart.max_restarts:
                         history.append(now)
                         runner.on_crash(exc, restarting=True)
+                        delay = restart.delay(len(history))
+                        _log.warning(
+                            "actor %r crashed (%s: %s); restart %d of %d within %g s, in %g s",
+                            actor_id,
+                            type(exc).__name__,
+                            exc,
+                            len(history),
+                            restart.max_restarts,
+                            restart.within,
+                            delay,
+                        )
                         # Under the runner's scope too: stop(timeout=...) and the
                         # nursery's shutdown_timeout hold while it waits out the backoff.
                         with anyio.CancelScope() as backoff:
                             runner.cancel_scope = backoff
-                            await anyio.sleep(restart.delay(len(history)))
+                            await anyio.sleep(delay)
                         if backoff.cancelled_caught:
                             return  # stopped while waiting to restart
                         continue
                     runner.on_crash(exc, restarting=False)
                     crashed = ActorCrashed(actor_id, exc)
                     error = crashed
+                    _log.warning("%s; cancelling the rest of its nursery", crashed)
                     # One for all: cancel the siblings and the body now, before the
                     # requests pending on this actor are failed (in `finally`), so that
                     # a caller of this nursery ends by its cancellation, not by them.
@@ -371,6 +393,7 @@ class ActorNursery:
                             f"actor {actor_id!r} was stopped while starting", actor_id=actor_id
                         )
                     started()
+                    _log.debug("actor %r stopped", actor_id)
                     return
         except BaseException as exc:
             if error is None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
@@ -62,6 +63,9 @@ __all__ = [
 # --------------------------------------------------------------------------------------
 # The host session
 # --------------------------------------------------------------------------------------
+
+
+_log = logging.getLogger("pdc.persistent")
 
 
 def backend_for(kernel: PersistentKernel, backend: Backend | str | None) -> Backend:
@@ -301,6 +305,7 @@ class PersistentKernelSession:
                 raise session._error
             raise PersistentKernelError(kernel.name, 0, "it stopped before it started")
         session._state = SessionState.RUNNING
+        _log.debug("persistent kernel %r resident on %s", kernel.name, backend.qualified_name)
         return session
 
     async def _abort(self) -> None:
@@ -441,6 +446,9 @@ class PersistentKernelSession:
         unprocessed = ring.in_head - self._replied
         self._unprocessed = unprocessed
         if error is not None:
+            _log.warning(
+                "persistent kernel %r on %s crashed: %s", name, self.backend.qualified_name, error
+            )
             self._error = error
             self._state = SessionState.CRASHED
             crash_error = error
@@ -801,6 +809,7 @@ class PersistentKernelSession:
                 self._stop_timed_out = timeout
                 raise stop_timeout_error(self.resident, timeout)
             if not self._released:
+                _log.debug("persistent kernel %r stopped", self.kernel.name)
                 self._released = True
                 if self._leader:  # it is parked in the waiter: the last one out releases
                     self._waiter.kick()

@@ -29,6 +29,7 @@ Names are case-insensitive; entries that select nothing are warned about.
 from __future__ import annotations
 
 import importlib.metadata
+import logging
 import os
 import re
 import threading
@@ -56,6 +57,8 @@ __all__ = [
     "plugin_state",
     "registered_backends",
 ]
+
+_log = logging.getLogger("pdc.plugins")
 
 #: The first-party plugins: entry-point name -> the distribution that owns it. In
 #: ``PDC_PLUGINS`` a plain ``cpu`` means pdc-cpu's ``cpu`` entry point, and another
@@ -347,6 +350,10 @@ def _load() -> _PluginState:
     _call_register_hooks(state)
     if plan.warning is not None:
         warnings.warn(plan.warning, UserWarning, stacklevel=2)
+    for info in state.plugins.values():
+        if info.error is not None:
+            _log.warning("pdc plugin %r (%s) skipped: %s", info.name, info.distribution, info.error)
+    _log.debug("backends registered by plugins: %s", ", ".join(sorted(state.backends)) or "none")
     return state
 
 
