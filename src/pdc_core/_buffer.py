@@ -19,10 +19,11 @@ across device work: take ``buf.host`` again afterwards.
 from __future__ import annotations
 
 import enum
+import math
 import operator
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, Final, SupportsIndex
 
 import numpy as np
 import numpy.typing as npt
@@ -51,9 +52,49 @@ def normalize_shape_dtype(
 
     Raises ``TypeError`` for a shape that is not made of integers or a dtype that
     NumPy does not know or that cannot live in device memory (object, or flexible
-    without a size), and ``ValueError`` for a negative dimension; each message names
-    the offending value.
+    without a size), and ``ValueError`` for a negative dimension or for an array too
+    large for NumPy to index (more than ``2**63 - 1`` bytes on a 64-bit machine;
+    the message names the shape, the dtype and the byte count); each message names
+    the offending value. Sizes are computed with Python integers, so they never wrap.
     """
+    normalized, canonical = _normalize_shape_dtype(shape, dtype)
+    _check_nbytes(normalized, canonical)
+    return normalized, canonical
+
+
+#: The most bytes (and elements) one NumPy array can span: ``2**63 - 1`` on 64-bit.
+_MAX_ARRAY_BYTES: Final = int(np.iinfo(np.intp).max)
+
+
+def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """The exact byte size of an array of ``shape`` and ``dtype`` (a Python int)."""
+    return math.prod(shape) * dtype.itemsize
+
+
+def _check_nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
+    """The byte size of ``shape`` x ``dtype``; ``ValueError`` if NumPy cannot index it.
+
+    NumPy requires the item size times the product of the *nonzero* dimensions to fit
+    in an ``intp`` (so even an empty array cannot have an enormous dimension).
+    """
+    nbytes = _nbytes(shape, dtype)
+    span = math.prod(extent or 1 for extent in shape) * dtype.itemsize
+    if span > _MAX_ARRAY_BYTES:
+        if nbytes == span:
+            needs = f"needs {nbytes} bytes ({math.prod(shape)} elements of {dtype.itemsize} bytes)"
+        else:
+            needs = f"spans {span} bytes in its nonzero dimensions (it holds no elements)"
+        raise ValueError(
+            f"shape {shape} of dtype {dtype} {needs}; an array can span at most "
+            f"{_MAX_ARRAY_BYTES} bytes"
+        )
+    return nbytes
+
+
+def _normalize_shape_dtype(
+    shape: ShapeLike, dtype: npt.DTypeLike
+) -> tuple[tuple[int, ...], np.dtype[Any]]:
+    """:func:`normalize_shape_dtype` without the size check (the pool checks its limit first)."""
     if isinstance(shape, SupportsIndex) and not isinstance(shape, bool):
         dims: tuple[Any, ...] = (shape,)
     elif isinstance(shape, Sequence) and not isinstance(shape, str | bytes):
@@ -154,7 +195,14 @@ class UnifiedBuffer:
 
     def _allocate_host(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         kind = MemoryKind.PINNED if self._pinned else MemoryKind.HOST
-        host: npt.NDArray[Any] = self._backend.allocate(shape, dtype, kind)
+        try:
+            host: npt.NDArray[Any] = self._backend.allocate(shape, dtype, kind)
+        except MemoryError as exc:  # the backend's own type (NumPy's, CuPy's) is kept
+            exc.add_note(
+                f"while allocating a UnifiedBuffer of shape {shape} and dtype {dtype} "
+                f"({_nbytes(shape, dtype)} bytes) on {self._backend.qualified_name}"
+            )
+            raise
         return host
 
     def _attach_host(self) -> None:

@@ -32,8 +32,10 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import sys
 import threading
 import types
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, overload
 
@@ -76,20 +78,85 @@ def _is_array(value: Any) -> bool:
 _SCALARS = (bool, int, float, complex, np.generic)
 
 
-_MAX_THREADS: dict[str, int] = {}
+#: What kernels take, said by every message about a wrong argument.
+_TAKES = "kernels take arrays (NumPy, CuPy, MLX or UnifiedBuffer) and scalars"
+#: Python containers that are never kernel arguments (a list is not an array).
+_CONTAINERS = (list, dict, set, frozenset, str, bytes, bytearray)
+
+#: CUDA's dynamic shared memory per block without an opt-in (48 KiB), for a device
+#: that does not report ``sharedMemPerBlock``.
+_DEFAULT_SHARED_MEM_PER_BLOCK: Final = 48 * 1024
+
+_DEVICE_LIMITS: dict[tuple[str, str], tuple[int, bool]] = {}
+
+
+def _device_limit(backend: Backend, key: str, default: int) -> tuple[int, bool]:
+    """The device property ``key`` (a positive int) and True, else ``default`` and False.
+
+    Cached per device: a backend's device properties do not change while it runs.
+    """
+    cache_key = (backend.qualified_name, key)
+    cached = _DEVICE_LIMITS.get(cache_key)
+    if cached is None:
+        try:
+            value = backend.device_info.properties.get(key)
+        except Exception:  # a backend without device properties keeps CUDA's limit
+            value = None
+        if isinstance(value, int | np.integer) and not isinstance(value, bool) and value > 0:
+            cached = (int(value), True)
+        else:
+            cached = (default, False)
+        _DEVICE_LIMITS[cache_key] = cached
+    return cached
 
 
 def _max_threads(backend: Backend) -> int:
-    cached = _MAX_THREADS.get(backend.qualified_name)
-    if cached is None:
-        try:
-            value = backend.device_info.properties.get("maxThreadsPerBlock")
-        except Exception:  # a backend without device properties keeps CUDA's limit
-            value = None
-        valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        cached = int(value) if valid else DEFAULT_MAX_THREADS_PER_BLOCK  # type: ignore[arg-type]
-        _MAX_THREADS[backend.qualified_name] = cached
-    return cached
+    return _device_limit(backend, "maxThreadsPerBlock", DEFAULT_MAX_THREADS_PER_BLOCK)[0]
+
+
+def _check_shared_mem(shared_mem: Any, backend: Backend) -> int:
+    """``shared_mem`` as an int, or an error naming the value and the device's limit."""
+    if isinstance(shared_mem, bool) or not isinstance(shared_mem, int | np.integer):
+        raise TypeError(f"shared_mem must be a number of bytes, not {shared_mem!r}")
+    if shared_mem < 0:
+        raise ValueError(f"shared_mem must not be negative, got {shared_mem}")
+    limit, reported = _device_limit(backend, "sharedMemPerBlock", _DEFAULT_SHARED_MEM_PER_BLOCK)
+    if shared_mem > limit:
+        source = (
+            "its sharedMemPerBlock"
+            if reported
+            else "CUDA's default per block; the device reports no sharedMemPerBlock"
+        )
+        raise ValueError(
+            f"shared_mem={int(shared_mem)} bytes is more than {backend.qualified_name} allows: "
+            f"the limit is {limit} bytes of dynamic shared memory per block ({source})"
+        )
+    return int(shared_mem)
+
+
+# --------------------------------------------------------------------------------------
+# the CPU simulator's speed
+
+#: Backends whose ``run_python_kernel`` simulates every thread on the CPU.
+_SIMULATING_BACKENDS: Final = frozenset({"cpu"})
+#: A launch of more threads than this on a simulating backend warns before it runs:
+#: at 10^6-10^7 simple threads per second, 10^9 threads take minutes.
+_SIMULATOR_WARN_THREADS: Final = 10**9
+
+
+class _SlowSimulationWarning(UserWarning):
+    """A launch so large that the CPU simulator will take minutes or more to run it."""
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside this module, for ``warnings.warn``
+    called by the caller of this function."""
+    level = 1
+    frame = sys._getframe(1)
+    while frame.f_back is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+        level += 1
+    return level
 
 
 # --------------------------------------------------------------------------------------
@@ -348,6 +415,7 @@ class Kernel:
         size: Any,
         backend: Backend,
     ) -> LaunchConfig:
+        self._check_argument_kinds(args)
         max_threads = _max_threads(backend)
         block_dims = dims(block, "block") if block is not None else self.block
         grid_dims = dims(grid, "grid") if grid is not None else self.grid
@@ -390,6 +458,25 @@ class Kernel:
                 )
             sizes = sizes + (1,) * (ndim - len(sizes))
         return sizes
+
+    def _check_argument_kinds(self, args: tuple[Any, ...]) -> None:
+        """Refuse Python containers before anything sizes the launch by the arguments."""
+        for position, arg in enumerate(args):
+            if isinstance(arg, _CONTAINERS):
+                hint = (
+                    "np.asarray(...) or a UnifiedBuffer"
+                    if isinstance(arg, list)
+                    else "an array or a scalar"
+                )
+                parameter = ""
+                if self._signature is not None:
+                    names = list(self._signature.parameters)
+                    if position < len(names):
+                        parameter = f" for parameter {names[position]!r}"
+                raise TypeError(
+                    f"argument {position} of kernel {self.name!r} is a {type(arg).__name__}; "
+                    f"{_TAKES}: pass {hint}{parameter}"
+                )
 
     def _check_capability(self, backend: Backend) -> None:
         if self._body is not None:
@@ -446,11 +533,8 @@ class Kernel:
                 if not all(isinstance(item, _SCALARS) for item in arg):
                     raise TypeError(f"{where} is a tuple of non-scalars; pass arrays separately")
                 converted.append(arg)
-            elif isinstance(arg, list | dict | set | str | bytes):
-                raise TypeError(
-                    f"{where} is a {type(arg).__name__}; pass a NumPy array (np.asarray(...)), "
-                    "a UnifiedBuffer, a device array or a scalar"
-                )
+            elif isinstance(arg, _CONTAINERS):
+                raise TypeError(f"{where} is a {type(arg).__name__}; {_TAKES}")
             elif hasattr(arg, "__cuda_array_interface__") and unified:
                 raise TypeError(
                     f"{where} is a CUDA device array ({type(arg).__name__}) but the "
@@ -463,10 +547,25 @@ class Kernel:
                 converted.append(arg)  # a device array of the backend: it checks its own
             else:
                 raise TypeError(
-                    f"{where} is a {type(arg).__name__}; pass a NumPy array, a UnifiedBuffer, "
-                    "a device array or a scalar"
+                    f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device "
+                    "arrays)"
                 )
         return tuple(converted), copy_back
+
+    def _warn_if_slow(self, config: LaunchConfig, backend: Backend) -> None:
+        threads = config.threads
+        if threads <= _SIMULATOR_WARN_THREADS:
+            return
+        warnings.warn(
+            f"kernel {self.name!r} launches {threads:,} threads (grid {config.grid} x block "
+            f"{config.block}) on {backend.qualified_name}, which simulates every thread on "
+            "the CPU: the simulator runs roughly 10^6-10^7 simple threads per second, so "
+            f"this may take {threads // 10**7:,} to {threads // 10**6:,} seconds. Run it on "
+            "a GPU backend, or launch fewer threads (a smaller problem, or a grid-stride "
+            "loop over a smaller grid)",
+            _SlowSimulationWarning,
+            stacklevel=_caller_stacklevel(),
+        )
 
     def _compiled_for(self, backend: Backend) -> Any:
         key = backend.qualified_name
@@ -490,10 +589,7 @@ class Kernel:
     ) -> None:
         chosen = self._choose_backend(args, stream, backend)
         self._check_capability(chosen)
-        if isinstance(shared_mem, bool) or not isinstance(shared_mem, int | np.integer):
-            raise TypeError(f"shared_mem must be a number of bytes, not {shared_mem!r}")
-        if shared_mem < 0:
-            raise ValueError(f"shared_mem must not be negative, got {shared_mem}")
+        shared_bytes = _check_shared_mem(shared_mem, chosen)
         if self._signature is not None:
             try:
                 self._signature.bind(*args)
@@ -505,6 +601,8 @@ class Kernel:
         config = self._config(args, grid, block, size, chosen)
         if config.empty:
             return
+        if self._body is not None and chosen.name in _SIMULATING_BACKENDS:
+            self._warn_if_slow(config, chosen)
         converted, copy_back = self._convert(args, chosen, stream)
         if self._body is not None:
             chosen.run_python_kernel(
@@ -512,7 +610,7 @@ class Kernel:
                 config.grid3,
                 config.block3,
                 converted,
-                shared_mem=int(shared_mem),
+                shared_mem=shared_bytes,
                 stream=stream,
                 options=self._python_options,
             )
@@ -522,7 +620,7 @@ class Kernel:
                 config.grid3,
                 config.block3,
                 converted,
-                shared_mem=int(shared_mem),
+                shared_mem=shared_bytes,
                 stream=stream,
             )
         for device, host in copy_back:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -13,13 +14,31 @@ import numpy as np
 import numpy.typing as npt
 
 from ._backend._contract import Backend
-from ._buffer import ShapeLike, UnifiedBuffer, normalize_shape_dtype
+from ._buffer import ShapeLike, UnifiedBuffer, _check_nbytes, _nbytes, _normalize_shape_dtype
 from ._exceptions import PoolError, PoolLimitError
 from ._plugins import resolve_backend
 
 __all__ = ["MemoryPool", "PoolStatistics", "get_memory_pool"]
 
 _Key = tuple[str, tuple[int, ...], str, bool]
+
+
+def _check_limit(limit: object) -> int | None:
+    """``limit`` as a non-negative number of bytes, or ``None``; else an error naming it."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool):
+        raise TypeError(f"limit must be a number of bytes (an int) or None, not a bool: {limit!r}")
+    try:
+        nbytes = operator.index(limit)  # type: ignore[arg-type]  # checked right here
+    except TypeError:
+        raise TypeError(
+            f"limit must be a number of bytes (an int) or None, not {type(limit).__name__} "
+            f"{limit!r}"
+        ) from None
+    if nbytes < 0:
+        raise ValueError(f"limit must be a non-negative number of bytes or None, not {nbytes}")
+    return nbytes
 
 
 @dataclass(frozen=True)
@@ -50,16 +69,16 @@ class MemoryPool:
 
     A released buffer is handed out again to the next :meth:`acquire` with the same
     backend, shape, dtype and pinning; its contents are whatever the previous user
-    left (fill it if you need zeros). With ``limit`` (bytes), free buffers are evicted,
-    oldest first, to make room, and an acquisition that still does not fit raises
-    :class:`~pdc_core.PoolLimitError`. Safe to use from many tasks and threads at
+    left (fill it if you need zeros). With ``limit`` (bytes: a non-negative int, not a
+    bool; ``TypeError`` or ``ValueError`` naming ``limit`` otherwise), free buffers are
+    evicted, oldest first, to make room, and an acquisition that still does not fit
+    (or that alone needs more than the limit) raises :class:`~pdc_core.PoolLimitError`
+    naming the limit and the bytes requested. Safe to use from many tasks and threads at
     once: every method holds the pool's lock and none of them awaits.
     """
 
     def __init__(self, limit: int | None = None, backend: Backend | str | None = None) -> None:
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be a non-negative number of bytes or None, not {limit!r}")
-        self.limit = limit
+        self.limit = _check_limit(limit)
         self._backend = backend
         self._lock = threading.Lock()
         self._free: OrderedDict[int, tuple[_Key, UnifiedBuffer]] = OrderedDict()
@@ -78,8 +97,21 @@ class MemoryPool:
         pinned: bool = False,
         backend: Backend | str | None = None,
     ) -> UnifiedBuffer:
-        """A buffer of ``shape`` and ``dtype``, reused when one was released."""
-        shape, canonical = normalize_shape_dtype(shape, dtype)
+        """A buffer of ``shape`` and ``dtype``, reused when one was released.
+
+        Raises what :func:`~pdc_core.backend.normalize_shape_dtype` raises, and
+        :class:`~pdc_core.PoolLimitError` when the buffer does not fit the limit (its
+        byte count is checked against the limit first, so a shape too large for any
+        array is refused as over the limit).
+        """
+        shape, canonical = _normalize_shape_dtype(shape, dtype)
+        nbytes = _nbytes(shape, canonical)  # a Python int: never wraps
+        if self.limit is not None and nbytes > self.limit:
+            raise PoolLimitError(
+                f"cannot allocate {nbytes} bytes for shape {shape} of dtype {canonical}: the "
+                f"pool's limit is {self.limit} bytes, less than this one buffer needs"
+            )
+        _check_nbytes(shape, canonical)
         resolved = resolve_backend(backend if backend is not None else self._backend)
         key: _Key = (resolved.qualified_name, shape, canonical.str, bool(pinned))
         with self._lock:
@@ -89,7 +121,6 @@ class MemoryPool:
                 del self._free[id(buffer)]
                 self._hits += 1
             else:
-                nbytes = int(np.prod(shape, dtype=np.int64)) * canonical.itemsize
                 self._make_room(nbytes)
                 buffer = UnifiedBuffer(shape, canonical, pinned=pinned, backend=resolved)
                 self._misses += 1
