@@ -180,7 +180,14 @@ class Kernel:
     Arguments may be NumPy arrays (written in place; on a backend with separate device
     memory they are copied to the device and back, around the launch),
     :class:`~pdc_core.UnifiedBuffer` (its ``.device`` view: state tracking stays
-    right), the backend's own device arrays, and scalars.
+    right), the backend's own device arrays, and scalars; a Python container (a list,
+    a str, ...) is refused with a ``TypeError`` naming its position.
+
+    ``shared_mem`` (bytes of dynamic shared memory per block) may not exceed the
+    device's ``sharedMemPerBlock`` (CUDA's 48 KiB where the device does not report
+    one): ``ValueError`` naming the limit. On the cpu backend, whose simulator runs
+    roughly 10^6-10^7 simple threads per second, a launch of more than 10^9 threads
+    warns (a ``UserWarning``) before it runs.
     """
 
     def __init__(

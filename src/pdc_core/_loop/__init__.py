@@ -121,6 +121,8 @@ def check_timeout(value: float | None, name: str = "timeout") -> float | None:
     """A wait's timeout: ``None`` or ``inf`` for none (returns ``None``), a number of
     seconds otherwise, zero or negative meaning "now". NaN is a ``ValueError`` naming
     ``name``; anything but a number is a ``TypeError``."""
+    if value.__class__ is float and value == value:  # the common case, without calls
+        return None if value == math.inf else value
     if value is None:
         return None
     seconds = _seconds(value, name)

@@ -159,7 +159,8 @@ class KernelActorRef(ActorRef[Any, Any]):
         self, message: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> Any:
         """Send one request and return the kernel's reply record."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         try:
             session = self._open_session(priority)
             if timeout is None:
@@ -174,7 +175,8 @@ class KernelActorRef(ActorRef[Any, Any]):
         self, messages: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> npt.NDArray[Any]:
         """Send a batch and return the replies, in order, as one record array."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         try:
             session = self._open_session(priority)
             if timeout is None:
@@ -189,7 +191,8 @@ class KernelActorRef(ActorRef[Any, Any]):
         self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
     ) -> list[Any]:
         """Like :meth:`ask_batch`, returning a list of reply records."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         return list(await self.ask_batch(messages, priority=priority, timeout=timeout))
 
     async def pause(self) -> None:
@@ -215,7 +218,8 @@ class KernelActorRef(ActorRef[Any, Any]):
         ``stop_timeout``); a kernel that does not stop in time crashes the actor with
         :class:`~pdc_core.KernelStopTimeout`. Idempotent.
         """
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         self._runner.request_stop(drain=drain, timeout=timeout)
         await self.wait()
 

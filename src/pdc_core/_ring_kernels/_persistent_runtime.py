@@ -208,7 +208,8 @@ class PersistentRingKernel(KernelActorRef):
         (:class:`~pdc_core.MessageTimeout`). Raises
         :class:`~pdc_core.KernelStateError` unless LAUNCHED, ACTIVE or DEACTIVATED.
         """
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if priority is not None:
             check_priority(priority)
         if self.kernel_state not in _SEND_STATES:
@@ -234,7 +235,8 @@ class PersistentRingKernel(KernelActorRef):
         :class:`~pdc_core.KernelStateError` once the kernel has stopped and every
         reply it published has been received.
         """
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         session = self._runner.session
         assert session is not None  # the runtime returns the handle once it has started
         try:
@@ -251,7 +253,8 @@ class PersistentRingKernel(KernelActorRef):
         self, message: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> Any:
         """Send one request and return its reply (every round trip is timed)."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         started = time.perf_counter_ns()
         reply = await super().ask(message, priority=priority, timeout=timeout)
         self._runner.recorder.latency.record(time.perf_counter_ns() - started)

@@ -333,7 +333,8 @@ class RingKernelContext:
         seconds, and :class:`~pdc_core.KernelTerminated` when the kernel is
         terminating and its queue is drained.
         """
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         inbox = self._inbox
         ops = self._ops = self._ops + 1
         if not ops % _CHECKPOINT_EVERY:
@@ -403,7 +404,8 @@ class RingKernelContext:
 
     async def receive_batch(self, max_count: int, timeout: float | None = None) -> list[Any]:
         """Wait for at least one message, then return up to ``max_count`` of them."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if max_count < 1:
             raise ValueError(f"max_count must be at least 1, got {max_count}")
         batch = [await self.receive(timeout)]
@@ -694,7 +696,8 @@ class RingKernel(ActorRef[Any, Any]):
         self, message: Any, *, timeout: float | None = None, priority: int | None = None
     ) -> None:
         """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``)."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         state = self._state
         if (
             state is not KernelState.ACTIVE
@@ -738,7 +741,8 @@ class RingKernel(ActorRef[Any, Any]):
 
     async def receive(self, timeout: float | None = None) -> Any:
         """Return the next message from the kernel's output queue."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         outbox = self._outbox
         ops = self._ops = self._ops + 1
         if not ops % _CHECKPOINT_EVERY:
@@ -800,7 +804,8 @@ class RingKernel(ActorRef[Any, Any]):
         self, message: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> Any:
         """Send ``message`` and return the kernel's reply correlated with it."""
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         message_id = self._message_id(message)
         pending = self._pending
         if message_id in pending:
@@ -830,7 +835,8 @@ class RingKernel(ActorRef[Any, Any]):
     async def ask_many(
         self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
     ) -> list[Any]:
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         batch = list(messages)
         if not batch:
             return []
@@ -876,7 +882,8 @@ class RingKernel(ActorRef[Any, Any]):
             await self.reactivate()
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
-        timeout = check_timeout(timeout)
+        if timeout is not None:
+            timeout = check_timeout(timeout)
         if not drain and not self._finished:
             self._request_terminate()
             self._force_terminate()

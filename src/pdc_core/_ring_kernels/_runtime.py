@@ -245,7 +245,6 @@ class RingKernelRuntime:
 
     async def terminate(self, kernel_id: str, timeout: float = 5.0) -> None:
         """Drain the kernel's queue for up to ``timeout`` seconds, then stop it."""
-        check_timeout(timeout)
         await self.get_kernel(kernel_id).terminate(timeout)
 
     async def shutdown(self, timeout: float = 5.0) -> None:
@@ -281,7 +280,6 @@ class RingKernelRuntime:
         (not LAUNCHED, ACTIVE or DEACTIVATED) or :class:`TypeError` (not the kernel's
         ``input_type``).
         """
-        timeout = check_timeout(timeout)
         kernel = self._kernels.get(kernel_id)
         if kernel is None:
             raise KernelNotFoundError(kernel_id, list(self._kernels))
@@ -296,7 +294,6 @@ class RingKernelRuntime:
         ``timeout`` seconds, and :class:`~pdc_core.KernelStateError` once the kernel
         has stopped and its output queue is empty.
         """
-        timeout = check_timeout(timeout)
         kernel = self._kernels.get(kernel_id)
         if kernel is None:
             raise KernelNotFoundError(kernel_id, list(self._kernels))
@@ -304,7 +301,6 @@ class RingKernelRuntime:
 
     async def ask(self, kernel_id: str, message: Any, *, timeout: float | None = None) -> Any:
         """Send ``message`` and return the kernel's reply with its ``correlation_id``."""
-        timeout = check_timeout(timeout)
         return await self.get_kernel(kernel_id).ask(message, timeout=timeout)
 
     async def send_and_receive(
