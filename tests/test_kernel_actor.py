@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from held_batch import HeldBatch
 
 from pdc_core import (
     ActorCrashed,
@@ -40,22 +41,6 @@ def double(requests: Any) -> Any:
     if (requests["x"] < 0).any():
         raise ValueError("negative input")
     return replies
-
-
-class HeldBatch:
-    """``double``, but a batch with x == 1000 is a body that does not stop in time: it
-    says it has the batch in hand (``entered``), then holds it until the test sets
-    ``release`` (bounded, so that a failed test does not keep the worker thread)."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, requests: Any) -> Any:
-        if (requests["x"] == 1000).any():
-            self.entered.set()
-            self.release.wait(LIMIT)
-        return double(requests)
 
 
 def make_kernel(name: str = "double", body: Callable[[Any], Any] = double) -> PersistentKernel:
@@ -179,7 +164,7 @@ async def test_idle_kernel_crash_is_seen_without_a_request() -> None:
 
 async def test_stop_timeout_is_reported() -> None:
     baseline = thread_count()
-    held = HeldBatch()
+    held = HeldBatch(double)
     try:
         with anyio.fail_after(3):
             with pytest.raises(ActorCrashed) as info:

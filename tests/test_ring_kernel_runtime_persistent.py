@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from held_batch import HeldBatch
 
 from pdc_core import (
     ActorCrashed,
@@ -44,22 +45,6 @@ def double(requests: Any) -> Any:
     replies["id"] = requests["id"]
     replies["y"] = requests["x"] * 2
     return replies
-
-
-class HeldBatch:
-    """``double``, but a batch with x == 1000 outlasts every timeout below: the body
-    says it has the batch in hand (``entered``), then holds it until the test sets
-    ``release`` (bounded, so that a failed test does not keep the worker thread)."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-
-    def __call__(self, requests: Any) -> Any:
-        if (requests["x"] == 1000).any():
-            self.entered.set()
-            self.release.wait(LIMIT)
-        return double(requests)
 
 
 def make_kernel(capacity: int = 8, body: Callable[[Any], Any] = double) -> PersistentKernel:
@@ -166,7 +151,7 @@ async def test_runtime_exit_terminates_persistent_kernels() -> None:
 
 
 async def test_terminate_escalates_after_the_timeout_and_fails_unconsumed_requests() -> None:
-    held = HeldBatch()
+    held = HeldBatch(double)
     async with RingKernelRuntime() as runtime:
         kernel = await runtime.launch(
             "double", make_kernel(capacity=8, body=held), backend="cpu", stop_timeout=5
@@ -199,7 +184,7 @@ async def test_terminate_escalates_after_the_timeout_and_fails_unconsumed_reques
 
 
 async def test_a_kernel_that_does_not_stop_crashes_the_runtime_with_stop_timeout() -> None:
-    held = HeldBatch()
+    held = HeldBatch(double)
     try:
         with pytest.raises(ActorCrashed) as info:
             async with RingKernelRuntime() as runtime:
@@ -281,7 +266,7 @@ async def test_cancellation_stops_the_kernel_and_leaves_nothing_running() -> Non
 
 
 async def test_kernel_actor_stop_without_drain_escalates_a_draining_stop() -> None:
-    held = HeldBatch()
+    held = HeldBatch(double)
     try:
         async with open_nursery() as nursery:
             ref = await nursery.start_actor(PersistentKernelActor(make_kernel(body=held), "cpu"))
