@@ -558,10 +558,17 @@ def check_backend(name: str | None, command: str) -> int:
         if not valid:
             return usage_error(command, "no backend available (pip install pdc-cpu)")
         return 0
-    if name.split(":", 1)[0] not in valid:
+    base = name.split(":", 1)[0].lower()
+    if base not in valid:
         choices = ", ".join(repr(v) for v in valid) or "none (pip install pdc-cpu)"
+        why = {
+            info.name: info.availability.reason
+            for info in available_backends()
+            if not info.availability.available
+        }.get(base)
+        reason = f"the {base} backend is unavailable here: {why}; " if why else ""
         return usage_error(
-            command, f"argument --backend: invalid choice: {name!r} (choose from {choices})"
+            command, f"argument --backend: {reason}invalid choice: {name!r} (choose from {choices})"
         )
     return 0
 

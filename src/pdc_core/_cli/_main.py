@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import platform
 import sys
 from collections.abc import Callable, Sequence
@@ -151,6 +152,16 @@ def _info_payload() -> dict[str, Any]:
         default: str | None = _plugins.default_backend_name()
     except LookupError:
         default = None
+    warnings = []
+    chosen = os.environ.get("PDC_BACKEND", "").strip()
+    if chosen:
+        usable = {entry["name"] for entry in backends if entry["available"]}
+        if chosen.split(":", 1)[0].lower() not in usable:
+            listing = ", ".join(sorted(usable)) or "none"
+            warnings.append(
+                f"PDC_BACKEND={chosen!r} names no available backend (available: {listing}); "
+                "the default backend cannot be used until it does"
+            )
     return {
         "pdc_core": __version__,
         "python": platform.python_version(),
@@ -159,6 +170,7 @@ def _info_payload() -> dict[str, Any]:
         "backends": backends,
         "packages": {name: _package_version(name) for name in _VERSIONED_PACKAGES},
         "plugin_errors": _plugin_errors(),
+        "warnings": warnings,
     }
 
 
@@ -191,6 +203,8 @@ def _run_info(args: argparse.Namespace) -> int:
         return 0
     print(f"pdc-core {payload['pdc_core']} on Python {payload['python']} ({payload['platform']})")
     print(f"default backend: {payload['default_backend'] or 'none available'}")
+    for warning in payload["warnings"]:
+        print(f"warning: {warning}")
     print()
     print("Backends:")
     if not payload["backends"]:
@@ -275,9 +289,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         status: int = args.run(args)
+        sys.stdout.flush()
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`pdc info | head`): say nothing more, and keep Python's
+        # own flush at exit from failing on the closed pipe too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
     return status
 
 

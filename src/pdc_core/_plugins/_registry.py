@@ -126,7 +126,7 @@ def default_backend_name() -> str:
     """``PDC_BACKEND`` if set, else the best available backend's name."""
     chosen = os.environ.get("PDC_BACKEND", "").strip()
     if chosen:
-        return chosen
+        return chosen.lower()
     for info in available_backends():
         if info.availability.available:
             return info.name
@@ -161,6 +161,14 @@ def get_backend(name: str | None = None) -> Backend:
     the backend and its plugin and chained to the cause, when the backend's
     ``devices()`` or constructor fails.
     """
+    if name is None and os.environ.get("PDC_BACKEND", "").strip():
+        chosen = os.environ["PDC_BACKEND"]
+        try:
+            return get_backend(chosen.strip().lower())
+        except BackendUnavailable as exc:
+            raise BackendUnavailable(
+                f"PDC_BACKEND={chosen!r} picks the default backend, which cannot be used: {exc}"
+            ) from None
     base, index = _parse(name if name is not None else default_backend_name())
     key = (base, index)
     instance = _instances.get(key)
