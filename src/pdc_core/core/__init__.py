@@ -1,5 +1,14 @@
-"""PyDotCompute-compatible import paths (``pydotcompute.core.*``).
+"""PyDotCompute's import path ``pydotcompute.core``: buffers and the memory pool.
 
-New code should import from ``pdc_core`` directly; these modules exist so that code
-written for PyDotCompute works with ``pdc_core`` in place of ``pydotcompute``.
+New code imports from ``pdc_core`` directly. ``pdc_core.core``, ``pdc_core.decorators``,
+``pdc_core.ring_kernels``, ``pdc_core.backends`` and ``pdc_core.exceptions`` exist so
+that code written for PyDotCompute works with ``pdc_core`` in place of ``pydotcompute``:
+they re-export pdc's own objects (``pdc_core.core.UnifiedBuffer is
+pdc_core.UnifiedBuffer``). ``Accelerator`` and ``ComputeOrchestrator`` are not provided;
+docs/migrating-from-pydotcompute.md lists every path, and what to use instead.
 """
+
+from .memory_pool import MemoryPool
+from .unified_buffer import BufferState, UnifiedBuffer
+
+__all__ = ["BufferState", "MemoryPool", "UnifiedBuffer"]

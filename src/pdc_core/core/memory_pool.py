@@ -1,4 +1,7 @@
-"""``from pdc_core.core.memory_pool import get_memory_pool`` (the PyDotCompute path)."""
+"""PyDotCompute's import path ``pydotcompute.core.memory_pool``: pdc's memory pool.
+
+``configure_memory_pool`` is not provided: make a ``MemoryPool(limit=...)``.
+"""
 
 from .._memory_pool import MemoryPool, PoolStatistics, get_memory_pool
 

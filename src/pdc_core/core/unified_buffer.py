@@ -1,4 +1,4 @@
-"""``from pdc_core.core.unified_buffer import UnifiedBuffer`` (the PyDotCompute path)."""
+"""PyDotCompute's import path ``pydotcompute.core.unified_buffer``: pdc's buffers."""
 
 from .._buffer import BufferState, UnifiedBuffer
 

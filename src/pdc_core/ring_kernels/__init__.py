@@ -1,0 +1,23 @@
+"""PyDotCompute's import path ``pydotcompute.ring_kernels``: the ring-kernel API.
+
+Only the names pdc has an equivalent for are here; the queues, the threaded and Cython
+kernels, the buffer registry, ``ArrayMessage``, ``GPUMonitor`` and the event-loop
+helpers are not provided (docs/migrating-from-pydotcompute.md says what to use
+instead). Unlike PyDotCompute's, importing it does not install uvloop.
+"""
+
+# From the submodules, so that ``message`` here is the decorator rather than the
+# submodule of the same name (as in PyDotCompute).
+from .lifecycle import KernelState, RingKernel
+from .message import RingKernelMessage, message
+from .runtime import RingKernelRuntime
+from .telemetry import RingKernelTelemetry
+
+__all__ = [
+    "KernelState",
+    "RingKernel",
+    "RingKernelMessage",
+    "RingKernelRuntime",
+    "RingKernelTelemetry",
+    "message",
+]

@@ -1,0 +1,297 @@
+"""PyDotCompute's import paths work with ``pdc_core`` in place of ``pydotcompute``.
+
+Each path re-exports pdc's own objects (``pdc_core.ring_kernels.message.Request is
+pdc_core.Request``), and docs/migrating-from-pydotcompute.md lists every path: the
+ones pdc provides, with their names, and the names and paths it does not. When
+PyDotCompute is installed, every public name of every public PyDotCompute module is
+checked to be in one of the two lists.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import importlib.util
+import re
+import types
+from pathlib import Path
+
+import pytest
+
+import pdc_core
+
+DOC = Path(__file__).parents[1] / "docs" / "migrating-from-pydotcompute.md"
+
+#: PyDotCompute's module path (after ``pydotcompute``) -> {name: the pdc object}.
+PATHS: dict[str, dict[str, object]] = {
+    "": {
+        "__version__": pdc_core.__version__,
+        "BufferState": pdc_core.BufferState,
+        "MemoryPool": pdc_core.MemoryPool,
+        "RingKernelMessage": pdc_core.Message,
+        "RingKernelRuntime": pdc_core.RingKernelRuntime,
+        "UnifiedBuffer": pdc_core.UnifiedBuffer,
+        "kernel": pdc_core.kernel,
+        "message": pdc_core.message,
+        "ring_kernel": pdc_core.ring_kernel,
+    },
+    "backends": {"Backend": pdc_core.Backend},
+    "backends.base": {"Backend": pdc_core.Backend},
+    "core": {
+        "BufferState": pdc_core.BufferState,
+        "MemoryPool": pdc_core.MemoryPool,
+        "UnifiedBuffer": pdc_core.UnifiedBuffer,
+    },
+    "core.memory_pool": {
+        "MemoryPool": pdc_core.MemoryPool,
+        "PoolStatistics": pdc_core.PoolStatistics,
+        "get_memory_pool": pdc_core.get_memory_pool,
+    },
+    "core.unified_buffer": {
+        "BufferState": pdc_core.BufferState,
+        "UnifiedBuffer": pdc_core.UnifiedBuffer,
+    },
+    "decorators": {"kernel": pdc_core.kernel, "ring_kernel": pdc_core.ring_kernel},
+    "decorators.kernel": {"kernel": pdc_core.kernel},
+    "decorators.ring_kernel": {"ring_kernel": pdc_core.ring_kernel},
+    "exceptions": {
+        "BackendError": pdc_core.BackendError,
+        "BackendNotAvailableError": pdc_core.BackendUnavailable,
+        "KernelAlreadyExistsError": pdc_core.KernelAlreadyExistsError,
+        "KernelError": pdc_core.ActorError,
+        "KernelNotFoundError": pdc_core.KernelNotFoundError,
+        "KernelStateError": pdc_core.KernelStateError,
+        "PyDotComputeError": pdc_core.PdcError,
+        "QueueFullError": pdc_core.MailboxFull,
+        "QueueTimeoutError": pdc_core.MessageTimeout,
+    },
+    "ring_kernels": {
+        "KernelState": pdc_core.KernelState,
+        "RingKernel": pdc_core.RingKernel,
+        "RingKernelMessage": pdc_core.Message,
+        "RingKernelRuntime": pdc_core.RingKernelRuntime,
+        "RingKernelTelemetry": pdc_core.Telemetry,
+        "message": pdc_core.message,
+    },
+    "ring_kernels.lifecycle": {
+        "KernelContext": pdc_core.RingKernelContext,
+        "KernelState": pdc_core.KernelState,
+        "RingKernel": pdc_core.RingKernel,
+    },
+    "ring_kernels.message": {
+        "Message": pdc_core.Message,
+        "Request": pdc_core.Request,
+        "Response": pdc_core.Response,
+        "RingKernelMessage": pdc_core.Message,
+        "message": pdc_core.message,
+    },
+    "ring_kernels.runtime": {"RingKernelRuntime": pdc_core.RingKernelRuntime},
+    "ring_kernels.telemetry": {"RingKernelTelemetry": pdc_core.Telemetry},
+}
+
+CASES = [(path, name, obj) for path, names in PATHS.items() for name, obj in names.items()]
+
+
+def _pdc_module(path: str) -> str:
+    return f"pdc_core.{path}" if path else "pdc_core"
+
+
+def _pydotcompute_module(path: str) -> str:
+    return f"pydotcompute.{path}" if path else "pydotcompute"
+
+
+@pytest.mark.parametrize(
+    ("path", "name", "obj"), CASES, ids=[f"{path or 'pdc_core'}:{name}" for path, name, _ in CASES]
+)
+def test_the_path_exports_the_pdc_object_itself(path: str, name: str, obj: object) -> None:
+    module = importlib.import_module(_pdc_module(path))
+    assert getattr(module, name) is obj
+    assert name in module.__all__
+
+
+@pytest.mark.parametrize("path", [path for path in PATHS if path])
+def test_each_path_exports_exactly_its_names(path: str) -> None:
+    module = importlib.import_module(_pdc_module(path))
+    assert sorted(module.__all__) == sorted(PATHS[path])
+    assert (module.__doc__ or "").startswith(
+        f"PyDotCompute's import path ``{_pydotcompute_module(path)}``"
+    )
+
+
+def test_the_seeds_import_lines_work() -> None:
+    from pdc_core.decorators import kernel, ring_kernel
+    from pdc_core.exceptions import KernelNotFoundError, QueueTimeoutError
+    from pdc_core.ring_kernels import RingKernelRuntime, message
+    from pdc_core.ring_kernels.message import Request, Response
+
+    assert (Request, Response, RingKernelRuntime) == (
+        pdc_core.Request,
+        pdc_core.Response,
+        pdc_core.RingKernelRuntime,
+    )
+    assert (kernel, ring_kernel, message) == (
+        pdc_core.kernel,
+        pdc_core.ring_kernel,
+        pdc_core.message,
+    )
+    assert issubclass(QueueTimeoutError, TimeoutError)
+    assert issubclass(KernelNotFoundError, pdc_core.PdcError)
+
+
+def test_a_decorator_is_not_shadowed_by_its_submodule() -> None:
+    # pdc_core.ring_kernels.message is a module, pdc_core.ring_kernels's ``message`` the
+    # decorator, whichever is imported first (as in PyDotCompute).
+    for package, name in [
+        ("ring_kernels", "message"),
+        ("decorators", "kernel"),
+        ("decorators", "ring_kernel"),
+    ]:
+        submodule = importlib.import_module(f"pdc_core.{package}.{name}")
+        assert isinstance(submodule, types.ModuleType)
+        assert getattr(importlib.import_module(f"pdc_core.{package}"), name) is getattr(
+            pdc_core, name
+        )
+
+
+def test_the_paths_keep_the_public_module_of_what_they_export() -> None:
+    for _, name, obj in CASES:
+        if isinstance(obj, type | types.FunctionType):
+            assert obj.__module__ in {"pdc_core", "pdc_core.backend"}, name
+
+
+# --------------------------------------------------------------------------------------
+# The tables of docs/migrating-from-pydotcompute.md
+# --------------------------------------------------------------------------------------
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def _section(title: str) -> list[list[str]]:
+    """The rows of the table under ``## title`` that start with a PyDotCompute path."""
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    rows = []
+    for line in text[start : end if end != -1 else None].splitlines():
+        if line.startswith("| `pydotcompute"):
+            rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    assert rows, f"no table under '## {title}'"
+    return rows
+
+
+def _path(cell: str) -> str:
+    match = _CODE.fullmatch(cell)
+    assert match, cell
+    dotted = match[1]
+    assert dotted == "pydotcompute" or dotted.startswith("pydotcompute."), dotted
+    return dotted.removeprefix("pydotcompute").removeprefix(".")
+
+
+def _names(cell: str) -> set[str]:
+    """The names in backquotes (a dotted ``pdc_core.X`` in a note is not one)."""
+    return {code for code in _CODE.findall(cell) if code.isidentifier()}
+
+
+def _documented_paths() -> dict[str, set[str] | None]:
+    """Import-paths table: PyDotCompute path -> the names pdc_core has there, or None."""
+    table: dict[str, set[str] | None] = {}
+    for pydotcompute, pdc, names in _section("Import paths"):
+        path = _path(pydotcompute)
+        assert path not in table, f"{pydotcompute} is listed twice"
+        if pdc == "not provided":
+            table[path] = None
+        else:
+            assert pdc == f"`{_pdc_module(path)}`", pdc
+            table[path] = _names(names)
+    return table
+
+
+def _documented_missing() -> dict[str, set[str]]:
+    """Not-provided table: PyDotCompute path -> the names pdc does not provide."""
+    missing: dict[str, set[str]] = {}
+    for pydotcompute, names, _instead in _section("Names not provided"):
+        missing.setdefault(_path(pydotcompute), set()).update(_names(names))
+    return missing
+
+
+def test_the_docs_list_exactly_the_provided_paths_and_names() -> None:
+    provided = {path: names for path, names in _documented_paths().items() if names is not None}
+    assert provided == {path: set(names) for path, names in PATHS.items()}
+
+
+@pytest.mark.parametrize("path", sorted(_documented_paths()))
+def test_every_path_in_the_docs_exists_or_is_said_not_to(path: str) -> None:
+    names = _documented_paths()[path]
+    if names is None:
+        with pytest.raises(ModuleNotFoundError):
+            importlib.import_module(_pdc_module(path))
+        assert _documented_missing().get(path), f"say which names of {path} are missing"
+        return
+    module = importlib.import_module(_pdc_module(path))
+    assert all(hasattr(module, name) for name in names)
+    assert not names & _documented_missing().get(path, set())
+
+
+def test_the_not_provided_table_names_only_listed_paths() -> None:
+    assert set(_documented_missing()) <= set(_documented_paths())
+
+
+# --------------------------------------------------------------------------------------
+# Against PyDotCompute itself, when it is installed (read, never imported: importing
+# pydotcompute.ring_kernels installs uvloop)
+# --------------------------------------------------------------------------------------
+
+
+def _pydotcompute_public_names() -> dict[str, set[str]]:
+    spec = importlib.util.find_spec("pydotcompute")
+    if spec is None or spec.origin is None:
+        pytest.skip("PyDotCompute is not installed")
+    root = Path(spec.origin).parent
+    found: dict[str, set[str]] = {}
+    for file in sorted(root.rglob("*.py")):
+        parts = list(file.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        if any(part.startswith("_") for part in parts):
+            continue  # a private module
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+        declared: list[str] | None = None
+        defined: set[str] = set()
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                defined.add(node.name)
+            elif isinstance(node, ast.Assign):
+                targets = {t.id for t in node.targets if isinstance(t, ast.Name)}
+                if "__all__" in targets:
+                    declared = ast.literal_eval(node.value)
+                elif not (
+                    isinstance(node.value, ast.Call)
+                    and isinstance(node.value.func, ast.Name)
+                    and node.value.func.id == "TypeVar"
+                ):
+                    defined |= targets
+        public = set(declared) if declared is not None else defined
+        found[".".join(parts)] = {
+            name for name in public if name == "__version__" or not name.startswith("_")
+        } - {"logger"}
+    return found
+
+
+def test_every_public_pydotcompute_module_is_in_the_docs() -> None:
+    assert set(_documented_paths()) == set(_pydotcompute_public_names())
+
+
+def test_every_public_pydotcompute_name_is_provided_or_said_not_to_be() -> None:
+    provided = {path: names or set() for path, names in _documented_paths().items()}
+    missing = _documented_missing()
+    unlisted = {
+        f"pydotcompute{'.' if path else ''}{path}.{name}"
+        for path, names in _pydotcompute_public_names().items()
+        for name in names
+        if name not in provided.get(path, set()) | missing.get(path, set())
+    }
+    assert unlisted == set()
+    real = _pydotcompute_public_names()
+    for path, names in missing.items():  # only real names are said missing, and only once
+        assert names <= real[path], (path, names - real[path])
+        assert not names & provided.get(path, set()), path
