@@ -13,7 +13,7 @@ import pytest
 from subprocess_support import StderrLines, start_interruptible
 
 from pdc_core._cli import main
-from pdc_core._cli._bench import BenchResult, run_suite
+from pdc_core._cli._bench import BenchResult, _no_ratio, run_suite
 
 
 def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -30,6 +30,28 @@ def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert "p50_vs_a task per message (cpu)" in kernel
         batched = payload["throughput"][f"{backend} / persistent kernel (cpu), request_batch"]
         assert batched["x_vs_a task per message (cpu), all in flight"] > 0
+
+
+def test_without_trio_it_says_it_measures_asyncio_only(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "trio", None)  # `import trio` now fails
+    assert main(["bench", "--quick", "--n", "60", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "trio is not installed (pip install trio): measuring asyncio only" in captured.err
+    payload = json.loads(captured.out)
+    assert not any(key.startswith("trio") for key in payload["latency"])
+
+
+def test_only_baselines_are_labelled_baseline() -> None:
+    result = BenchResult()
+    result.latency_samples = {"asyncio / pdc ask": [5e-6, 6e-6], "asyncio / bare": [2e-5]}
+    result.baselines = {"asyncio / pdc ask": ("PyDotCompute 0.2.0",)}  # did not run
+    latency = result.payload()["latency"]
+    assert latency["asyncio / pdc ask"]["baseline"] is False
+    assert latency["asyncio / bare"]["baseline"] is True
+    assert _no_ratio(latency["asyncio / pdc ask"]) == "n/a (its baselines did not run)"
+    assert _no_ratio(latency["asyncio / bare"]) == "(baseline)"
 
 
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:

@@ -207,6 +207,7 @@ class BenchResult:
             if not samples:
                 continue
             entry: dict[str, Any] = summarize(samples)
+            entry["baseline"] = not self.baselines.get(key)  # a path has baselines; they none
             for baseline in self.baselines.get(key, ()):
                 ref = _baseline(self.latency_samples, key, baseline)
                 if ref:
@@ -218,6 +219,7 @@ class BenchResult:
                 continue
             rate = float(np.median(values))
             entry = {"msgs_per_s": rate, "rounds": len(values)}
+            entry["baseline"] = not self.baselines.get(key)
             for baseline in self.baselines.get(key, ()):
                 ref = _baseline(self.throughput, key, baseline)
                 if ref:
@@ -334,6 +336,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE.png", help="draw latency distributions")
 
 
+def _no_ratio(entry: dict[str, Any]) -> str:
+    """What a row without ratios says: a baseline, or a path whose baselines did not run."""
+    return "(baseline)" if entry.get("baseline") else "n/a (its baselines did not run)"
+
+
 def _table(payload: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -353,7 +360,7 @@ def _table(payload: dict[str, Any]) -> None:
             f"{entry['p50_us']:.1f}",
             f"{entry['p90_us']:.1f}",
             f"{entry['p99_us']:.1f}",
-            ratios or "(baseline)",
+            ratios or _no_ratio(entry),
         )
     console.print(latency)
     throughput = Table(title="Throughput into one actor")
@@ -366,7 +373,7 @@ def _table(payload: dict[str, Any]) -> None:
             for name, value in entry.items()
             if name.startswith("x_vs_")
         )
-        throughput.add_row(key, f"{entry['msgs_per_s']:,.0f}", ratios or "(baseline)")
+        throughput.add_row(key, f"{entry['msgs_per_s']:,.0f}", ratios or _no_ratio(entry))
     console.print(throughput)
 
 
@@ -388,6 +395,10 @@ def run(args: argparse.Namespace) -> int:
             if args.async_backend == "trio":
                 print("pdc bench: error: trio is not installed: pip install trio", file=sys.stderr)
                 return 2
+            print(
+                "pdc bench: trio is not installed (pip install trio): measuring asyncio only",
+                file=sys.stderr,
+            )
             backends = ("asyncio",)
     n = args.n if args.n is not None else (300 if args.quick else 5000)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)

@@ -2,8 +2,8 @@
 
 Generic on purpose (no import of the rest of pdc): any benchmark may use them.
 
-* :func:`percentile` / :func:`summarize` -- percentiles of timing samples, computed the
-  way NumPy's default (linear interpolation) does, without needing NumPy.
+* :func:`summarize` -- count, mean, extremes and percentiles of timing samples
+  (NumPy's, linear interpolation).
 * :func:`table` -- a Markdown table (paste-able into ``docs/benchmarks.md``).
 * :func:`environment` -- Python, OS, CPU count and the versions of named packages.
 * :func:`ratio` -- a ratio formatted for a table.
@@ -22,30 +22,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
 
+import numpy as np
+
 __all__ = [
     "Summary",
     "command_line",
     "print_header",
     "environment",
     "gc_paused",
-    "percentile",
     "ratio",
     "summarize",
     "table",
     "timed",
 ]
-
-
-def percentile(sorted_samples: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0..100) of already sorted samples (linear interpolation)."""
-    if not sorted_samples:
-        raise ValueError("no samples")
-    if not 0 <= q <= 100:
-        raise ValueError(f"q must be in 0..100, got {q}")
-    pos = (len(sorted_samples) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_samples) - 1)
-    return float(sorted_samples[lo] + (sorted_samples[hi] - sorted_samples[lo]) * (pos - lo))
 
 
 @dataclass(frozen=True)
@@ -75,17 +64,18 @@ class Summary:
 
 def summarize(samples: Iterable[float]) -> Summary:
     """Summarize timing samples (any unit)."""
-    data = sorted(samples)
-    if not data:
+    data = np.fromiter(samples, dtype=np.float64)
+    if not data.size:
         raise ValueError("no samples")
+    p50, p90, p99 = np.percentile(data, (50, 90, 99))
     return Summary(
-        count=len(data),
-        mean=sum(data) / len(data),
-        p50=percentile(data, 50),
-        p90=percentile(data, 90),
-        p99=percentile(data, 99),
-        minimum=data[0],
-        maximum=data[-1],
+        count=int(data.size),
+        mean=float(data.mean()),
+        p50=float(p50),
+        p90=float(p90),
+        p99=float(p99),
+        minimum=float(data.min()),
+        maximum=float(data.max()),
     )
 
 

@@ -26,10 +26,11 @@ that happened:
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import asdict, dataclass
 from typing import Any, Final
+
+import numpy as np
 
 __all__ = [
     "MAX_INFLIGHT",
@@ -81,18 +82,9 @@ class LatencyWindow:
 
     def percentiles(self, *qs: float) -> tuple[float, ...]:
         """Percentiles (0..100) of the samples in the window, in ns; 0.0 when empty."""
-        data = sorted(self._samples)
-        if not data:
+        if not self._samples:
             return tuple(0.0 for _ in qs)
-        return tuple(_percentile(data, q) for q in qs)
-
-
-def _percentile(data: list[int], q: float) -> float:
-    """Linear-interpolated percentile of sorted ``data`` (numpy's default method)."""
-    pos = (len(data) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return float(data[lo] + (data[hi] - data[lo]) * (pos - lo))
+        return tuple(float(p) for p in np.percentile(np.fromiter(self._samples, np.int64), qs))
 
 
 class KernelTelemetry:
