@@ -54,3 +54,33 @@ def test_code_blocks_run(path: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: 
         ran += 1
     if ran == 0:
         pytest.skip(f"every python block of {path.name} is marked skip")
+
+
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
+CODE = re.compile(r"```.*?```|`[^`]*`", re.DOTALL)
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=lambda path: str(path.relative_to(ROOT)))
+def test_relative_links_point_at_files_that_exist(path: Path) -> None:
+    missing = [
+        target
+        for target in LINK.findall(CODE.sub("", path.read_text()))
+        if "://" not in target
+        and not target.startswith("mailto:")
+        and not (path.parent / target).exists()
+    ]
+    assert missing == []
+
+
+def test_each_readme_example_runs_pasted_alone(tmp_path: Path) -> None:
+    """The README's examples are copied one at a time: each has all it imports."""
+    import subprocess
+    import sys
+
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.DOTALL)
+    assert blocks
+    for block in blocks:
+        done = subprocess.run(
+            [sys.executable, "-c", block], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        )
+        assert done.returncode == 0, f"{block}\n{done.stderr}"
