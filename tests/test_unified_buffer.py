@@ -196,3 +196,50 @@ def test_repr_mentions_state_and_backend():
     assert "shape=(2, 2)" in text
     assert "cpu:0" in text
     assert "SYNCHRONIZED" in text
+
+
+def test_close_gives_the_memory_back_and_refuses_later_use(example_backend):
+    import gc
+    import weakref
+
+    with UnifiedBuffer((1000,), dtype=np.float64, backend=example_backend) as buf:
+        buf.device._data[:] = 1.0  # device memory exists too
+        host = weakref.ref(buf._host)
+    gc.disable()
+    try:
+        assert host() is None  # reference counting alone freed it: close let go
+    finally:
+        gc.enable()
+    assert buf.closed
+    assert buf.shape == (1000,)
+    assert buf.nbytes == 8000
+    for use in (lambda: buf.host, lambda: buf.device, buf.sync_to_device, np.asarray):
+        with pytest.raises(ValueError, match=r"UnifiedBuffer of shape \(1000,\) is closed"):
+            use(buf) if use is np.asarray else use()
+    buf.close()  # idempotent
+
+
+def test_a_closed_buffer_is_not_kept_by_its_pool(example_backend):
+    from pdc_core import MemoryPool
+
+    pool = MemoryPool(backend=example_backend)
+    buf = pool.acquire((16,), dtype=np.float32)
+    buf.close()
+    pool.release(buf)
+    stats = pool.statistics()
+    assert stats.bytes_in_use == 0
+    assert stats.bytes_held == 0
+    assert pool.acquire((16,), dtype=np.float32) is not buf
+
+
+async def test_sync_to_host_async_copies_without_blocking_the_loop(example_backend):
+    buf = UnifiedBuffer((3,), dtype=np.int32, backend=example_backend)
+    buf.device._data[:] = 7  # the device copy is newer now
+    stream = example_backend.create_stream()
+    await buf.sync_to_host_async(stream)
+    assert buf.state is BufferState.SYNCHRONIZED
+    np.testing.assert_array_equal(buf.host_readonly(), [7, 7, 7])
+    stream.close()
+    buf.device._data[:] = 9
+    await buf.sync_to_host_async()  # on a stream of its own
+    np.testing.assert_array_equal(buf.host_readonly(), [9, 9, 9])

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final, SupportsIndex
 import numpy as np
 import numpy.typing as npt
 
-from ._backend._contract import Backend, Capability, MemoryKind
+from ._backend._contract import Backend, Capability, MemoryKind, wait_shielded_on_cancel
 from ._exceptions import BackendUnavailable
 from ._plugins import get_backend, registered_backends, resolve_backend
 
@@ -206,6 +206,8 @@ class UnifiedBuffer:
         return host
 
     def _attach_host(self) -> None:
+        self._shape: tuple[int, ...] = self._host.shape
+        self._closed = False
         if self._unified:
             self._device = self._backend.device_view(self._host)
             self._state = BufferState.SYNCHRONIZED
@@ -216,7 +218,7 @@ class UnifiedBuffer:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return self._host.shape
+        return self._shape
 
     @property
     def dtype(self) -> np.dtype[Any]:
@@ -224,15 +226,15 @@ class UnifiedBuffer:
 
     @property
     def size(self) -> int:
-        return self._host.size
+        return math.prod(self._shape)
 
     @property
     def nbytes(self) -> int:
-        return self._host.nbytes
+        return math.prod(self._shape) * self._host.dtype.itemsize
 
     @property
     def ndim(self) -> int:
-        return self._host.ndim
+        return len(self._shape)
 
     @property
     def pinned(self) -> bool:
@@ -248,7 +250,7 @@ class UnifiedBuffer:
         return self._state
 
     def __len__(self) -> int:
-        return len(self._host)
+        return self._shape[0] if self._shape else len(self._host)
 
     def __repr__(self) -> str:
         pinned = ", pinned" if self._pinned else ""
@@ -263,6 +265,7 @@ class UnifiedBuffer:
     def host(self) -> npt.NDArray[Any]:
         """The host array, current; marks the host copy dirty (you may write to it)."""
         with self._lock:
+            self._check_open()
             self._pull()
             if self._device is not None and not self._unified:
                 self._state = BufferState.HOST_DIRTY
@@ -271,6 +274,7 @@ class UnifiedBuffer:
     def host_readonly(self) -> npt.NDArray[Any]:
         """A read-only view of the current host data; leaves both copies clean."""
         with self._lock:
+            self._check_open()
             self._pull()
             view = self._host.view()
             view.flags.writeable = False
@@ -285,6 +289,7 @@ class UnifiedBuffer:
         must not detach the buffer's later views).
         """
         with self._lock:
+            self._check_open()
             if self._unified:
                 return self._backend.device_view(self._host)
             self._push()
@@ -316,12 +321,68 @@ class UnifiedBuffer:
         host memory is written again.
         """
         with self._lock:
+            self._check_open()
             self._push(stream)
 
     def sync_to_host(self, stream: Stream | None = None) -> None:
         """Make the host copy current (copying only if the device copy is newer)."""
         with self._lock:
+            self._check_open()
             self._pull(stream)
+
+    async def sync_to_host_async(self, stream: Stream | None = None) -> None:
+        """:meth:`sync_to_host` without blocking the event loop.
+
+        The copy is queued on ``stream`` (default: a new stream of the buffer's backend,
+        closed afterwards) and the stream is awaited; errors of its work are raised
+        here. A cancelled wait still waits, shielded, for the copy it queued.
+        """
+        own = stream is None
+        queue = self._backend.create_stream() if stream is None else stream
+        try:
+            with self._lock:
+                self._check_open()
+                if self._state not in (BufferState.DEVICE_DIRTY, BufferState.DEVICE_ONLY):
+                    return
+                self._backend.to_host(self._device, out=self._host, stream=queue)
+            await wait_shielded_on_cancel(queue)
+            queue.synchronize()  # done already: raises what the copy raised, if anything
+            with self._lock:
+                self._state = BufferState.SYNCHRONIZED
+        finally:
+            if own:
+                queue.close()
+
+    # -- lifetime ---------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def close(self) -> None:
+        """Give the buffer's memory back now, not when the buffer is collected.
+
+        Host and device memory go back to the backend (or its pool) once no array
+        taken from :attr:`host` or :attr:`device` is still alive. Afterwards every use
+        of the buffer raises ``ValueError``. Idempotent; ``with UnifiedBuffer(...) as
+        buf:`` closes it at the end of the block.
+        """
+        with self._lock:
+            self._closed = True
+            self._host = np.empty(0, self._host.dtype)  # the memory itself goes back
+            self._device = None
+
+    def __enter__(self) -> UnifiedBuffer:
+        self._check_open()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"this UnifiedBuffer of shape {self._shape} is closed")
 
     def mark_host_dirty(self) -> None:
         """Declare that the host copy was written (through an array kept from earlier)."""

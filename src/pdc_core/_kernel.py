@@ -39,10 +39,9 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, overload
 
-import anyio
 import numpy as np
 
-from ._backend._contract import Backend, Capability, Stream
+from ._backend._contract import Backend, Capability, Stream, wait_shielded_on_cancel
 from ._buffer import UnifiedBuffer
 from ._exceptions import CapabilityError
 from ._launch import (
@@ -362,7 +361,7 @@ class Kernel:
         queue = chosen.create_stream() if stream is None else stream
         try:
             self._launch(args, grid, block, size, queue, chosen, shared_mem)
-            await _wait_shielded_on_cancel(queue)
+            await wait_shielded_on_cancel(queue)
             queue.synchronize()
         finally:
             if own:
@@ -665,15 +664,6 @@ class ConfiguredKernel:
         await self.kernel.launch_async(
             *args, grid=self.grid, block=self.block, stream=self.stream, shared_mem=self.shared_mem
         )
-
-
-async def _wait_shielded_on_cancel(stream: Stream) -> None:
-    try:
-        await stream.wait()
-    except BaseException:
-        with anyio.CancelScope(shield=True):
-            await stream.wait()
-        raise
 
 
 class _KernelDecorator:

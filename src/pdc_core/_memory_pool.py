@@ -141,6 +141,9 @@ class MemoryPool:
                     raise PoolError(f"{buffer!r} was released twice")
                 raise PoolError(f"{buffer!r} was not handed out by this pool")
             self._bytes_in_use -= buffer.nbytes
+            if buffer.closed:  # its memory went back already: nothing to keep for reuse
+                self._bytes_held -= buffer.nbytes
+                return
             key: _Key = (
                 buffer.backend.qualified_name,
                 buffer.shape,

@@ -40,6 +40,7 @@ __all__ = [
     "MemoryKind",
     "MemoryStatistics",
     "Stream",
+    "wait_shielded_on_cancel",
 ]
 
 
@@ -407,6 +408,20 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.qualified_name}>"
+
+
+async def wait_shielded_on_cancel(stream: Stream) -> None:
+    """Wait for ``stream``; if the waiting task is cancelled, still wait (shielded) for
+    the work already queued, which cannot be interrupted, before the cancellation goes
+    on: nothing queued outlives the call that queued it."""
+    import anyio
+
+    try:
+        await stream.wait()
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            await stream.wait()
+        raise
 
 
 async def _poll_until(predicate: Any) -> None:
