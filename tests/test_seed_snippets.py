@@ -203,7 +203,7 @@ async def test_batch_processor_deactivate_and_terminate() -> None:
             for i in range(250):
                 await runtime.send("batch_processor", Request(data=i))
             await anyio.wait_all_tasks_blocked()  # the kernel has done all it would do
-            assert runtime.get_telemetry("batch_processor").messages_processed == 0  # type: ignore[union-attr]
+            assert runtime.get_telemetry("batch_processor").messages_processed == 0
             await runtime.reactivate("batch_processor")
             got = sorted([(await runtime.receive("batch_processor")).result for _ in range(250)])
             await runtime.terminate("batch_processor")

@@ -49,9 +49,10 @@ import logging
 import math
 import weakref
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -67,7 +68,16 @@ from .._loop import check_duration, current_kit
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
 from ._refs import ActorRef, ActorRunner, StartOptions, runner_for
 
+if TYPE_CHECKING:
+    # For the types of start_actor only: the nursery knows no concrete kind at run time.
+    from .._backend._persistent_kernel import PersistentKernel
+    from .._persistent._actor import KernelActorRef, PersistentKernelActor
+    from ._mailbox_actor import Actor
+
 __all__ = ["ActorNursery", "RestartPolicy", "open_nursery"]
+
+M = TypeVar("M")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +261,121 @@ class ActorNursery:
 
     # -- starting actors ----------------------------------------------------------------
 
+    # Overloads, tried in order: the first that matches gives the handle's type.
+    # Classes come before callables (an Actor subclass is a callable returning an
+    # Actor), async handlers before factories, and anything else gets an untyped handle.
+    @overload
+    async def start_actor(
+        self,
+        target: type[Actor[M, R]],
+        /,
+        *args: Any,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> ActorRef[M, R]: ...
+
+    @overload
+    async def start_actor(
+        self,
+        target: Actor[M, R],
+        /,
+        *,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> ActorRef[M, R]: ...
+
+    @overload
+    async def start_actor(
+        self,
+        target: PersistentKernel,
+        /,
+        *,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> KernelActorRef: ...
+
+    @overload
+    async def start_actor(
+        self,
+        target: PersistentKernelActor,
+        /,
+        *,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> KernelActorRef: ...
+
+    @overload
+    async def start_actor(
+        self,
+        target: ActorRunner,
+        /,
+        *,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> ActorRef[Any, Any]: ...
+
+    @overload
+    async def start_actor(
+        self,
+        target: Callable[[M], Awaitable[R]],
+        /,
+        *,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> ActorRef[M, R]: ...
+
+    @overload
+    async def start_actor(
+        self,
+        target: Callable[..., Actor[M, R]],
+        /,
+        *args: Any,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> ActorRef[M, R]: ...
+
+    @overload
+    async def start_actor(
+        self,
+        target: object,
+        /,
+        *args: Any,
+        name: str | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        backpressure: Backpressure | str = Backpressure.BLOCK,
+        restart: RestartPolicy | None = None,
+        max_batch: int = 1024,
+        paused: bool = False,
+    ) -> ActorRef[Any, Any]: ...
+
     async def start_actor(
         self,
         target: object,
@@ -283,6 +408,11 @@ class ActorNursery:
         ``handle_batch`` call, and ``paused=True`` starts the actor with delivery
         paused. ``name`` must be unique among the nursery's live actors
         (:class:`~pdc_core.DuplicateActorError` otherwise); by default one is made up.
+
+        For type checkers the handle is an ``ActorRef[M, R]`` for an ``Actor[M, R]``
+        subclass, instance or factory and for an ``async def handler(message: M) -> R``
+        (``ask`` returns ``R``, ``tell`` takes ``M``), a
+        :class:`~pdc_core.KernelActorRef` for a kernel, else ``ActorRef[Any, Any]``.
         """
         if not self._open or self._tg is None:
             raise LifecycleError("cannot start an actor: the nursery is not open")

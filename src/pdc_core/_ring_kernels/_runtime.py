@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast, overload
 
 import anyio
 
@@ -34,10 +34,13 @@ from ._telemetry import Telemetry
 if TYPE_CHECKING:
     from .._backend._contract import Backend
 
-__all__ = ["RingKernelRuntime"]
+__all__ = ["RingKernelRuntime", "TelemetryT"]
+
+#: What ``get_telemetry`` returns: ``Telemetry``, or ``None`` with telemetry disabled.
+TelemetryT = TypeVar("TelemetryT", bound="Telemetry | None")
 
 
-class RingKernelRuntime:
+class RingKernelRuntime(Generic[TelemetryT]):
     """Launches ring kernels and routes messages to them (PyDotCompute's runtime).
 
     Use it as an async context manager; kernels live no longer than the block. On a
@@ -46,6 +49,36 @@ class RingKernelRuntime:
     ``use_uvloop`` and ``use_eager_tasks`` are accepted for compatibility and ignored:
     the event loop is the caller's choice.
     """
+
+    @overload
+    def __init__(
+        self: RingKernelRuntime[Telemetry],
+        *,
+        enable_telemetry: Literal[True] = True,
+        shutdown_timeout: float = 5.0,
+        use_uvloop: bool = False,
+        use_eager_tasks: bool = False,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RingKernelRuntime[None],
+        *,
+        enable_telemetry: Literal[False],
+        shutdown_timeout: float = 5.0,
+        use_uvloop: bool = False,
+        use_eager_tasks: bool = False,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: RingKernelRuntime[Telemetry | None],
+        *,
+        enable_telemetry: bool,
+        shutdown_timeout: float = 5.0,
+        use_uvloop: bool = False,
+        use_eager_tasks: bool = False,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -62,7 +95,7 @@ class RingKernelRuntime:
         self._nursery: ActorNursery | None = None
         self._active = False
 
-    async def __aenter__(self) -> RingKernelRuntime:
+    async def __aenter__(self) -> Self:
         if self._nursery is not None:
             raise LifecycleError("a RingKernelRuntime can be entered only once")
         self._nursery = open_nursery()
@@ -309,12 +342,12 @@ class RingKernelRuntime:
         """PyDotCompute's name for :meth:`ask` (here the reply is matched by id)."""
         return await self.ask(kernel_id, message, timeout=timeout)
 
-    def get_telemetry(self, kernel_id: str) -> Telemetry | None:
+    def get_telemetry(self, kernel_id: str) -> TelemetryT:
         """A snapshot of the kernel's telemetry, or None if telemetry is disabled."""
         kernel = self.get_kernel(kernel_id)
         if not self._enable_telemetry:
-            return None
-        return kernel.telemetry()
+            return cast(TelemetryT, None)
+        return cast(TelemetryT, kernel.telemetry())
 
     def get_all_telemetry(self) -> dict[str, Telemetry]:
         """Telemetry of every launched kernel (empty if telemetry is disabled)."""

@@ -1,0 +1,161 @@
+"""A user program of pdc_core's public API, type-checked by tests/test_typing.py.
+
+It is never run: ``mypy --strict`` checks it. Every line ending in
+``# expect-error: <code>`` must fail with exactly that mypy error code; every other
+line must pass. ``assert_type`` pins the types that flow from ``start_actor``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_type
+
+import numpy as np
+import numpy.typing as npt
+
+from pdc_core import (
+    Actor,
+    ActorRef,
+    Control,
+    KernelActorRef,
+    Mailbox,
+    PersistentKernel,
+    PersistentKernelActor,
+    PersistentKernelSession,
+    Request,
+    Response,
+    RingKernelContext,
+    RingKernelRuntime,
+    open_nursery,
+    open_persistent_kernel,
+    ring_kernel,
+)
+from pdc_core.lowlevel import ActorRunner
+
+# -- actors: a subclass, an instance, a factory, an async handler ------------------------
+
+
+class Doubler(Actor[int, int]):
+    async def handle(self, message: int) -> int:
+        return message * 2
+
+
+class Greeter(Actor[str, str]):
+    def __init__(self, greeting: str) -> None:
+        self.greeting = greeting
+
+    async def handle(self, message: str) -> str:
+        return f"{self.greeting}, {message}"
+
+
+def make_greeter(greeting: str) -> Greeter:
+    return Greeter(greeting)
+
+
+async def length(message: str) -> int:
+    return len(message)
+
+
+async def actors(runner: ActorRunner) -> None:
+    async with open_nursery() as nursery:
+        doubler = await nursery.start_actor(Doubler, name="doubler", capacity=16)
+        assert_type(doubler, ActorRef[int, int])
+        assert_type(await doubler.ask(21), int)
+        assert_type(await doubler.ask(21, priority=0, timeout=1.0), int)
+        assert_type(await doubler.ask_many([1, 2, 3]), list[int])
+        await doubler.tell(1)
+        await doubler.tell_many(range(3))
+        async for reply in doubler.ask_stream(range(10), window=4):
+            assert_type(reply, int)
+
+        greeter = await nursery.start_actor(Greeter, "hello")
+        assert_type(greeter, ActorRef[str, str])
+        instance = await nursery.start_actor(Greeter("hi"), name="hi")
+        assert_type(instance, ActorRef[str, str])
+        made = await nursery.start_actor(make_greeter, "hey")
+        assert_type(made, ActorRef[str, str])
+        handler = await nursery.start_actor(length, backpressure="drop_oldest")
+        assert_type(handler, ActorRef[str, int])
+        assert_type(await handler.ask("four"), int)
+        other = await nursery.start_actor(runner, name="other")
+        assert_type(other, ActorRef[Any, Any])
+
+        # What strict checking must refuse.
+        bad: str = await doubler.ask(1)  # expect-error: assignment
+        await doubler.tell("x")  # expect-error: arg-type
+        await doubler.ask_many(["a", "b"])  # expect-error: list-item
+        await greeter.ask(3)  # expect-error: arg-type
+        await handler.tell(b"bytes")  # expect-error: arg-type
+        count: str = await handler.ask("x")  # expect-error: assignment
+        await nursery.start_actor(Doubler, capacity="big")  # expect-error: call-overload
+        print(bad, count)
+
+
+# -- mailboxes -------------------------------------------------------------------------
+
+
+async def mailboxes() -> None:
+    mailbox: Mailbox[int] = Mailbox(8, backpressure="block")
+    await mailbox.send(1, priority=3)
+    mailbox.send_nowait(2)
+    item = await mailbox.receive(timeout=1.0)
+    assert_type(item, int | Control)
+    await mailbox.send("x")  # expect-error: arg-type
+
+
+# -- the seeds' ring-kernel API --------------------------------------------------------
+
+
+@ring_kernel(kernel_id="typing_square", queue_size=1000)
+async def square(ctx: RingKernelContext) -> None:
+    while not ctx.should_terminate:
+        if not ctx.is_active:
+            await ctx.wait_active()
+            continue
+        try:
+            msg = await ctx.receive(timeout=0.1)
+        except TimeoutError:
+            continue
+        await ctx.send(Response(result=msg.data**2, correlation_id=msg.message_id))
+
+
+async def seeds() -> None:
+    async with RingKernelRuntime(enable_telemetry=True) as runtime:
+        await runtime.launch("typing_square")
+        await runtime.activate("typing_square")
+        await runtime.send("typing_square", Request(data=7))
+        response = await runtime.receive("typing_square", timeout=5)
+        print(response.result)
+        telemetry = runtime.get_telemetry("typing_square")
+        if telemetry is not None:
+            assert_type(telemetry.messages_processed, int)
+
+
+# -- persistent kernels ----------------------------------------------------------------
+
+REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+
+
+def double(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    replies = np.empty(len(requests), REP)
+    replies["id"] = requests["id"]
+    replies["y"] = requests["x"] * 2
+    return replies
+
+
+kernel = PersistentKernel("typing_double", REQ, REP, capacity=64, bodies={"cpu": double})
+
+
+async def persistent() -> None:
+    async with open_persistent_kernel(kernel, "cpu") as session:
+        assert_type(session, PersistentKernelSession)
+        reply = await session.request((1, 2.0))  # a record of REP: typed Any
+        print(reply["y"])
+        assert_type(await session.request_batch(np.zeros(4, REQ)), npt.NDArray[Any])
+
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(kernel, name="typing_double", paused=False)
+        assert_type(ref, KernelActorRef)
+        assert_type(await ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[Any])
+        on_cpu = await nursery.start_actor(PersistentKernelActor(kernel, backend="cpu"))
+        assert_type(on_cpu, KernelActorRef)
