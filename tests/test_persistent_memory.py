@@ -82,4 +82,4 @@ async def test_a_detached_ring_keeps_its_last_values() -> None:
     status = session.resident.status
     assert status.done
     assert status.in_head == status.in_tail == 2
-    assert session.statistics.sent == 2
+    assert session.statistics().sent == 2

@@ -318,7 +318,7 @@ async def test_request_send_receive_and_statistics() -> None:
             rest.extend((await session.receive_batch())["id"].tolist())
         assert rest == [101, 102, 103, 104]
         assert first == 11
-        stats = session.statistics
+        stats = session.statistics()
         assert stats.sent == 17
         assert stats.replied == 17
         assert stats.received == 5
@@ -347,7 +347,7 @@ async def test_bad_records_write_nothing() -> None:
             await session.send_batch([(1, 1.0), (2, 2.0), "bad"])
         with pytest.raises(RecordError, match=f"larger than a {REQ.itemsize}-byte slot"):
             await session.request_batch(np.zeros(2, np.dtype([("big", "S64")])))
-        assert session.statistics.sent == 0
+        assert session.statistics().sent == 0
         assert session.memory.snapshot()["in_head"] == 0
 
 
@@ -378,7 +378,7 @@ async def test_send_waits_while_the_ring_is_full() -> None:
         with anyio.move_on_after(0.05) as scope:
             await session.send_batch(batch(0, 5))
         assert scope.cancelled_caught
-        assert session.statistics.sent == 2  # a prefix of the batch was sent
+        assert session.statistics().sent == 2  # a prefix of the batch was sent
         done = anyio.Event()
 
         async def sender() -> None:
@@ -403,7 +403,7 @@ async def test_receive_window_bounds_unreceived_replies() -> None:
         with anyio.move_on_after(0.05) as scope:
             await session.send((3, 0.0))  # nobody received: the window is full
         assert scope.cancelled_caught
-        assert session.statistics.sent == 3
+        assert session.statistics().sent == 3
 
         async def receiver() -> None:
             await until(lambda: session._leader)  # the send below is waiting now
@@ -424,7 +424,7 @@ async def test_pause_and_resume() -> None:
         await session.send((1, 1.0))
         with anyio.move_on_after(0.05):
             await session.receive()
-        assert session.statistics.replied == 0  # nothing processed while paused
+        assert session.statistics().replied == 0  # nothing processed while paused
         await session.resume()
         assert session.state is SessionState.RUNNING
         assert (await session.receive())["id"] == 1
@@ -444,7 +444,7 @@ async def test_cancelled_request_leaves_no_trace() -> None:
             tg.start_soon(ask)
             await step_until(session, lambda: bool(result))
         assert result[0]["id"] == 2  # the cancelled request's reply was discarded
-        assert session.statistics.discarded == 1
+        assert session.statistics().discarded == 1
 
 
 async def test_leader_cancelled_follower_takes_over() -> None:
@@ -545,7 +545,7 @@ async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -
                 got.append(int((await session.request((5, 0.0)))["id"]))
 
             tg.start_soon(ask)
-            await until(lambda: session.statistics.sent == 1)  # ask() has sent, and waits
+            await until(lambda: session.statistics().sent == 1)  # ask() has sent, and waits
             assert session._leader  # the caller leads its own request
             resident.step()
             with anyio.fail_after(2):
@@ -595,14 +595,14 @@ async def test_stop_fails_unprocessed_requests_and_keeps_published_replies() -> 
     async with anyio.create_task_group() as tg:
         for i in range(4):
             tg.start_soon(ask, i)
-        await until(lambda: session.statistics.sent == 6)  # all four requests are waiting
+        await until(lambda: session.statistics().sent == 6)  # all four requests are waiting
         session.resident.step(3)  # type: ignore[attr-defined]  # answers 100, 101, one request
         await session.stop()
     assert len(replies) == 1  # the first request published (task order is the library's)
     assert len(errors) == 3
     assert all(type(e) is ActorStopped for e in errors)
     assert "3 published request(s) were not handled" in str(errors[0])
-    assert session.statistics.unprocessed == 3
+    assert session.statistics().unprocessed == 3
     # replies published before the stop are still delivered, then receive says stopped
     assert (await session.receive_batch())["id"].tolist() == [100, 101]
     with pytest.raises(ActorStopped, match="is stopped"):
@@ -630,7 +630,7 @@ async def test_drain_stop_answers_everything() -> None:
         tg.start_soon(ask)
         await until(lambda: session._leader)  # the batch is published and waiting
         session.resident.step(2)  # type: ignore[attr-defined]
-        assert session.statistics.sent == 7
+        assert session.statistics().sent == 7
 
         async def drive() -> None:
             while not session.resident.exited:
@@ -640,7 +640,7 @@ async def test_drain_stop_answers_everything() -> None:
         tg.start_soon(drive)
         await session.stop(drain=True)
     assert replies[0]["id"].tolist() == list(range(7))
-    assert session.statistics.unprocessed == 0
+    assert session.statistics().unprocessed == 0
 
 
 async def test_error_word_surfaces_as_actor_crashed() -> None:

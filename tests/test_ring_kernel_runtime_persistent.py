@@ -281,6 +281,6 @@ async def test_kernel_actor_stop_without_drain_escalates_a_draining_stop() -> No
                 tg.start_soon(release_once_escalated, held, ref)
                 await ref.stop()  # escalates: the unconsumed request is not answered
             assert ref.session is not None
-            assert ref.session.statistics.unprocessed == 1
+            assert ref.session.statistics().unprocessed == 1
     finally:
         held.release.set()

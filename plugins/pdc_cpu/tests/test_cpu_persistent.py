@@ -81,7 +81,7 @@ async def test_round_trips_and_batches() -> None:
         while len(got) < 6:
             got.extend((await session.receive_batch())["id"].tolist())
         assert got == list(range(5000, 5006))
-        assert session.statistics.batches >= 1
+        assert session.statistics().batches >= 1
     assert not any(seen_writeable)  # the body sees the ring read-only
     assert session.state is SessionState.STOPPED
 
@@ -126,7 +126,7 @@ async def test_exactly_once_in_order_with_concurrent_callers(
                 tg.start_soon(receiver)
                 for index, size in enumerate(jobs):
                     tg.start_soon(job, index, size)
-        stats = session.statistics
+        stats = session.statistics()
     for index, size in enumerate(jobs):
         if size == 1 or index % 2:
             assert results[index] == list(range(index * 1000, index * 1000 + size))
@@ -145,7 +145,7 @@ async def test_pause_and_resume() -> None:
         await session.send((1, 1.0))
         with anyio.move_on_after(0.05):
             await session.receive()
-        assert session.statistics.replied == 0
+        assert session.statistics().replied == 0
         await session.resume()
         assert not session.resident.paused
         assert int((await session.receive())["id"]) == 1
@@ -181,7 +181,7 @@ async def test_stop_during_traffic_loses_nothing_acknowledged(drain: bool) -> No
             while len({ident // 10_000 for ident in answered}) < 5:  # noqa: ASYNC110
                 await anyio.sleep(0.001)
             await session.stop(drain=drain)
-    stats = session.statistics
+    stats = session.statistics()
     assert len(stopped) == 5  # every client was told, none hangs
     assert len(answered) == stats.replied == len(set(answered))
     if drain:
@@ -359,7 +359,7 @@ async def test_bad_launches() -> None:
     async with open_persistent_kernel(kernel, "cpu") as session:
         with pytest.raises(RecordError, match="larger than a 16-byte slot"):
             await session.request(b"x" * 17)
-        assert session.statistics.sent == 0
+        assert session.statistics().sent == 0
     assert not kernel_threads()
 
 

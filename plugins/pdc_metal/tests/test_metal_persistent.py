@@ -151,7 +151,7 @@ async def test_exactly_once_in_order_with_concurrent_callers(
             async with anyio.create_task_group() as tg:
                 for index, size in enumerate(jobs):
                     tg.start_soon(job, index, size)
-        stats = session.statistics
+        stats = session.statistics()
     for index, size in enumerate(jobs):
         assert results[index] == list(range(index * 1000, index * 1000 + size))
     assert stats.sent == stats.replied == sum(jobs)

@@ -230,7 +230,7 @@ class KernelActorRef(ActorRef[Any, Any]):
         runner = self._runner
         handled = runner.handled_before
         if runner.session is not None:
-            handled += runner.session.statistics.replied
+            handled += runner.session.statistics().replied
         return ActorStatistics(
             actor_id=self.actor_id,
             state=self.state,
@@ -359,7 +359,7 @@ class PersistentKernelActor(ActorRunner):
             self.restarts += 1
             self.restarting = True
             if self.session is not None:
-                self.handled_before += self.session.statistics.replied
+                self.handled_before += self.session.statistics().replied
 
     def finalize(self, error: BaseException | None) -> None:
         self.stop_requested = True

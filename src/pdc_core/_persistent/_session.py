@@ -352,7 +352,6 @@ class PersistentKernelSession:
     def capacity(self) -> int:
         return self.kernel.capacity
 
-    @property
     def statistics(self) -> SessionStatistics:
         return SessionStatistics(
             sent=self._ring.in_head,

@@ -115,7 +115,7 @@ class PersistentRingKernel(KernelActorRef):
         session = runner.session
         sent = replied = discarded = unreceived = 0
         if session is not None:
-            statistics = session.statistics
+            statistics = session.statistics()
             sent, replied = statistics.sent, statistics.replied
             discarded = statistics.unprocessed
             unreceived = session.collected_replies

@@ -555,7 +555,7 @@ class BackendConformance:
         finally:
             await session.stop()
         assert _state(session) is SessionState.STOPPED
-        assert session.statistics.sent == session.statistics.replied == 1
+        assert session.statistics().sent == session.statistics().replied == 1
 
     async def test_persistent_kernel_batches(self, backend: Backend) -> None:
         session = await self._start(backend)
@@ -585,7 +585,7 @@ class BackendConformance:
             with anyio.move_on_after(0.05):
                 await session.receive()
                 pytest.fail("a paused kernel answered a request", pytrace=False)
-            assert session.statistics.replied == 0
+            assert session.statistics().replied == 0
             with anyio.fail_after(self.timeout):
                 await session.resume()
                 assert _state(session) is SessionState.RUNNING
@@ -605,7 +605,7 @@ class BackendConformance:
                 await session.send_batch(requests)
         finally:
             await session.stop(drain=True)
-        stats = session.statistics
+        stats = session.statistics()
         assert (stats.sent, stats.replied, stats.unprocessed) == (len(requests), len(requests), 0)
         replies = np.asarray(await session.receive_batch())
         np.testing.assert_array_equal(replies, requests * 2 + 1)
@@ -622,7 +622,7 @@ class BackendConformance:
         finally:
             await session.stop()
         assert _state(session) is SessionState.STOPPED
-        stats = session.statistics
+        stats = session.statistics()
         assert (stats.sent, stats.replied, stats.unprocessed) == (5, 1, 4)
         with pytest.raises(ActorStopped):
             await session.receive()
