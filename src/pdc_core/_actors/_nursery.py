@@ -201,7 +201,10 @@ class ActorNursery:
                 raise errors[0] from errors[0].__cause__
             if errors:
                 raise BaseExceptionGroup("several errors in an actor nursery", errors) from None
-            raise  # only cancellations: they belong to the scope that was cancelled
+            leaves = _flatten(group)  # only cancellations: they belong to the scope
+            if len(leaves) == 1:
+                raise leaves[0] from leaves[0].__cause__
+            raise
         if self._left is not None:
             raise ShutdownTimeout(self._shutdown_timeout or 0.0, self._left)
         return suppressed
