@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from anyio import ClosedResourceError, EndOfStream
+
 __all__ = [
     "ActorCrashed",
     "ActorError",
@@ -100,8 +102,15 @@ class MailboxFull(MailboxError, RuntimeError):
         self.accepted = accepted
 
 
-class MailboxClosed(MailboxError, RuntimeError):
-    """The mailbox is closed: nothing more can be sent, and nothing is left to receive."""
+class MailboxClosed(MailboxError, RuntimeError, ClosedResourceError, EndOfStream):
+    """The mailbox is closed: nothing more can be sent, and nothing is left to receive.
+
+    A mailbox is an anyio object stream, both ends in one object, so this is both an
+    :class:`anyio.ClosedResourceError` (what ``send`` raises on a stream closed by us)
+    and an :class:`anyio.EndOfStream` (what ``receive`` raises once the sending side
+    closed and everything was received); a mailbox whose receiving side is gone makes
+    ``send`` raise one that is also an :class:`anyio.BrokenResourceError`.
+    """
 
 
 class MessageDropped(MailboxError, RuntimeError):

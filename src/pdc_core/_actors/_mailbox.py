@@ -29,6 +29,27 @@ once every 64 calls, so a busy producer or consumer cannot starve other tasks or
 ignore cancellation.
 
 A mailbox belongs to the event loop that first waits on it.
+
+**A mailbox is an anyio object stream.** :class:`Mailbox` implements both
+:class:`anyio.abc.ObjectSendStream` and :class:`anyio.abc.ObjectReceiveStream`, so it
+plugs into any anyio pipeline. It is one object that is both ends of a memory object
+stream, and maps their semantics so:
+
+* :meth:`Mailbox.close` (synchronous) and :meth:`Mailbox.aclose` (and leaving
+  ``async with mailbox:``) close the *sending* side: queued data can still be received.
+* ``send`` after that raises :class:`anyio.ClosedResourceError` ("closed by us").
+* ``receive`` on a closed mailbox with nothing left raises :class:`anyio.EndOfStream`,
+  so ``async for item in mailbox`` ends once the mailbox is closed and drained.
+* Once the *receiving* side is gone - :meth:`Mailbox.discard` on a closed mailbox, which
+  is what a stopping actor does with what it will never handle - ``send`` raises
+  :class:`anyio.BrokenResourceError` instead.
+
+All three are :class:`~pdc_core.MailboxClosed`, as before, so ``except MailboxClosed``
+keeps working: ``MailboxClosed`` is itself both an ``anyio.ClosedResourceError`` and an
+``anyio.EndOfStream`` (one object is both ends, so its close is both "closed by us" and
+"closed by the other end"), and the broken case a subclass that is also an
+``anyio.BrokenResourceError`` (and still an ``EndOfStream`` for its receivers).
+Priorities and timeouts are extra, optional arguments of ``send`` and ``receive``.
 """
 
 # Timeouts are parameters, not cancel scopes, on purpose: a deadline scope costs more than
@@ -43,12 +64,13 @@ import operator
 import time
 from bisect import insort
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from anyio import WouldBlock
+from anyio import BrokenResourceError, WouldBlock
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from .._exceptions import MailboxClosed, MailboxFull, MessageTimeout
 from .._loop import TIMED_OUT, Kit, Waiter, check_timeout, current_kit, woken_value
@@ -188,6 +210,18 @@ class MailboxStatistics:
     closed: bool
 
 
+# MailboxClosed is both an anyio.ClosedResourceError and an anyio.EndOfStream: a mailbox
+# is both ends in one object, so closing it is at once "closed by us" (for its senders)
+# and "closed by the other end" (for its receivers). This one adds BrokenResourceError
+# for the senders of a mailbox whose receiving side is gone. Private until pdc_core
+# exports it; catch MailboxClosed or anyio.BrokenResourceError.
+
+
+class _MailboxBroken(MailboxClosed, BrokenResourceError):
+    """``send`` on a mailbox whose receiving side is gone: it was closed and its queue
+    discarded, as a stopping actor does (:class:`anyio.BrokenResourceError`)."""
+
+
 def _remove(waiters: deque[Any], waiter: Any) -> None:
     try:  # noqa: SIM105 - contextlib.suppress is slower, and this runs per timed-out wait
         waiters.remove(waiter)
@@ -212,17 +246,23 @@ class _Counters:
     dropped_by_priority: dict[int, int] = field(default_factory=dict)
 
 
-class Mailbox(Generic[T]):
+class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     """A bounded, prioritised queue of messages with a separate control lane.
 
-    See the module documentation for the guarantees. ``on_drop`` is called with each
-    data message the ``"drop_oldest"`` policy drops, after it has been removed (actors
-    use it to fail the dropped request's caller). It is not called for messages removed
-    by :meth:`discard`.
+    It is an anyio object stream, both ends in one object: ``send``, ``receive``,
+    ``aclose``, ``async with`` and ``async for`` behave as anyio's, with the priority
+    (and the timeout) as extra arguments. See the module documentation for the
+    guarantees and how closing maps to :class:`anyio.EndOfStream`,
+    :class:`anyio.ClosedResourceError` and :class:`anyio.BrokenResourceError`.
+
+    ``on_drop`` is called with each data message the ``"drop_oldest"`` policy drops,
+    after it has been removed (actors use it to fail the dropped request's caller). It
+    is not called for messages removed by :meth:`discard`.
     """
 
     __slots__ = (
         "_backpressure",
+        "_broken",
         "_capacity",
         "_closed",
         "_counts",
@@ -271,6 +311,7 @@ class Mailbox(Generic[T]):
         self._kit: Kit | None = None
         self._paused = False
         self._closed = False
+        self._broken = False
         self._drops_checked = 0
         self._drops_warned = 0
         self._drops_logged_at = 0.0
@@ -513,7 +554,16 @@ class Mailbox(Generic[T]):
         )
 
     def _closed_error(self) -> MailboxClosed:
+        """What a sender meets on a closed mailbox."""
+        if self._broken:
+            return _MailboxBroken(
+                f"{self._label()} is closed and its receiver is gone (its queue was discarded)"
+            )
         return MailboxClosed(f"{self._label()} is closed")
+
+    def _ended_error(self) -> MailboxClosed:
+        """What a receiver meets on a closed mailbox with nothing left."""
+        return MailboxClosed(f"{self._label()} is closed and drained")
 
     # -- sending ------------------------------------------------------------------------
 
@@ -522,7 +572,9 @@ class Mailbox(Generic[T]):
 
         When the mailbox is full: ``"drop_oldest"`` makes room as documented, the other
         policies raise :class:`~pdc_core.MailboxFull` (counted as ``rejected``).
-        Raises :class:`~pdc_core.MailboxClosed` after :meth:`close`.
+        Raises :class:`~pdc_core.MailboxClosed` after :meth:`close` (an
+        :class:`anyio.ClosedResourceError`, or :class:`anyio.BrokenResourceError` once the
+        receiving side is gone).
         """
         if type(priority) is not int or not 0 <= priority <= 255:
             priority = check_priority(priority)
@@ -541,7 +593,9 @@ class Mailbox(Generic[T]):
 
         With ``"block"`` this waits for room; cancelling the wait leaves the item
         unsent. Raises :class:`~pdc_core.MailboxClosed` if the mailbox is (or gets)
-        closed before the item is enqueued.
+        closed before the item is enqueued: an :class:`anyio.ClosedResourceError`, or an
+        :class:`anyio.BrokenResourceError` once the receiving side is gone (see the module
+        documentation).
         """
         if type(priority) is not int or not 0 <= priority <= 255:
             priority = check_priority(priority)
@@ -705,13 +759,14 @@ class Mailbox(Generic[T]):
         """Return the next control message, else the next data message, without waiting.
 
         Raises :class:`anyio.WouldBlock` when nothing is deliverable (empty, or only
-        data while paused) and :class:`~pdc_core.MailboxClosed` when the mailbox is
-        closed and holds nothing more to receive.
+        data while paused) and :class:`~pdc_core.MailboxClosed` (an
+        :class:`anyio.EndOfStream`) when the mailbox is closed and holds nothing more to
+        receive.
         """
         item = self.poll()
         if item is EMPTY:
             if self._closed and not self._sealed and not self._size:
-                raise self._closed_error()
+                raise self._ended_error()
             raise WouldBlock
         result: T | Control = item
         return result
@@ -721,7 +776,8 @@ class Mailbox(Generic[T]):
 
         Waits while nothing is deliverable. Raises :class:`~pdc_core.MessageTimeout`
         (a :class:`TimeoutError`) after ``timeout`` seconds, and
-        :class:`~pdc_core.MailboxClosed` once the mailbox is closed and empty. A
+        :class:`~pdc_core.MailboxClosed` (an :class:`anyio.EndOfStream`) once the
+        mailbox is closed and empty. A
         cancelled receive takes nothing from the mailbox.
         """
         if timeout is not None:
@@ -850,7 +906,7 @@ class Mailbox(Generic[T]):
         remaining = timeout
         while True:
             if self._closed and not self._sealed and not self._size and not self._ctrl:
-                raise self._closed_error()
+                raise self._ended_error()
             waiter = kit.waiter()
             self._receivers.append(waiter)
             if self._sealed and self._on_starved is not None and not self._size:
@@ -924,16 +980,7 @@ class Mailbox(Generic[T]):
             return [first, *rest]
         return self.receive_many_nowait(max_items)
 
-    def __aiter__(self) -> AsyncIterator[T | Control]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[T | Control]:
-        while True:
-            try:
-                item = await self.receive()
-            except MailboxClosed:
-                return
-            yield item
+    # ``async for item in mailbox`` is anyio's: it ends on EndOfStream (closed, drained).
 
     # -- state --------------------------------------------------------------------------
 
@@ -953,9 +1000,10 @@ class Mailbox(Generic[T]):
     def close(self) -> None:
         """Refuse new data from now on. Queued data can still be received.
 
-        Blocked senders raise :class:`~pdc_core.MailboxClosed`; once the mailbox is
-        empty, receivers do too. Control messages are still accepted. Idempotent; it
-        also ends a :meth:`seal`.
+        This closes the mailbox's sending side: senders, blocked ones included, raise
+        :class:`~pdc_core.MailboxClosed` (an :class:`anyio.ClosedResourceError`); once
+        the mailbox is empty, receivers raise it too (an :class:`anyio.EndOfStream`).
+        Control messages are still accepted. Idempotent; it also ends a :meth:`seal`.
         """
         if self._closed and not self._sealed:
             return
@@ -966,6 +1014,12 @@ class Mailbox(Generic[T]):
             self._wake_sender()
         if not self._size:
             self._wake_all_receivers()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, as :class:`anyio.abc.AsyncResource` spells it (and leaving
+        ``async with mailbox:`` does): the sending side closes, queued data can still be
+        received, and receivers then meet :class:`anyio.EndOfStream`."""
+        self.close()
 
     def seal(self, on_starved: Callable[[], None]) -> None:
         """Refuse new data from :meth:`send` (it raises MailboxClosed), but not from
@@ -998,7 +1052,9 @@ class Mailbox(Generic[T]):
         """Remove and return every queued data message, counting them as discarded.
 
         ``on_drop`` is *not* called: the caller decides what the discarded messages
-        mean. Blocked senders are woken, since there is room again.
+        mean. Blocked senders are woken, since there is room again. On a closed mailbox
+        this also marks its receiving side gone: from then on senders meet an
+        :class:`anyio.BrokenResourceError` (still a :class:`~pdc_core.MailboxClosed`).
         """
         out: list[T] = []
         for priority in reversed(self._prios):
@@ -1009,6 +1065,8 @@ class Mailbox(Generic[T]):
         self._prios.clear()
         self._size = 0
         self._counts.discarded += len(out)
+        if self._closed and not self._sealed:
+            self._broken = True  # closed and emptied for good: the receiving side is gone
         while self._senders:
             self._wake_sender()
         if self._closed:

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import anyio
+from anyio.abc import ObjectSendStream
 
+from .._exceptions import ActorStopped
 from ._mailbox import Backpressure, MailboxStatistics
 
 __all__ = [
@@ -167,6 +169,19 @@ class ActorRef(ABC, Generic[M, R]):
             for reply in await self.ask_many(chunk, priority=priority, timeout=timeout):
                 yield reply
 
+    def send_stream(self, *, priority: int | None = None) -> ObjectSendStream[M]:
+        """Return an :class:`anyio.abc.ObjectSendStream` that tells the actor each item.
+
+        ``await stream.send(item)`` is ``await ref.tell(item, priority=priority)``, so
+        an actor plugs into any anyio pipeline. Once the actor has stopped, ``send``
+        raises :class:`anyio.BrokenResourceError` (also an
+        :class:`~pdc_core.ActorStopped`). ``aclose()`` (and leaving ``async with``)
+        closes this stream only, after which its ``send`` raises
+        :class:`anyio.ClosedResourceError`: it does *not* stop the actor, which other
+        senders may still be using (stop it with :meth:`stop`).
+        """
+        return _RefSendStream(self, priority)
+
     @abstractmethod
     async def pause(self) -> None:
         """Stop delivering messages to the actor; they stay queued. Stop still works."""
@@ -196,6 +211,36 @@ class ActorRef(ABC, Generic[M, R]):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.actor_id!r} {self.state.value}>"
+
+
+class _ActorGone(ActorStopped, anyio.BrokenResourceError):
+    """``send`` on an actor's send stream after the actor stopped."""
+
+
+class _RefSendStream(ObjectSendStream[M]):
+    """What :meth:`ActorRef.send_stream` returns."""
+
+    def __init__(self, ref: ActorRef[M, Any], priority: int | None) -> None:
+        self._ref = ref
+        self._priority = priority
+        self._closed = False
+
+    async def send(self, item: M) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError(
+                f"this send stream of actor {self._ref.actor_id!r} is closed"
+            )
+        try:
+            await self._ref.tell(item, priority=self._priority)
+        except ActorStopped as exc:
+            raise _ActorGone(str(exc), actor_id=exc.actor_id) from exc
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    def __repr__(self) -> str:
+        flag = " closed" if self._closed else ""
+        return f"<send stream of {self._ref!r}{flag}>"
 
 
 class ActorRunner(ABC):
