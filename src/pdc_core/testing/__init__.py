@@ -2,11 +2,11 @@
 
 - :class:`BackendConformance`: the conformance suite; subclass it in your plugin's
   tests and set ``backend_name``.
-- ``pdc_core.testing.pytest_plugin``: runs every ``async def`` test under asyncio
-  and trio; enable it with ``pytest_plugins = ["pdc_core.testing.pytest_plugin"]``
-  in a ``conftest.py``.
+- ``pdc_core.testing.pytest_plugin``: fixtures ``actor_nursery`` and
+  ``ring_kernel_runtime`` for tests that anyio's pytest plugin runs
+  (``@pytest.mark.anyio``); pytest loads it through its ``pytest11`` entry point.
 
-This package needs pytest, which pdc-core itself does not depend on.
+This package needs pytest: ``pip install 'pdc-core[testing]'``.
 """
 
 from .._publish import publish

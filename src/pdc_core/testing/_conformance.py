@@ -35,8 +35,8 @@ pytest then runs every check below against ``get_backend("mybackend")``:
   :meth:`BackendConformance.run_python_kernel_examples` to run its own.
 
 Checks that need a capability the backend does not declare are skipped with that
-reason. Async checks run under asyncio and trio when the pdc pytest plugin is enabled
-(``pytest_plugins = ["pdc_core.testing.pytest_plugin"]``).
+reason. Async checks are marked ``anyio``: anyio's pytest plugin runs them under the
+backends the ``anyio_backend`` fixture names (parametrize it over asyncio and trio).
 
 The kit imports pdc only through its public faces (``pdc_core``, ``pdc_core.backend``,
 ``pdc_core.cuda``), as a third-party plugin does.
@@ -176,6 +176,8 @@ class BackendConformance:
     """Checks every backend must pass; set ``backend_name`` in a subclass."""
 
     backend_name: ClassVar[str]
+    #: Async checks run through anyio's pytest plugin.
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
     #: Seconds any blocking call (``synchronize``, ``wait``, a persistent-kernel
     #: exchange) may take before the check fails.
     timeout: ClassVar[float] = 10.0

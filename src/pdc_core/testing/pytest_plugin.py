@@ -1,48 +1,77 @@
-"""A pytest plugin that runs every ``async def`` test under asyncio **and** trio.
+"""pdc's pytest plugin: fixtures that open an actor nursery or a ring-kernel runtime.
 
-Enable it from a ``conftest.py``::
+Running async tests is anyio's job: anyio ships a pytest plugin that runs every test
+marked ``@pytest.mark.anyio`` (and every async fixture such a test uses, of any
+scope) under each backend of its ``anyio_backend`` fixture. This plugin adds only
+what anyio has no notion of:
 
-    pytest_plugins = ["pdc_core.testing.pytest_plugin"]
+- ``actor_nursery``: an :class:`~pdc_core.ActorNursery` open around the test;
+- ``ring_kernel_runtime``: a :class:`~pdc_core.RingKernelRuntime` (telemetry on) open
+  around the test.
 
-It builds on anyio's own pytest plugin (shipped with anyio): each coroutine test is
-marked ``anyio`` and parametrized over the ``anyio_backend`` fixture. Under trio the
-test is skipped, with the reason, when trio is not installed.
+Both are function-scoped async fixtures, so they run in the test's event loop, under
+whichever backend the test runs. When the test body ends, the nursery drains and stops
+its actors (the runtime terminates its kernels); an actor that crashed during the test
+fails the test at teardown. The plugin is registered through the ``pytest11`` entry
+point of ``pdc-core[testing]``, so installing pdc is enough::
+
+    import pytest
+
+    pytestmark = pytest.mark.anyio
+
+    async def test_counter(actor_nursery):
+        ref = await actor_nursery.start_actor(handler)
+        assert await ref.ask(1) == 2
+
+The plugin marks no test, parametrizes nothing and defines no ``anyio_backend``
+fixture, so it leaves anyio's plugin and pytest-asyncio (in either mode) to decide
+which tests they run.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import inspect
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-__all__ = [
-    "ASYNC_BACKENDS",
-    "anyio_backend",
-    "pytest_pycollect_makeitem",
-]
+from pdc_core import ActorNursery, RingKernelRuntime, Telemetry, open_nursery
 
+__all__ = ["ASYNC_BACKENDS", "actor_nursery", "ring_kernel_runtime"]
+
+#: The async libraries pdc supports (and its own test suite runs every async test under).
 ASYNC_BACKENDS = ("asyncio", "trio")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> None:
-    """Mark coroutine tests ``anyio`` before anyio's own plugin looks at them."""
-    if not (
-        isinstance(collector, pytest.Module | pytest.Class) and collector.istestfunction(obj, name)
-    ):
-        return
-    inner = obj.hypothesis.inner_test if hasattr(obj, "hypothesis") else obj
-    if inspect.iscoroutinefunction(inner):
-        own_markers = getattr(obj, "pytestmark", ())
-        if not any(marker.name == "anyio" for marker in own_markers):
-            pytest.mark.anyio(obj)
+@pytest.fixture
+async def actor_nursery() -> AsyncIterator[ActorNursery]:
+    """An actor nursery open around the test; its actors are drained and stopped after."""
+    async with open_nursery() as nursery:
+        yield nursery
 
 
-@pytest.fixture(params=ASYNC_BACKENDS)
-def anyio_backend(request: pytest.FixtureRequest) -> Any:
-    """The async library a test runs under: asyncio, then trio."""
+@pytest.fixture
+async def ring_kernel_runtime() -> AsyncIterator[RingKernelRuntime[Telemetry]]:
+    """A ring-kernel runtime (telemetry on) open around the test; kernels end after it."""
+    async with RingKernelRuntime() as runtime:
+        yield runtime
+
+
+def _both_backends(request: pytest.FixtureRequest) -> Any:
+    """asyncio, then trio (skipped, with the reason, when trio is not installed)."""
     if request.param == "trio" and importlib.util.find_spec("trio") is None:
         pytest.skip("trio is not installed (pip install 'pdc-core[trio]')")
     return request.param
+
+
+def __getattr__(name: str) -> Any:
+    # ``from pdc_core.testing.pytest_plugin import anyio_backend`` (pdc <= 0.2) still
+    # gives a module-scoped ``anyio_backend`` over asyncio and trio to the module that
+    # imports it. It is built here, on import, and not as a module attribute, so that
+    # registering this module as a plugin does not override anyio's own fixture.
+    if name == "anyio_backend":
+        return pytest.fixture(scope="module", params=ASYNC_BACKENDS, name="anyio_backend")(
+            _both_backends
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
