@@ -29,7 +29,7 @@ from pdc_core import (
     RestartPolicy,
     open_nursery,
 )
-from pdc_core.lowlevel import ActorRunner
+from pdc_core.lowlevel import ActorRunner, Placement, StartOptions
 
 LIMIT = 10
 
@@ -234,4 +234,52 @@ async def test_runner_failing_before_started_fails_the_start() -> None:
     async with open_nursery() as nursery:
         with pytest.raises(ActorCrashed, match="while starting"):
             await nursery.start_actor(NoDevice("absent"))
+        assert nursery.actors == {}
+
+
+class LoopbackPlacement:
+    """A placement that runs ``int -> int`` functions as loopback kernels."""
+
+    def __init__(self) -> None:
+        self.placed: list[tuple[object, tuple[Any, ...], StartOptions]] = []
+
+    def runner_for(
+        self, target: object, /, args: tuple[Any, ...], options: StartOptions
+    ) -> ActorRunner:
+        if not callable(target):
+            raise TypeError(f"cannot place {target!r}")
+        self.placed.append((target, args, options))
+        return LoopbackKernel(options.name or "placed")
+
+
+async def test_placement_makes_the_runner() -> None:
+    placement = LoopbackPlacement()
+    assert isinstance(placement, Placement)
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(
+                abs, "arg", name="far", capacity=7, placement=placement, paused=True
+            )
+            assert isinstance(ref, LoopbackRef)
+            assert nursery.actors == {"far": ref}
+            assert await ref.ask(2) == 20
+    [(target, args, options)] = placement.placed
+    assert target is abs
+    assert args == ("arg",)
+    assert options == StartOptions(name="far", capacity=7, paused=True)
+    assert ref.state is ActorState.STOPPED
+
+
+async def test_placement_is_checked() -> None:
+    class MakesNoRunner:
+        def runner_for(self, target: object, /, args: Any, options: Any) -> object:
+            return "not a runner"
+
+    async with open_nursery() as nursery:
+        with pytest.raises(TypeError, match=r"placement must be a pdc_core\.lowlevel\.Placement"):
+            await nursery.start_actor(abs, placement=42)  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match="not an ActorRunner"):
+            await nursery.start_actor(abs, placement=MakesNoRunner())  # type: ignore[call-overload]
+        with pytest.raises(TypeError, match="cannot place 3"):
+            await nursery.start_actor(3, placement=LoopbackPlacement())
         assert nursery.actors == {}

@@ -170,6 +170,7 @@ LOWLEVEL = [
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
+    "Placement",
     "StartOptions",
     "cancellation_first",
     "runner_for",

@@ -13,7 +13,9 @@ one) implements both and registers the ``start_actor`` targets it serves with
 
 After that, ``await nursery.start_actor(MyTarget(...))`` starts one, and the nursery's
 lifetime, supervision and restart rules apply to it. Persistent kernels plug in this
-way; the nursery imports none of their code. :func:`cancellation_first` is the check
+way; the nursery imports none of their code. A :class:`Placement` does the same for
+actors that run elsewhere (``start_actor(target, placement=...)``), e.g. in a Ray
+worker process. :func:`cancellation_first` is the check
 a handle makes before it raises ``ActorStopped`` to a caller that is being cancelled.
 """
 
@@ -22,6 +24,7 @@ from ._actors import (
     ActorRunner,
     ActorState,
     ActorStatistics,
+    Placement,
     StartOptions,
     cancellation_first,
     runner_for,
@@ -32,6 +35,7 @@ __all__ = [
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
+    "Placement",
     "StartOptions",
     "cancellation_first",
     "runner_for",

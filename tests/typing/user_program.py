@@ -29,7 +29,7 @@ from pdc_core import (
     open_persistent_kernel,
     ring_kernel,
 )
-from pdc_core.lowlevel import ActorRunner
+from pdc_core.lowlevel import ActorRunner, Placement
 
 # -- actors: a subclass, an instance, a factory, an async handler ------------------------
 
@@ -55,7 +55,7 @@ async def length(message: str) -> int:
     return len(message)
 
 
-async def actors(runner: ActorRunner) -> None:
+async def actors(runner: ActorRunner, elsewhere: Placement) -> None:
     async with open_nursery() as nursery:
         doubler = await nursery.start_actor(Doubler, name="doubler", capacity=16)
         assert_type(doubler, ActorRef[int, int])
@@ -78,6 +78,10 @@ async def actors(runner: ActorRunner) -> None:
         assert_type(await handler.ask("four"), int)
         other = await nursery.start_actor(runner, name="other")
         assert_type(other, ActorRef[Any, Any])
+        placed = await nursery.start_actor(Doubler, placement=elsewhere, capacity=4)
+        assert_type(placed, ActorRef[int, int])
+        placed_handler = await nursery.start_actor(length, placement=elsewhere)
+        assert_type(placed_handler, ActorRef[str, int])
 
         # What strict checking must refuse.
         bad: str = await doubler.ask(1)  # expect-error: assignment
@@ -87,6 +91,7 @@ async def actors(runner: ActorRunner) -> None:
         await handler.tell(b"bytes")  # expect-error: arg-type
         count: str = await handler.ask("x")  # expect-error: assignment
         await nursery.start_actor(Doubler, capacity="big")  # expect-error: call-overload
+        await nursery.start_actor(Doubler, placement="gpu")  # expect-error: call-overload
         print(bad, count)
 
 
@@ -159,3 +164,10 @@ async def persistent() -> None:
         assert_type(await ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[Any])
         on_cpu = await nursery.start_actor(PersistentKernelActor(kernel, backend="cpu"))
         assert_type(on_cpu, KernelActorRef)
+
+
+async def placed_kernel(elsewhere: Placement) -> None:
+    async with open_nursery() as nursery:
+        # A kernel placed elsewhere has the handle its placement makes.
+        remote = await nursery.start_actor(kernel, placement=elsewhere)
+        assert_type(remote, ActorRef[Any, Any])

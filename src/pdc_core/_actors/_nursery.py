@@ -52,7 +52,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
 
 import anyio
 import anyio.abc
@@ -66,7 +66,7 @@ from .._exceptions import (
 )
 from .._loop import check_duration, current_kit
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
-from ._refs import ActorRef, ActorRunner, StartOptions, runner_for
+from ._refs import ActorRef, ActorRunner, Placement, StartOptions, runner_for
 
 if TYPE_CHECKING:
     # For the types of start_actor only: the nursery knows no concrete kind at run time.
@@ -119,6 +119,23 @@ class RestartPolicy:
         """Seconds to wait before the ``restarts``-th restart of the current window."""
         exponent = max(0, restarts - 1)
         return float(min(self.max_backoff, self.backoff * self.backoff_factor**exponent))
+
+
+class _LocalStartKeywords(TypedDict, total=False):
+    """The keywords of :meth:`ActorNursery.start_actor` for actors of this process."""
+
+    name: str | None
+    capacity: int
+    backpressure: Backpressure | str
+    restart: RestartPolicy | None
+    max_batch: int
+    paused: bool
+
+
+class _StartKeywords(_LocalStartKeywords, total=False):
+    """Every keyword of :meth:`ActorNursery.start_actor`."""
+
+    placement: Placement | None
 
 
 _log = logging.getLogger("pdc.actors")
@@ -267,116 +284,45 @@ class ActorNursery:
     # Overloads, tried in order: the first that matches gives the handle's type.
     # Classes come before callables (an Actor subclass is a callable returning an
     # Actor), async handlers before factories, and anything else gets an untyped handle.
+    # A kernel placed elsewhere gets the untyped handle its placement makes.
     @overload
     async def start_actor(
-        self,
-        target: type[Actor[M, R]],
-        /,
-        *args: Any,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: type[Actor[M, R]], /, *args: Any, **options: Unpack[_StartKeywords]
     ) -> ActorRef[M, R]: ...
 
     @overload
     async def start_actor(
-        self,
-        target: Actor[M, R],
-        /,
-        *,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: Actor[M, R], /, **options: Unpack[_StartKeywords]
     ) -> ActorRef[M, R]: ...
 
     @overload
     async def start_actor(
-        self,
-        target: PersistentKernel,
-        /,
-        *,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: PersistentKernel, /, **options: Unpack[_LocalStartKeywords]
     ) -> KernelActorRef: ...
 
     @overload
     async def start_actor(
-        self,
-        target: PersistentKernelActor,
-        /,
-        *,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: PersistentKernelActor, /, **options: Unpack[_LocalStartKeywords]
     ) -> KernelActorRef: ...
 
     @overload
     async def start_actor(
-        self,
-        target: ActorRunner,
-        /,
-        *,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: ActorRunner, /, **options: Unpack[_LocalStartKeywords]
     ) -> ActorRef[Any, Any]: ...
 
     @overload
     async def start_actor(
-        self,
-        target: Callable[[M], Awaitable[R]],
-        /,
-        *,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: Callable[[M], Awaitable[R]], /, **options: Unpack[_StartKeywords]
     ) -> ActorRef[M, R]: ...
 
     @overload
     async def start_actor(
-        self,
-        target: Callable[..., Actor[M, R]],
-        /,
-        *args: Any,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: Callable[..., Actor[M, R]], /, *args: Any, **options: Unpack[_StartKeywords]
     ) -> ActorRef[M, R]: ...
 
     @overload
     async def start_actor(
-        self,
-        target: object,
-        /,
-        *args: Any,
-        name: str | None = None,
-        capacity: int = DEFAULT_CAPACITY,
-        backpressure: Backpressure | str = Backpressure.BLOCK,
-        restart: RestartPolicy | None = None,
-        max_batch: int = 1024,
-        paused: bool = False,
+        self, target: object, /, *args: Any, **options: Unpack[_StartKeywords]
     ) -> ActorRef[Any, Any]: ...
 
     async def start_actor(
@@ -390,6 +336,7 @@ class ActorNursery:
         restart: RestartPolicy | None = None,
         max_batch: int = 1024,
         paused: bool = False,
+        placement: Placement | None = None,
     ) -> ActorRef[Any, Any]:
         """Start an actor and return its handle once it is running (a handshake).
 
@@ -409,8 +356,12 @@ class ActorNursery:
         ``capacity`` and ``backpressure`` configure the mailbox, ``restart`` opts
         into supervision, ``max_batch`` caps the messages given to one
         ``handle_batch`` call, and ``paused=True`` starts the actor with delivery
-        paused. ``name`` must be unique among the nursery's live actors
-        (:class:`~pdc_core.DuplicateActorError` otherwise); by default one is made up.
+        paused. ``placement`` runs the actor elsewhere (another process, node or
+        GPU): a :class:`~pdc_core.lowlevel.Placement` such as ``pdc_ray.on(...)``
+        turns the target into the runner that runs it there; supervision and the
+        nursery's lifetime rules apply unchanged. ``name`` must be unique among the
+        nursery's live actors (:class:`~pdc_core.DuplicateActorError` otherwise); by
+        default one is made up.
 
         For type checkers the handle is an ``ActorRef[M, R]`` for an ``Actor[M, R]``
         subclass, instance or factory and for an ``async def handler(message: M) -> R``
@@ -424,7 +375,19 @@ class ActorNursery:
         if restart is not None and not isinstance(restart, RestartPolicy):
             raise TypeError(f"restart must be a RestartPolicy or None, not {restart!r}")
         options = StartOptions(name, capacity, backpressure, max_batch, paused)
-        runner = runner_for(target, args, options)
+        if placement is None:
+            runner = runner_for(target, args, options)
+        elif isinstance(placement, Placement):
+            runner = placement.runner_for(target, args, options)
+            if not isinstance(runner, ActorRunner):
+                raise TypeError(
+                    f"placement {placement!r} made {runner!r} for {target!r}, not an ActorRunner"
+                )
+        else:
+            raise TypeError(
+                f"placement must be a pdc_core.lowlevel.Placement (with a runner_for method)"
+                f" or None, not {placement!r}"
+            )
         if runner in _started:
             raise LifecycleError(
                 f"{runner!r} has already run in a nursery; make a new one to start again"

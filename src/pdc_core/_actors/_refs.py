@@ -19,7 +19,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
 from anyio.abc import ObjectSendStream
@@ -32,6 +32,7 @@ __all__ = [
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
+    "Placement",
     "StartOptions",
     "cancellation_first",
     "runner_for",
@@ -378,6 +379,24 @@ def runner_for(target: object, /, args: tuple[Any, ...], options: StartOptions) 
     they serve every target no other kind claims.
     """
     raise TypeError(f"start_actor() cannot start {target!r}: no kind of actor serves it")
+
+
+@runtime_checkable
+class Placement(Protocol):
+    """Where an actor runs: what ``start_actor(target, placement=...)`` accepts.
+
+    A placement turns the target into the :class:`ActorRunner` that runs it there (in
+    another process, on another machine), exactly as :func:`runner_for` does for
+    actors of this process. The nursery then supervises that runner like any other:
+    the start handshake, restarts, draining and cancellation apply unchanged. It
+    raises :class:`TypeError` for a target it cannot place.
+    """
+
+    def runner_for(
+        self, target: object, /, args: tuple[Any, ...], options: StartOptions
+    ) -> ActorRunner:
+        """Return the runner that runs ``target`` at this placement."""
+        ...
 
 
 @runner_for.register(ActorRunner)
