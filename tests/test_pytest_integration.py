@@ -202,35 +202,112 @@ def test_pdc_fixtures_under_asyncio_and_trio(pytester: pytest.Pytester) -> None:
         _backends_ran(result, name)
 
 
+CRASH_MODULE = """
+import pytest
+
+from pdc_core import ActorCrashed
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request):
+    return request.param
+
+
+async def crash(message):
+    raise ValueError("boom")
+
+
+async def double(message):
+    return 2 * message
+
+
+async def test_crash_during_the_test(actor_nursery):
+    ref = await actor_nursery.start_actor(crash)
+    with pytest.raises(ActorCrashed):
+        await ref.ask(1)
+
+
+async def test_crash_while_draining(actor_nursery):
+    ref = await actor_nursery.start_actor(crash)
+    await ref.tell(1)
+
+
+async def test_the_runner_still_runs_tests(actor_nursery):
+    ref = await actor_nursery.start_actor(double)
+    assert await ref.ask(21) == 42
+"""
+
+
 def test_a_crash_in_the_fixture_nursery_fails_the_test_at_teardown(
     pytester: pytest.Pytester,
 ) -> None:
+    """Under asyncio and trio: the crash is a teardown error, and later tests still run.
+
+    The nursery used to be entered in the task anyio's runner runs tests in, so the
+    crash cancelled the runner itself (trio: the teardown never returned; asyncio: a
+    ClosedResourceError). In a subprocess with a timeout, so a hang fails the test.
+    """
+    pytester.makepyfile(test_crash=CRASH_MODULE)
+    result = pytester.runpytest_subprocess(*ANYIO_ONLY, "-v", timeout=120)
+    result.assert_outcomes(passed=6, errors=4)
+    for backend in ("asyncio", "trio"):
+        result.stdout.fnmatch_lines(
+            [
+                f"*ERROR at teardown of test_crash_during_the_test?{backend}?*",
+                "*ValueError: boom*",
+                "*ActorCrashed: actor*crashed: ValueError: boom*",
+            ]
+        )
+        result.stdout.fnmatch_lines(
+            [f"*ERROR at teardown of test_crash_while_draining?{backend}?*"]
+        )
+    _backends_ran(result, "test_the_runner_still_runs_tests")
+    result.stdout.no_fnmatch_line("*ClosedResourceError*")
+
+
+def test_a_crash_in_the_fixture_runtime_fails_the_test_at_teardown(
+    pytester: pytest.Pytester,
+) -> None:
     pytester.makepyfile(
-        """
+        test_runtime_crash="""
         import pytest
+
+        from pdc_core import Request, ring_kernel
 
         pytestmark = pytest.mark.anyio
 
 
-        @pytest.fixture(params=["asyncio"])
+        @pytest.fixture(params=["asyncio", "trio"])
         def anyio_backend(request):
             return request.param
 
 
-        async def crash(message):
-            raise ValueError("boom")
+        @ring_kernel(kernel_id="broken")
+        async def broken(ctx):
+            await ctx.receive(timeout=5)
+            raise ValueError("kernel boom")
 
 
-        async def test_crash(actor_nursery):
-            ref = await actor_nursery.start_actor(crash)
-            await ref.tell(1)
+        async def test_kernel_crashes(ring_kernel_runtime):
+            await ring_kernel_runtime.launch("broken")
+            await ring_kernel_runtime.activate("broken")
+            await ring_kernel_runtime.send("broken", Request(data=1))
+
+
+        async def test_the_runner_still_runs_tests(ring_kernel_runtime):
+            assert ring_kernel_runtime.kernel_ids == []
         """
     )
-    # asyncio only: under trio, anyio's runner hangs at this teardown (to be fixed).
     result = pytester.runpytest_subprocess(*ANYIO_ONLY, "-v", timeout=120)
-    result.assert_outcomes(passed=1, errors=1)
-    result.stdout.fnmatch_lines(["*ERROR at teardown of test_crash?asyncio?*"])
-    result.stdout.fnmatch_lines(["*ValueError: boom*"])
+    result.assert_outcomes(passed=4, errors=2)
+    for backend in ("asyncio", "trio"):
+        result.stdout.fnmatch_lines(
+            [f"*ERROR at teardown of test_kernel_crashes?{backend}?*", "*ValueError: kernel boom*"]
+        )
+    _backends_ran(result, "test_the_runner_still_runs_tests")
+    result.stdout.no_fnmatch_line("*ClosedResourceError*")
 
 
 def test_pdc_plugin_marks_and_parametrizes_nothing(pytester: pytest.Pytester) -> None:
