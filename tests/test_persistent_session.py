@@ -395,6 +395,35 @@ async def test_send_waits_while_the_ring_is_full() -> None:
         assert got == [0, 1, 2, 3, 4]
 
 
+async def test_writers_waiting_for_room_are_served_first_come_first_served() -> None:
+    seen: list[int] = []
+
+    def recording(requests: Any) -> Any:
+        seen.extend(int(ident) for ident in requests["id"])
+        return double(requests)
+
+    kernel = make_kernel(capacity=2, body=recording)
+    async with open_persistent_kernel(kernel, ScriptedBackend(), auto=False) as session:
+        finished: list[str] = []
+
+        async def first() -> None:
+            await session.request_batch(batch(0, 2))  # fills the ring
+            await session.request_batch(batch(20, 2))  # at once, while `second` waits
+            finished.append("first")
+
+        async def second() -> None:
+            await until(lambda: session.statistics().sent == 2)
+            await session.request((10, 0.0))
+            finished.append("second")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first)
+            tg.start_soon(second)
+            await until(lambda: len(session._writers) == 1)  # `second` waits for room
+            await step_until(session, lambda: len(finished) == 2)
+    assert seen == [0, 1, 10, 20, 21]
+
+
 async def test_receive_window_bounds_unreceived_replies() -> None:
     async with open_persistent_kernel(
         make_kernel(capacity=2), ScriptedBackend(), receive_window=3

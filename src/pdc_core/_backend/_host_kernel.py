@@ -24,9 +24,13 @@ Waiting, on both sides, never burns the GIL:
 * the worker sleeps on a ``threading.Event`` *doorbell* that the host rings
   (:meth:`HostWorkerKernel.wake`) after every store to the control block;
 * the host's leader task sleeps in its event loop's selector on one end of a socket
-  pair; the worker writes a byte to the other end after it publishes something, but
-  only while the host is actually waiting (a flag, checked after a progress counter is
-  bumped, so no wake-up is lost).
+  pair; the worker writes a byte to the other end (a *signal*) only while the host is
+  actually waiting (a flag, checked after a progress counter is bumped, so no wake-up
+  is lost). It signals every status change, and replies once half the ring's capacity
+  has been published since its last signal or when it has no request left to process:
+  a host streaming batches through a deep ring wakes twice per ring-full, not once per
+  device batch, and refills the ring while the worker works through its other half,
+  while a lone request is signalled as soon as it is answered.
 
 A Python thread that spins on the control block instead burns a core while idle and
 holds the GIL for whole switch intervals (5 ms): round trips get a ~10 ms tail (p99
@@ -146,6 +150,9 @@ class HostWorkerKernel(ResidentKernel):
         self.state: Any = None if kernel.state is None else self.make_state(kernel.state)
         #: Bumped by the worker after each publish or status change (only it writes it).
         self.progress = 0
+        #: Replies published since the worker last signalled the host (worker only).
+        self._unsignalled = 0
+        self._signal_every = max(1, kernel.capacity // 2)
         #: True while the host's leader sleeps on the socket (only the host writes it).
         self.host_waiting = False
         self._host_sock, self._worker_sock = socket.socketpair()
@@ -270,7 +277,12 @@ class HostWorkerKernel(ResidentKernel):
     # -- the worker thread ------------------------------------------------------------------
 
     def _notify(self) -> None:
+        """A status change: tell a waiting host now."""
         self.progress += 1
+        self._signal()
+
+    def _signal(self) -> None:
+        self._unsignalled = 0
         if self.host_waiting:
             with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed
                 self._worker_sock.send(b"\0")
@@ -319,10 +331,15 @@ class HostWorkerKernel(ResidentKernel):
             if count == 0:
                 if stop is StopMode.DRAIN and device.drained():
                     return
+                if self._unsignalled:  # e.g. the output ring is full: the host must read
+                    self._signal()
                 self._sleep()
                 continue
             self._process(device, index, count)
-            self._notify()
+            self.progress += 1
+            self._unsignalled += count
+            if self._unsignalled >= self._signal_every or device.load_in_head() == device.in_tail:
+                self._signal()
 
     def _park(self, device: RingDevice) -> None:
         device.set_paused(True)

@@ -149,6 +149,15 @@ _RECEIVE: Final = 0
 _DISCARD: Final = 1
 
 
+class _Writer:
+    """A task waiting for ring room to write the rest of its records."""
+
+    __slots__ = ("sink",)
+
+    def __init__(self, sink: _Pending | int) -> None:
+        self.sink = sink
+
+
 #: Back-off bounds of :meth:`PersistentKernelSession.watch_until`'s pumping, seconds.
 _WATCH_MIN: Final = 0.0005
 _WATCH_MAX: Final = 0.02
@@ -236,6 +245,7 @@ class PersistentKernelSession:
         self._unprocessed = 0
         self._leader = False
         self._followers: list[_Follower] = []
+        self._writers: collections.deque[_Writer] = collections.deque()  # in arrival order
         self._watchers: list[Any] = []  # kit waiters of tasks in watch_until
         self._final = False  # the kernel is done (or failed) and its replies are collected
         self._idle_pumps = 0
@@ -645,13 +655,51 @@ class PersistentKernelSession:
     async def _send(self, batch: npt.NDArray[Any], sink: int) -> int:
         self._check_open()
         first = self._ring.in_head
-        total = len(batch)
-        done = self._write(batch, sink)
-        while done < total:
-            await self.wait_until(lambda: self._free_for(sink) > 0)
-            self._check_open()
-            done += self._write(batch[done:], sink)
+        await self._write_all(batch, sink)
         return first
+
+    def _window_closed(self, sink: _Pending | int) -> bool:
+        return sink is _RECEIVE and self._unreceived >= self.receive_window
+
+    def _may_write(self, writer: _Writer) -> bool:
+        """Whether ``writer`` is first among the queued writers that can use ring room
+        (a send held back by the receive window holds back nobody else)."""
+        for queued in self._writers:
+            if queued is writer:
+                return True
+            if not self._window_closed(queued.sink):
+                return False
+        return False  # pragma: no cover - a writer asks only while it is queued
+
+    async def _write_all(
+        self, batch: npt.NDArray[Any], sink: _Pending | int, pending: _Pending | None = None
+    ) -> None:
+        """Write ``batch`` in order, waiting for room; stop early if ``pending`` fails.
+
+        Writers that wait for room get it first come, first served: a task whose
+        reply has just come back and that writes again at once cannot take the room
+        that freed up from one that has been waiting for it.
+        """
+        total = len(batch)
+        done = 0 if self._writers else self._write(batch, sink)
+        if done == total:
+            return
+        writer = _Writer(sink)
+        self._writers.append(writer)
+        try:
+            while done < total:
+                await self.wait_until(
+                    lambda: (pending is not None and pending.error is not None)
+                    or (self._may_write(writer) and self._free_for(sink) > 0)
+                )
+                if pending is not None and pending.error is not None:
+                    return
+                self._check_open()
+                done += self._write(batch[done:], sink)
+        finally:
+            self._writers.remove(writer)
+            if self._writers:
+                self.notify_changed()  # the next writer may have room now
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -672,15 +720,7 @@ class PersistentKernelSession:
             return np.empty(0, dtype=self.kernel.reply_dtype)
         pending = _Pending(total)
         try:
-            done = self._write(batch, pending)
-            while done < total:
-                await self.wait_until(
-                    lambda: pending.error is not None or self._ring.free_slots() > 0
-                )
-                if pending.error is not None:
-                    break
-                self._check_open()
-                done += self._write(batch[done:], pending)
+            await self._write_all(batch, pending, pending)
             if pending.filled < total and pending.error is None:
                 await self.wait_until(lambda: pending.filled == total or pending.error is not None)
         except BaseException:
