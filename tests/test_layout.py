@@ -145,6 +145,10 @@ def test_the_nursery_knows_no_kind_of_actor() -> None:
 #: The faces a backend plugin may import (design.md §7); pdc_core.lowlevel is for new
 #: kinds of actor, not backends.
 PLUGIN_FACES = {"pdc_core", "pdc_core.backend", "pdc_core.cuda", "pdc_core.testing"}
+#: Plugins that are new kinds of actor, not backends, and may also import
+#: pdc_core.lowlevel (design.md §7: pdc-ray).
+ACTOR_KIND_PLUGINS = {"pdc_ray"}
+ACTOR_KIND_FACES = PLUGIN_FACES | {"pdc_core.lowlevel"}
 
 
 def _extender_files() -> list[Path]:
@@ -170,15 +174,17 @@ def _is_module(dotted: str) -> bool:
         return False
 
 
-def _wrong_imports(source: str, *, plugin: bool) -> list[str]:
-    """Imports of private pdc_core names; for a plugin, also of modules outside its faces."""
+def _wrong_imports(source: str, *, plugin: bool, actor_kind: bool = False) -> list[str]:
+    """Imports of private pdc_core names; for a plugin, also of modules outside its faces
+    (a plugin that is a kind of actor, ``actor_kind``, has pdc_core.lowlevel too)."""
+    faces = ACTOR_KIND_FACES if actor_kind else PLUGIN_FACES
     wrong = []
     for line, module, name in _pdc_imports(ast.parse(source)):
         dotted = module if name is None else f"{module}.{name}"
         if name is not None and _is_module(dotted):
             module = dotted  # `from pdc_core import lowlevel` imports the module
         private = any(p.startswith("_") and not p.startswith("__") for p in dotted.split("."))
-        outside = module not in PLUGIN_FACES and not module.startswith("pdc_core.testing.")
+        outside = module not in faces and not module.startswith("pdc_core.testing.")
         if private or (plugin and outside):
             wrong.append(f"line {line}: {dotted}")
     return wrong
@@ -192,9 +198,22 @@ def test_the_import_check_catches_what_it_must() -> None:
     ]
     assert _wrong_imports(source, plugin=False) == ["line 2: pdc_core._actors.Mailbox"]
     assert _wrong_imports("from pdc_core.backend import Backend, hookimpl", plugin=True) == []
+    # A kind of actor (pdc-ray) may use pdc_core.lowlevel, never a private module.
+    assert _wrong_imports(source, plugin=True, actor_kind=True) == [
+        "line 2: pdc_core._actors.Mailbox"
+    ]
+    assert _wrong_imports("from pdc_core.lowlevel import ActorRunner", plugin=True) == [
+        "line 1: pdc_core.lowlevel.ActorRunner"
+    ]
+    assert (
+        _wrong_imports("from pdc_core.lowlevel import ActorRunner", plugin=True, actor_kind=True)
+        == []
+    )
 
 
 @pytest.mark.parametrize("path", _extender_files(), ids=lambda path: str(path.relative_to(ROOT)))
 def test_plugins_and_examples_import_only_public_faces(path: Path) -> None:
-    plugin = path.relative_to(ROOT).parts[0] == "plugins"
-    assert _wrong_imports(path.read_text(), plugin=plugin) == []
+    parts = path.relative_to(ROOT).parts
+    plugin = parts[0] == "plugins"
+    actor_kind = plugin and parts[1] in ACTOR_KIND_PLUGINS
+    assert _wrong_imports(path.read_text(), plugin=plugin, actor_kind=actor_kind) == []

@@ -1,0 +1,89 @@
+"""The engine seam: the few things a remote runner asks of whatever runs processes.
+
+A :class:`~pdc_ray.RemoteRunner` never talks to Ray directly. It asks an
+:class:`Engine` to create a host process for one actor, call the host's methods,
+watch it, locate it and kill it. :class:`pdc_ray.RayEngine` does that with Ray;
+:class:`pdc_ray.testing.FakeEngine` does it in-process, reordering calls and
+injecting crashes, losses, hangs and slow kills, so the runner's supervision and
+ordering logic is tested without Ray.
+
+The host methods an engine must expose (all ``async``, see ``pdc_ray._host.Host``):
+``start``, ``deliver`` (data calls), and ``cancel``, ``stop``, ``pause``, ``resume``,
+``statistics``, ``ping``, ``watch``, ``locate`` (control calls, which must never queue
+behind data calls).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._wire import Failure, HostSpec, Location
+
+__all__ = ["Engine", "PlacementSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementSpec:
+    """The resources and scheduling an engine is asked for (see :func:`pdc_ray.on`)."""
+
+    num_cpus: float | None = None
+    num_gpus: float | None = None
+    resources: Mapping[str, float] = field(default_factory=dict)
+    node: str | None = None
+    runtime_env: Mapping[str, Any] | None = None
+    placement_group: Any = None
+    bundle_index: int = -1
+
+
+class Engine(ABC):
+    """What runs the host processes of remote actors (the seam between pdc and Ray).
+
+    Contract, which the runner relies on:
+
+    * :meth:`create` returns a handle at once or soon; it does not wait for the
+      process to be scheduled (a placement nobody can satisfy makes the first
+      :meth:`call` wait, which the runner bounds by its start timeout). Cancelling it
+      leaves nothing behind.
+    * :meth:`call` runs a host method and returns its result. It raises
+      :class:`~pdc_ray.RemoteActorLost` once the host process is gone, including for
+      calls in flight when it died; it never hangs on a dead process. Calls may
+      complete in any order; ``control=True`` calls run in their own concurrency
+      group, never queued behind data calls. Cancelling the caller abandons the call
+      (the engine keeps no callback into the caller's event loop).
+    * :meth:`kill` kills the process, whatever it is doing, and returns once the
+      engine reports it dead (the runner bounds the wait by its kill timeout).
+    * :meth:`watch` returns the host's outcome once the hosted actor has ended,
+      ``(code, failure)``, or raises :class:`~pdc_ray.RemoteActorLost`.
+    * :meth:`locate` says where the host runs.
+    """
+
+    #: A short name for messages and ``repr``.
+    name: str = "engine"
+
+    @abstractmethod
+    async def create(self, spec: HostSpec, placement: PlacementSpec) -> object:
+        """Create the host process of one actor and return the engine's handle."""
+
+    @abstractmethod
+    async def call(self, actor: object, method: str, *args: Any, control: bool = False) -> Any:
+        """Call ``method`` of the host with ``args`` and return its result."""
+
+    @abstractmethod
+    async def kill(self, actor: object) -> None:
+        """Kill the host process; return once the engine reports it dead."""
+
+    async def watch(self, actor: object) -> tuple[int, Failure | None]:
+        """Return once the hosted actor has ended: its outcome ``(code, failure)``."""
+        outcome: tuple[int, Failure | None] = await self.call(actor, "watch", control=True)
+        return outcome
+
+    async def locate(self, actor: object) -> Location:
+        """Return where the host runs."""
+        location: Location = await self.call(actor, "locate", control=True)
+        return location
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

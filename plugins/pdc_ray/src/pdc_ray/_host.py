@@ -1,0 +1,240 @@
+"""The remote side: a pdc nursery around the user's actor, fed in sequence order.
+
+A :class:`Host` lives in the engine's process (a Ray worker). It starts the user's
+actor in its own :func:`pdc_core.open_nursery`, so the remote side runs the very same
+actor code as a local actor, and feeds it the batches the runner ships. Engines may
+deliver those calls in any order (Ray's async actors do); the host hands the batches
+to the actor strictly in the order of their sequence numbers, one batch at a time, so
+the order the runner's prioritised mailbox decided is the order of handling.
+
+Its methods never raise for the actor's sake: failures travel back as values (see
+:mod:`pdc_ray._wire`), and the host's ``watch`` reports how the actor ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+
+from pdc_core import ActorCrashed, ActorRef, ActorStatistics, ActorStopped, open_nursery
+
+from ._wire import (
+    CRASHED,
+    OK,
+    STOPPED,
+    Failure,
+    HostSpec,
+    Location,
+    pack_error,
+    portable_statistics,
+)
+
+__all__ = ["Host", "Item", "Outcome", "Spawn"]
+
+#: One message of a batch: (request id, message, whether a reply is wanted).
+Item = tuple[int, Any, bool]
+#: How a batch or the actor ended: (OK, replies), (CRASHED, Failure) or (STOPPED, None).
+Outcome = tuple[int, Any]
+#: Runs a coroutine function in the background of the host's process.
+Spawn = Callable[[Callable[[], Awaitable[None]]], None]
+
+#: The one priority batches are handed over with: the runner already ordered them.
+_IN_ORDER = 128
+
+
+class _Slot:
+    """A delivered batch waiting for its turn, then for its replies."""
+
+    __slots__ = ("cancelled", "done", "items", "result", "scope")
+
+    def __init__(self, items: Sequence[Item]) -> None:
+        self.items = items
+        self.cancelled: set[int] = set()
+        self.done = anyio.Event()
+        self.result: Outcome = (STOPPED, None)
+        self.scope: anyio.CancelScope | None = None
+
+    def finish(self, result: Outcome) -> None:
+        if not self.done.is_set():
+            self.result = result
+            self.done.set()
+
+
+class Host:
+    """Hosts one actor in a nursery of its own (see the module documentation).
+
+    Create it inside the host's event loop. ``locate`` says where this process runs.
+    """
+
+    def __init__(self, spec: HostSpec, locate: Callable[[], Location]) -> None:
+        self._spec = spec
+        self._locate = locate
+        self._ref: ActorRef[Any, Any] | None = None
+        self._ready = anyio.Event()
+        self._ended = anyio.Event()
+        self._outcome: Outcome = (STOPPED, None)
+        self._start_failure: Failure | None = None
+        self._pending: dict[int, _Slot] = {}
+        self._current: _Slot | None = None
+        self._next = 0
+        self._wake = anyio.Event()
+        self._stopping = False
+        self._spawned = False
+
+    # -- data calls ---------------------------------------------------------------------
+
+    async def start(self, spawn: Spawn) -> tuple[int, Location | Failure]:
+        """Start the actor (once) and return ``(OK, location)`` once its ``on_start``
+        has run, or ``(CRASHED, failure)`` with the reason it failed to start."""
+        if not self._spawned:
+            self._spawned = True
+            spawn(self._serve)
+        await self._ready.wait()
+        if self._start_failure is not None:
+            return CRASHED, self._start_failure
+        return OK, self._locate()
+
+    async def deliver(self, seq: int, items: Sequence[Item]) -> Outcome:
+        """Hand batch number ``seq`` to the actor after every batch before it; return
+        ``(OK, replies)`` aligned with ``items`` (``None`` for tells and cancelled
+        requests), ``(CRASHED, failure)`` or ``(STOPPED, None)``."""
+        if self._ended.is_set() or seq < self._next:
+            return self._outcome if self._outcome[0] == CRASHED else (STOPPED, None)
+        slot = _Slot(items)
+        self._pending[seq] = slot
+        self._wake.set()
+        await slot.done.wait()
+        return slot.result
+
+    # -- control calls ------------------------------------------------------------------
+
+    async def cancel(self, ids: Sequence[int]) -> None:
+        """The callers of requests ``ids`` gave up: skip those not handed over yet; a
+        batch whose every request gave up is withdrawn from the actor."""
+        wanted = set(ids)
+        for slot in [*self._pending.values(), *([self._current] if self._current else [])]:
+            hit = wanted.intersection(item[0] for item in slot.items)
+            if not hit:
+                continue
+            slot.cancelled |= hit
+            if (
+                slot is self._current
+                and slot.scope is not None
+                and all(item[0] in slot.cancelled for item in slot.items)
+            ):
+                slot.scope.cancel()
+
+    async def stop(self, drain: bool) -> None:
+        """Stop the actor: with ``drain`` after the batches delivered so far, else after
+        the message in hand (the rest fail with ``STOPPED``). Returns once requested;
+        ``watch`` reports the end."""
+        self._stopping = True
+        self._wake.set()
+        ref = self._ref
+        if not drain and ref is not None and ref.alive:
+            await ref.stop()
+
+    async def pause(self) -> None:
+        """Pause delivery to the actor (what it holds stays queued)."""
+        if self._ref is not None and self._ref.alive:
+            await self._ref.pause()
+
+    async def resume(self) -> None:
+        """Resume delivery after :meth:`pause`."""
+        if self._ref is not None and self._ref.alive:
+            await self._ref.resume()
+
+    async def statistics(self) -> ActorStatistics | None:
+        """The hosted actor's own statistics (``None`` before it started)."""
+        if self._ref is None:
+            return None
+        return portable_statistics(self._ref.statistics())
+
+    async def ping(self) -> None:
+        """The heartbeat: returns at once while the host's event loop is alive."""
+
+    async def watch(self) -> Outcome:
+        """Return once the actor has ended: ``(STOPPED, None)`` or ``(CRASHED, failure)``."""
+        await self._ended.wait()
+        return self._outcome
+
+    async def locate(self) -> Location:
+        """Where this host runs."""
+        return self._locate()
+
+    # -- the actor's life ---------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        spec = self._spec
+        outcome: Outcome = (STOPPED, None)
+        try:
+            async with open_nursery() as nursery:
+                try:
+                    self._ref = await nursery.start_actor(
+                        spec.target,
+                        *spec.args,
+                        name=spec.actor_id,
+                        capacity=max(spec.capacity, spec.max_batch),
+                        max_batch=spec.max_batch,
+                        paused=spec.paused,
+                    )
+                except ActorCrashed as exc:
+                    self._start_failure = pack_error(exc.cause)
+                    outcome = (CRASHED, self._start_failure)
+                    return
+                except Exception as exc:  # bad target or options: refused by start_actor
+                    self._start_failure = pack_error(exc)
+                    outcome = (CRASHED, self._start_failure)
+                    return
+                self._ready.set()
+                await self._feed(self._ref)
+        except ActorCrashed as exc:
+            outcome = (CRASHED, pack_error(exc.cause))
+        except Exception as exc:
+            outcome = (CRASHED, pack_error(exc))
+        finally:
+            self._outcome = outcome
+            for slot in [*self._pending.values(), *([self._current] if self._current else [])]:
+                slot.finish(outcome if outcome[0] == CRASHED else (STOPPED, None))
+            self._pending.clear()
+            self._ready.set()
+            self._ended.set()
+
+    async def _feed(self, ref: ActorRef[Any, Any]) -> None:
+        """Hand the batches to the actor in sequence order until stopped."""
+        while True:
+            slot = self._pending.pop(self._next, None)
+            if slot is None:
+                if self._stopping or not ref.alive:
+                    return
+                self._wake = anyio.Event()
+                await self._wake.wait()
+                continue
+            self._next += 1
+            self._current = slot
+            await self._hand_over(ref, slot)  # if this raises, _serve fails the slot
+            self._current = None
+            if not ref.alive:  # it stopped itself, or was stopped
+                return
+
+    async def _hand_over(self, ref: ActorRef[Any, Any], slot: _Slot) -> None:
+        items = slot.items
+        live = [item for item in items if item[0] not in slot.cancelled]
+        replies: list[Any] = []
+        if live:
+            with anyio.CancelScope() as scope:
+                slot.scope = scope
+                try:
+                    replies = await ref.ask_many([item[1] for item in live], priority=_IN_ORDER)
+                except ActorCrashed:
+                    raise  # the nursery reports the crash; _serve fails the slot with it
+                except ActorStopped:
+                    slot.finish((STOPPED, None))
+                    return
+            slot.scope = None
+            if scope.cancelled_caught:
+                replies = []
+        answered = dict(zip((item[0] for item in live), replies, strict=False))
+        slot.finish((OK, [answered.get(item[0]) if item[2] else None for item in items]))

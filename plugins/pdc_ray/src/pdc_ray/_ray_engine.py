@@ -1,0 +1,211 @@
+"""The Ray engine: host processes are Ray async actors.
+
+Each remote actor's host is one Ray actor created with Ray's restarts and retries off
+(``max_restarts=0``, ``max_task_retries=0``: delivery is at most once, and pdc's
+``RestartPolicy`` does the restarting), never detached (it shares the fate of the
+process that created it). Its control methods run in their own concurrency group,
+so a full data path cannot starve a stop, a pause, a statistics request or a
+heartbeat. Calls are awaited through :func:`pdc_ray._bridge.await_future`, under
+asyncio and trio alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+import anyio
+import anyio.lowlevel
+import ray
+import ray.exceptions
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
+
+from ._bridge import await_future
+from ._engine import Engine, PlacementSpec
+from ._errors import RemoteActorLost
+from ._host import Host, Item, Outcome
+from ._wire import Failure, HostSpec, Location
+
+__all__ = ["RayEngine", "await_ref"]
+
+#: Ray, for the parts of its API its type hints do not cover.
+_untyped_ray: Any = ray
+
+#: Concurrent control calls a host takes (watch holds one for the actor's life).
+_CONTROL_CONCURRENCY = 16
+
+#: Ray errors that mean the actor's process (or its node, or the object's owner) is gone.
+_LOST: tuple[type[BaseException], ...] = (
+    ray.exceptions.RayActorError,
+    ray.exceptions.WorkerCrashedError,
+    ray.exceptions.NodeDiedError,
+    ray.exceptions.ObjectLostError,
+    ray.exceptions.OwnerDiedError,
+)
+
+
+def _locate() -> Location:
+    context = ray.get_runtime_context()
+    return Location(
+        node_id=context.get_node_id(),
+        node_ip=_untyped_ray.util.get_node_ip_address(),
+        pid=os.getpid(),
+        gpu_ids=tuple(str(gpu) for gpu in ray.get_gpu_ids()),
+        actor_ref_id=context.get_actor_id() or "",
+    )
+
+
+class RayHost:
+    """The Ray actor class around a :class:`~pdc_ray._host.Host` (one per remote actor).
+
+    The Host is made in the actor's event loop, on the first call.
+    """
+
+    def __init__(self, spec: HostSpec) -> None:
+        self._spec = spec
+        self._host: Host | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _get(self) -> Host:
+        if self._host is None:
+            self._host = Host(self._spec, _locate)
+        return self._host
+
+    def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
+        async def run() -> None:
+            await fn()
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def start(self) -> tuple[int, Location | Failure]:
+        return await self._get().start(self._spawn)
+
+    async def deliver(self, seq: int, items: list[Item]) -> Outcome:
+        return await self._get().deliver(seq, items)
+
+    @ray.method(concurrency_group="control")
+    async def cancel(self, ids: list[int]) -> None:
+        await self._get().cancel(ids)
+
+    @ray.method(concurrency_group="control")
+    async def stop(self, drain: bool) -> None:
+        await self._get().stop(drain)
+
+    @ray.method(concurrency_group="control")
+    async def pause(self) -> None:
+        await self._get().pause()
+
+    @ray.method(concurrency_group="control")
+    async def resume(self) -> None:
+        await self._get().resume()
+
+    @ray.method(concurrency_group="control")
+    async def statistics(self) -> Any:
+        return await self._get().statistics()
+
+    @ray.method(concurrency_group="control")
+    async def ping(self) -> None:
+        return None
+
+    @ray.method(concurrency_group="control")
+    async def watch(self) -> Outcome:
+        return await self._get().watch()
+
+    @ray.method(concurrency_group="control")
+    async def locate(self) -> Location:
+        return _locate()
+
+
+_remote_host: Any = None
+
+
+def _host_class() -> Any:
+    global _remote_host
+    if _remote_host is None:
+        _remote_host = _untyped_ray.remote(
+            concurrency_groups={"control": _CONTROL_CONCURRENCY},
+            max_restarts=0,
+            max_task_retries=0,
+        )(RayHost)
+    return _remote_host
+
+
+async def await_ref(ref: Any) -> Any:
+    """Await a Ray ``ObjectRef`` under asyncio or trio; a lost actor, worker, node or
+    owner raises :class:`~pdc_ray.RemoteActorLost`."""
+    try:
+        return await await_future(ref.future())
+    except _LOST as exc:
+        raise RemoteActorLost(f"{type(exc).__name__}: {exc}") from exc
+    except ray.exceptions.RayTaskError as exc:
+        raise cast(Any, exc).as_instanceof_cause() from None
+
+
+def _options(spec: HostSpec, placement: PlacementSpec) -> dict[str, Any]:
+    options: dict[str, Any] = {"name": None, "lifetime": None}
+    if placement.num_cpus is not None:
+        options["num_cpus"] = placement.num_cpus
+    if placement.num_gpus is not None:
+        options["num_gpus"] = placement.num_gpus
+    if placement.resources:
+        options["resources"] = dict(placement.resources)
+    if placement.runtime_env is not None:
+        options["runtime_env"] = dict(placement.runtime_env)
+    if placement.node is not None:
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(placement.node, soft=False)
+    elif placement.placement_group is not None:
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            placement.placement_group,
+            placement_group_bundle_index=placement.bundle_index,
+        )
+    return options
+
+
+class RayEngine(Engine):
+    """Runs hosts as Ray actors in the cluster this process is connected to.
+
+    Needs ``ray.init`` first: use :func:`pdc_ray.connect`.
+    """
+
+    name = "ray"
+
+    async def create(self, spec: HostSpec, placement: PlacementSpec) -> object:
+        if not ray.is_initialized():
+            raise RuntimeError(
+                "Ray is not connected: run the nursery inside `async with pdc_ray.connect():`"
+                " (or call ray.init() first)"
+            )
+        try:
+            handle: object = _host_class().options(**_options(spec, placement)).remote(spec)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"cannot create remote actor {spec.actor_id!r}: {exc}") from exc
+        await anyio.lowlevel.checkpoint()
+        return handle
+
+    async def call(self, actor: object, method: str, *args: Any, control: bool = False) -> Any:
+        try:
+            ref = getattr(actor, method).remote(*args)
+        except TypeError:
+            raise
+        except Exception as exc:  # Ray's serialization errors
+            raise TypeError(f"the arguments of {method}() could not be sent: {exc}") from exc
+        return await await_ref(ref)
+
+    async def kill(self, actor: object) -> None:
+        ray.kill(cast(Any, actor), no_restart=True)
+        # Ray reports the actor dead once calls to it fail as lost.
+        delay = 0.005
+        while True:
+            try:
+                await await_ref(actor.ping.remote())  # type: ignore[attr-defined]
+            except RemoteActorLost:
+                return
+            await anyio.sleep(delay)
+            delay = min(0.1, delay * 2)

@@ -1,0 +1,814 @@
+"""The caller's side of a remote actor: a local prioritised mailbox, shipped in batches.
+
+:class:`RemoteRunner` is the :class:`~pdc_core.lowlevel.ActorRunner` a placement such
+as :func:`pdc_ray.on` makes, and :class:`RemoteActorRef` the handle users hold. The
+caller's nursery supervises the runner like any other actor; each incarnation of it is
+one host process created through an :class:`~pdc_ray.Engine` (a Ray actor).
+
+How it works: ``tell`` and ``ask`` put requests into a local
+:class:`pdc_core.Mailbox` (bounded, priorities 0..255, the start options'
+backpressure policy and counters). ``window`` shipper tasks each take what is waiting,
+in priority order (FIFO within a priority), give it the next sequence number and ship
+it as one engine call; the host hands batches to the actor in sequence order, so the
+order decided here holds across a wire that reorders calls. A shipper takes from the
+mailbox only when it has no call in flight, so at most ``window`` batches are in
+flight and everything else waits here, in priority order. Control calls (stop, pause,
+statistics, ping, cancel) go in their own concurrency group.
+
+Guarantees:
+
+* **Start is a handshake.** ``start_actor`` returns once the remote ``on_start`` has
+  run. A failure raises ``ActorCrashed(... while starting)`` with the original
+  cause; a placement not satisfied within ``start_timeout`` fails with a
+  :class:`~pdc_ray.PlacementTimeout` cause. Either way the host process is killed
+  and confirmed dead before ``start_actor`` raises.
+* **The remote actor lives no longer than its nursery.** On a normal exit it drains
+  and stops; on every exit (clean, crash, cancellation) the host process is killed
+  and the runner waits until the engine reports it dead, at most ``kill_timeout``
+  seconds (then it logs a warning and gives up waiting).
+* **Crashes and losses surface.** A remote exception is the ``cause`` of the
+  nursery's :class:`~pdc_core.ActorCrashed`, with its original type and the remote
+  traceback in its notes (:class:`~pdc_ray.RemoteError` when it cannot be rebuilt
+  here). A dead process, or one that misses its heartbeat (``heartbeat`` seconds,
+  3 by default), is a crash caused by :class:`~pdc_ray.RemoteActorLost`.
+* **No request is left hanging.** Every ``ask`` ends with its reply,
+  :class:`~pdc_core.MessageTimeout`, or an error: ``ActorCrashed`` for requests in
+  flight when the actor crashed or was lost (they may or may not have been handled:
+  delivery is at most once), ``ActorStopped`` when it stopped first,
+  :class:`~pdc_core.MessageDropped` when a ``"drop_oldest"`` mailbox evicted it.
+  Under a :class:`~pdc_core.RestartPolicy` the requests still queued here are handled
+  by the next incarnation.
+* **Cancellation leaves nothing behind.** A cancelled (or timed-out) ``ask`` whose
+  request was shipped is cancelled remotely: the host skips it if the actor has not
+  got it yet. No task or callback outlives the runner.
+"""
+
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import math
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
+
+import anyio
+import anyio.abc
+
+from pdc_core import (
+    ActorCrashed,
+    ActorRef,
+    ActorState,
+    ActorStatistics,
+    ActorStopped,
+    Mailbox,
+    MailboxClosed,
+    MessageDropped,
+    MessageTimeout,
+)
+from pdc_core.lowlevel import ActorRunner, StartOptions, cancellation_first
+
+from ._engine import Engine, PlacementSpec
+from ._errors import PlacementTimeout, RemoteActorLost
+from ._wire import CRASHED, OK, Failure, HostSpec, Location, unpack_error
+
+__all__ = ["RemoteActorRef", "RemoteRunner"]
+
+M = TypeVar("M")
+R = TypeVar("R")
+
+_log = logging.getLogger("pdc.ray")
+_DEFAULT_PRIORITY = 128
+
+
+def _current_task() -> object:
+    """The running task, as the nursery's ``is_member`` knows tasks (the event loop's
+    own task object)."""
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            return trio.lowlevel.current_task()
+        except RuntimeError:  # not inside trio.run: asyncio
+            pass
+    return asyncio.current_task()
+
+
+def _check_timeout(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def _check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise TypeError(f"priority must be an int in 0..255, got {priority!r}")
+    if not 0 <= priority <= 255:
+        raise ValueError(f"priority must be in 0..255 (higher is served first), got {priority}")
+    return priority
+
+
+class _Reply:
+    """Where the replies to one ``ask`` or one ``ask_many`` land."""
+
+    __slots__ = ("abandoned", "error", "event", "remaining", "requests", "values")
+
+    def __init__(self, n: int) -> None:
+        self.event = anyio.Event()
+        self.values: list[Any] = [None] * n
+        self.remaining = n
+        self.error: BaseException | None = None
+        self.abandoned = False
+        self.requests: list[_Request] = []
+
+    def set(self, index: int, value: Any) -> None:
+        if self.event.is_set():
+            return
+        self.values[index] = value
+        self.remaining -= 1
+        if not self.remaining:
+            self.event.set()
+
+    def fail(self, error: BaseException) -> None:
+        if not self.event.is_set():
+            self.error = error
+            self.event.set()
+
+
+class _Request:
+    """One message in the local mailbox and on the wire."""
+
+    __slots__ = ("id", "index", "message", "priority", "reply", "shipped")
+
+    def __init__(self, rid: int, message: Any, reply: _Reply | None, index: int) -> None:
+        self.priority = _DEFAULT_PRIORITY
+        self.id = rid
+        self.message = message
+        self.reply = reply
+        self.index = index
+        self.shipped = False
+
+
+class RemoteActorRef(ActorRef[M, R]):
+    """The handle of a remote actor: the full :class:`~pdc_core.ActorRef` API, plus
+    :attr:`location` and :meth:`remote_statistics`.
+
+    ``priority=None`` means the message's own ``priority`` attribute when it has one,
+    else 128. :meth:`statistics` counts what this side sees (its mailbox, replies
+    received, requests skipped here); :meth:`remote_statistics` asks the remote actor.
+    """
+
+    __slots__ = ("_runner",)
+
+    def __init__(self, runner: RemoteRunner) -> None:
+        self._runner = runner
+
+    @property
+    def actor_id(self) -> str:
+        return self._runner.actor_id
+
+    @property
+    def state(self) -> ActorState:
+        return self._runner.state
+
+    @property
+    def location(self) -> Location | None:
+        """Where the current incarnation runs (node, pid, GPU ids); ``None`` when no
+        incarnation is running."""
+        return self._runner.location
+
+    async def tell(self, message: M, *, priority: int | None = None) -> None:
+        prio = _check_priority(
+            getattr(message, "priority", _DEFAULT_PRIORITY) if priority is None else priority
+        )
+        await self._runner.enqueue(_Request(self._runner.next_id(), message, None, 0), prio)
+
+    async def ask(
+        self, message: M, *, priority: int | None = None, timeout: float | None = None
+    ) -> R:
+        timeout = _check_timeout(timeout)
+        prio = _check_priority(
+            getattr(message, "priority", _DEFAULT_PRIORITY) if priority is None else priority
+        )
+        runner = self._runner
+        reply = _Reply(1)
+        request = _Request(runner.next_id(), message, reply, 0)
+        reply.requests.append(request)
+        await runner.enqueue(request, prio)
+        values = await runner.wait_reply(reply, timeout, 1)
+        return cast(R, values[0])
+
+    async def ask_many(
+        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
+    ) -> list[R]:
+        timeout = _check_timeout(timeout)
+        batch = list(messages)
+        if not batch:
+            return []
+        runner = self._runner
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        reply = _Reply(len(batch))
+        requests = [_Request(runner.next_id(), m, reply, i) for i, m in enumerate(batch)]
+        reply.requests = requests
+        if priority is not None:
+            prios = [_check_priority(priority)] * len(batch)
+        else:
+            prios = [_check_priority(getattr(m, "priority", _DEFAULT_PRIORITY)) for m in batch]
+        with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
+            try:
+                await runner.enqueue_many(requests, prios)
+            except BaseException:
+                runner.abandon(reply)
+                raise
+        if scope.cancelled_caught:
+            raise MessageTimeout(
+                f"actor {self.actor_id!r} did not take a batch of {len(batch)} within "
+                f"{timeout} s (its mailbox stayed full)"
+            )
+        remaining = None if deadline is None else max(0.0, deadline - anyio.current_time())
+        return cast(list[R], await runner.wait_reply(reply, remaining, len(batch)))
+
+    async def pause(self) -> None:
+        await self._runner.pause()
+
+    async def resume(self) -> None:
+        await self._runner.resume()
+
+    async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        await self._runner.stop(drain=drain, timeout=_check_timeout(timeout))
+
+    async def wait(self) -> None:
+        await self._runner.finished.wait()
+
+    def statistics(self) -> ActorStatistics:
+        return self._runner.statistics()
+
+    async def remote_statistics(self) -> ActorStatistics:
+        """Ask the remote actor for its own statistics (its handled, errors, skipped
+        and the remote mailbox). Raises :class:`~pdc_core.ActorStopped` when no
+        incarnation is running."""
+        return await self._runner.remote_statistics()
+
+
+class RemoteRunner(ActorRunner):
+    """Runs one remote actor for its nursery (see the module documentation)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        spec: HostSpec,
+        placement: PlacementSpec,
+        options: StartOptions,
+        *,
+        window: int,
+        heartbeat: float,
+        start_timeout: float,
+        kill_timeout: float,
+    ) -> None:
+        self.actor_id = spec.actor_id
+        self._engine = engine
+        self._spec = spec
+        self._placement = placement
+        self._window = window
+        self._heartbeat = heartbeat
+        self._start_timeout = start_timeout
+        self._kill_timeout = kill_timeout
+        self._max_batch = options.max_batch
+        self._mailbox: Mailbox[_Request] = Mailbox(
+            options.capacity,
+            backpressure=options.backpressure,
+            name=spec.actor_id,
+            on_drop=self._dropped,
+        )
+        if options.paused:
+            self._mailbox.pause()
+        self._ref: RemoteActorRef[Any, Any] = RemoteActorRef(self)
+        self._ids = itertools.count()
+        self.state = ActorState.STARTING
+        self.location: Location | None = None
+        self.finished = anyio.Event()
+        self.handled = self.errors = self.restarts = self.skipped = 0
+        self._crash: ActorCrashed | None = None
+        # Per incarnation:
+        self._actor: object | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._seq = 0
+        self._inflight: dict[int, list[_Request]] = {}
+        self._cause: BaseException | None = None
+        self._ending = anyio.Event()
+        self._quiet = anyio.Event()
+        self._last_failure: tuple[Failure, BaseException] | None = None
+        self._to_cancel: list[int] = []
+        self._cancel_wake = anyio.Event()
+        self._shippers = 0
+        self._shipped_all = anyio.Event()
+        # Stop requests, across incarnations:
+        self._stop: bool | None = None  # None: not requested; else whether to drain
+        self._stop_wake = anyio.Event()
+        # A draining nursery:
+        self._is_member: Callable[[object], bool] | None = None
+        self._on_idle: Callable[[], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"<RemoteRunner {self.actor_id!r} on {self._engine!r} {self.state.value}>"
+
+    @property
+    def ref(self) -> RemoteActorRef[Any, Any]:
+        return self._ref
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    # -- the caller's side of the ref -------------------------------------------------
+
+    def _stopped_error(self) -> ActorStopped:
+        if self._crash is not None:
+            return ActorCrashed(self.actor_id, self._crash.cause)
+        return ActorStopped(f"actor {self.actor_id!r} is not running", actor_id=self.actor_id)
+
+    async def enqueue(self, request: _Request, priority: int) -> None:
+        """Queue ``request`` locally (backpressure applies); ActorStopped when stopped."""
+        mailbox = self._mailbox
+        request.priority = priority
+        try:
+            await mailbox.send(request, priority)
+        except MailboxClosed:
+            if self._admits_caller():
+                await mailbox.admit(request, priority)
+                return
+            await cancellation_first()
+            raise self._stopped_error() from None
+
+    async def enqueue_many(self, requests: list[_Request], priorities: list[int]) -> None:
+        mailbox = self._mailbox
+        for request, priority in zip(requests, priorities, strict=True):
+            request.priority = priority
+        try:
+            if len(set(priorities)) == 1 and not mailbox.sealed:
+                await mailbox.send_many(requests, priorities[0])
+                return
+            for request, priority in zip(requests, priorities, strict=True):
+                await self.enqueue(request, priority)
+        except MailboxClosed:
+            await cancellation_first()
+            raise self._stopped_error() from None
+
+    def _admits_caller(self) -> bool:
+        return (
+            self._mailbox.sealed
+            and self._is_member is not None
+            and self._is_member(_current_task())
+        )
+
+    async def wait_reply(self, reply: _Reply, timeout: float | None, n: int) -> list[Any]:
+        """Wait for every reply of ``reply``; on timeout or cancellation, give up on it
+        (here, and remotely for requests already shipped)."""
+        try:
+            if timeout is None:
+                await reply.event.wait()
+            else:
+                with anyio.move_on_after(timeout):
+                    await reply.event.wait()
+        except BaseException:
+            self.abandon(reply)
+            raise
+        if not reply.event.is_set():
+            self.abandon(reply)
+            what = "a reply" if n == 1 else f"the replies to a batch of {n}"
+            raise MessageTimeout(f"actor {self.actor_id!r} did not send {what} within {timeout} s")
+        if reply.error is not None:
+            if isinstance(reply.error, ActorStopped):
+                await cancellation_first()
+            raise reply.error
+        return reply.values
+
+    def abandon(self, reply: _Reply) -> None:
+        """The caller gave up on ``reply``: skip its requests here, cancel them there."""
+        if reply.event.is_set():
+            return
+        reply.abandoned = True
+        reply.fail(ActorStopped(f"the caller gave up on actor {self.actor_id!r}"))
+        shipped = [request.id for request in reply.requests if request.shipped]
+        if shipped and self._tg is not None:
+            self._to_cancel.extend(shipped)
+            self._cancel_wake.set()
+
+    def _dropped(self, request: _Request) -> None:
+        if request.reply is not None:
+            request.reply.fail(
+                MessageDropped(
+                    f"request to actor {self.actor_id!r} was dropped by its full mailbox "
+                    "(policy drop_oldest)"
+                )
+            )
+
+    async def pause(self) -> None:
+        if not self._ref.alive:
+            raise self._stopped_error()
+        self._mailbox.pause()
+        if self.state is ActorState.RUNNING:
+            self.state = ActorState.PAUSED
+        await self._control("pause")
+
+    async def resume(self) -> None:
+        if not self._ref.alive:
+            raise self._stopped_error()
+        self._mailbox.resume()
+        if self.state is ActorState.PAUSED:
+            self.state = ActorState.RUNNING
+        await self._control("resume")
+
+    async def _control(self, method: str, *args: Any) -> Any:
+        """A control call to the running incarnation, if any (None otherwise)."""
+        actor = self._actor
+        if actor is None or self._tg is None:
+            return None
+        try:
+            return await self._engine.call(actor, method, *args, control=True)
+        except RemoteActorLost:
+            return None  # the watch reports the loss
+
+    async def stop(self, *, drain: bool, timeout: float | None) -> None:
+        if self.finished.is_set():
+            return
+        if self._stop is None or (self._stop and not drain):
+            self._stop = drain
+            self._stop_wake.set()
+        if self.state is not ActorState.STOPPING:
+            if not drain and self.state is ActorState.RESTARTING and self.cancel_scope:
+                self.cancel_scope.cancel()  # waiting out a restart backoff: end it now
+            self.state = ActorState.STOPPING
+        mailbox = self._mailbox
+        mailbox.close()
+        if drain:
+            mailbox.resume()
+        else:
+            error = ActorStopped(
+                f"actor {self.actor_id!r} stopped before replying", actor_id=self.actor_id
+            )
+            for request in mailbox.discard():
+                if request.reply is not None:
+                    request.reply.fail(error)
+        if timeout is None:
+            await self.finished.wait()
+            return
+        with anyio.move_on_after(timeout):
+            await self.finished.wait()
+        if not self.finished.is_set():
+            if self.cancel_scope is not None:
+                self.cancel_scope.cancel()
+            await self.finished.wait()
+
+    def statistics(self) -> ActorStatistics:
+        return ActorStatistics(
+            actor_id=self.actor_id,
+            state=self.state,
+            handled=self.handled,
+            errors=self.errors,
+            restarts=self.restarts,
+            skipped=self.skipped,
+            mailbox=self._mailbox.statistics(),
+        )
+
+    async def remote_statistics(self) -> ActorStatistics:
+        stats = await self._control("statistics")
+        if stats is None:
+            raise self._stopped_error()
+        return cast(ActorStatistics, stats)
+
+    # -- the nursery's side -------------------------------------------------------------
+
+    async def run(self, started: Callable[[], None]) -> None:
+        self._reset()
+        try:
+            await self._start()
+            if self.state is not ActorState.STOPPING:
+                self.state = ActorState.PAUSED if self._mailbox.paused else ActorState.RUNNING
+            started()
+            actor = self._actor
+            assert actor is not None
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._watch, actor)
+                tg.start_soon(self._closer, tg.cancel_scope)
+                tg.start_soon(self._beat, actor)
+                tg.start_soon(self._cancels, actor)
+                tg.start_soon(self._stopper, actor)
+                self._shippers = self._window
+                for _ in range(self._window):
+                    tg.start_soon(self._ship, actor)
+            if self._cause is not None:
+                raise self._cause
+        finally:
+            self._tg = None
+            self.location = None
+            self._fail_inflight()
+            if self._actor is not None:
+                await self._kill(self._actor)
+                self._actor = None
+
+    def _reset(self) -> None:
+        self._seq = 0
+        self._inflight = {}
+        self._cause = None
+        self._ending = anyio.Event()
+        self._quiet = anyio.Event()
+        self._last_failure = None
+        self._to_cancel = []
+        self._cancel_wake = anyio.Event()
+        self._shipped_all = anyio.Event()
+
+    async def _start(self) -> None:
+        """Create the host and complete the handshake, within ``start_timeout``."""
+        engine = self._engine
+        outcome: tuple[int, Any] | None = None
+        with anyio.move_on_after(self._start_timeout) as scope:
+            self._actor = await engine.create(self._spec, self._placement)
+            outcome = await engine.call(self._actor, "start")
+        if outcome is None:
+            assert scope.cancelled_caught
+            raise PlacementTimeout(
+                f"remote actor {self.actor_id!r} was not started within {self._start_timeout:g} s"
+                f" (start_timeout) on {self._engine!r}; can the cluster satisfy "
+                f"{self._placement!r}?"
+            )
+        code, payload = outcome
+        if code != OK:
+            raise self._unpack(payload)
+        self.location = payload
+
+    def _unpack(self, failure: Failure) -> BaseException:
+        """The crash cause of ``failure``: one object per failure, however many
+        messages report it (a delivery and the watch report the same crash)."""
+        last = self._last_failure
+        if last is not None and last[0] == failure:
+            return last[1]
+        cause = unpack_error(failure)
+        self._last_failure = (failure, cause)
+        return cause
+
+    def _end(self, cause: BaseException | None, *, lost: bool = False) -> None:
+        """This incarnation is over (the first call decides why)."""
+        if self._ending.is_set():
+            return
+        self._cause = cause
+        self._ending.set()
+        if lost or not self._inflight:
+            self._quiet.set()
+
+    async def _closer(self, scope: anyio.CancelScope) -> None:
+        """Once the incarnation is over, let the replies already on their way arrive
+        (the host answered every batch before it reported the end), then stop."""
+        await self._ending.wait()
+        with anyio.move_on_after(self._heartbeat):
+            await self._quiet.wait()
+        scope.cancel()
+
+    async def _watch(self, actor: object) -> None:
+        try:
+            code, failure = await self._engine.watch(actor)
+        except RemoteActorLost as exc:
+            self._end(exc, lost=True)
+            return
+        except Exception as exc:  # the engine failed: treat as lost
+            self._end(RemoteActorLost(f"watching remote actor {self.actor_id!r} failed: {exc}"))
+            return
+        if code == CRASHED:
+            assert failure is not None
+            self._end(self._unpack(failure))
+        else:
+            self._end(None)
+
+    async def _beat(self, actor: object) -> None:
+        """The heartbeat: a control call every third of ``heartbeat`` that must be
+        answered within ``heartbeat`` seconds, else the actor is lost."""
+        interval = self._heartbeat / 3
+        while True:
+            await anyio.sleep(interval)
+            with anyio.move_on_after(self._heartbeat) as scope:
+                try:
+                    await self._engine.call(actor, "ping", control=True)
+                except RemoteActorLost as exc:
+                    self._end(exc, lost=True)
+                    return
+            if scope.cancelled_caught:
+                self._end(
+                    RemoteActorLost(
+                        f"remote actor {self.actor_id!r} missed its heartbeat "
+                        f"({self._heartbeat:g} s without an answer)"
+                    ),
+                    lost=True,
+                )
+                return
+
+    async def _cancels(self, actor: object) -> None:
+        """Ship the cancellations of requests whose callers gave up."""
+        while True:
+            await self._cancel_wake.wait()
+            self._cancel_wake = anyio.Event()
+            ids, self._to_cancel = self._to_cancel, []
+            if ids:
+                try:
+                    await self._engine.call(actor, "cancel", ids, control=True)
+                except RemoteActorLost:
+                    return  # the watch reports it
+
+    async def _stopper(self, actor: object) -> None:
+        """Carry a stop request to the host: a draining one once everything queued
+        here has been shipped and answered."""
+        while self._stop is None:
+            self._stop_wake = anyio.Event()
+            await self._stop_wake.wait()
+        try:
+            if self._stop:
+                await self._engine.call(actor, "resume", control=True)  # draining resumes
+                await self._shipped_all.wait()
+            await self._engine.call(actor, "stop", bool(self._stop), control=True)
+        except RemoteActorLost:
+            return  # the watch reports it
+
+    async def _ship(self, actor: object) -> None:
+        """One of ``window`` shippers: take what waits (by priority), ship, repeat."""
+        mailbox = self._mailbox
+        try:
+            while True:
+                try:
+                    taken = await mailbox.receive_many(self._max_batch)
+                except MailboxClosed:
+                    return
+                requests = [request for request in taken if isinstance(request, _Request)]
+                if self._ending.is_set():
+                    # This incarnation is over: what was taken goes back, in order, for
+                    # the next one (or for finalize to fail).
+                    for request in reversed(requests):
+                        mailbox.requeue(request, request.priority)
+                    return
+                batch: list[_Request] = []
+                for request in requests:
+                    reply = request.reply
+                    if reply is not None and reply.abandoned:
+                        self.skipped += 1
+                    else:
+                        batch.append(request)
+                if not batch:
+                    continue
+                seq = self._seq
+                self._seq += 1
+                self._inflight[seq] = batch
+                for request in batch:
+                    request.shipped = True
+                await self._deliver(actor, seq, batch)
+        finally:
+            self._shippers -= 1
+            if not self._shippers:
+                self._shipped_all.set()
+
+    async def _deliver(self, actor: object, seq: int, batch: list[_Request]) -> None:
+        items = [(r.id, r.message, r.reply is not None) for r in batch]
+        engine = self._engine
+        try:
+            try:
+                code, payload = await engine.call(actor, "deliver", seq, items)
+            except TypeError as exc:
+                # The batch could not be sent (a message does not pickle): fail it, and
+                # fill its place in the sequence so that the batches after it go on.
+                self._refuse(batch, exc)
+                batch = []
+                code, payload = await engine.call(actor, "deliver", seq, [])
+        except RemoteActorLost as exc:
+            self._end(exc, lost=True)
+            return  # the batch stays in flight: run() fails it with the loss
+        self._delivered(seq)
+        if code == OK:
+            for request, value in zip(batch, payload, strict=True):
+                if request.reply is not None:
+                    request.reply.set(request.index, value)
+            self.handled += len(batch)
+        elif code == CRASHED:
+            cause = self._unpack(payload)
+            for request in batch:
+                if request.reply is not None:
+                    request.reply.fail(ActorCrashed(self.actor_id, cause))
+            self._end(cause)
+        else:
+            error = ActorStopped(
+                f"actor {self.actor_id!r} stopped before replying", actor_id=self.actor_id
+            )
+            for request in batch:
+                if request.reply is not None:
+                    request.reply.fail(error)
+
+    def _refuse(self, batch: list[_Request], exc: Exception) -> None:
+        detail = f"{type(exc).__name__}: {exc}"
+        tells = 0
+        for request in batch:
+            if request.reply is not None:
+                request.reply.fail(
+                    TypeError(f"cannot send to remote actor {self.actor_id!r}: {detail}")
+                )
+            else:
+                tells += 1
+        if tells:
+            _log.error(
+                "%d message(s) told to remote actor %r could not be sent: %s",
+                tells,
+                self.actor_id,
+                detail,
+            )
+
+    def _delivered(self, seq: int) -> None:
+        self._inflight.pop(seq, None)
+        if not self._inflight:
+            if self._ending.is_set():
+                self._quiet.set()
+            if self._on_idle is not None and self.idle:
+                self._on_idle()
+
+    def _fail_inflight(self) -> None:
+        inflight, self._inflight = self._inflight, {}
+        if not inflight:
+            return
+        cause = self._cause
+        for batch in inflight.values():
+            for request in batch:
+                if request.reply is None:
+                    continue
+                if cause is not None:
+                    request.reply.fail(ActorCrashed(self.actor_id, cause))
+                else:
+                    request.reply.fail(
+                        ActorStopped(
+                            f"actor {self.actor_id!r} stopped before replying",
+                            actor_id=self.actor_id,
+                        )
+                    )
+
+    async def _kill(self, actor: object) -> None:
+        """Kill the host process and wait until the engine reports it dead (bounded)."""
+        with anyio.CancelScope(shield=True):
+            with anyio.move_on_after(self._kill_timeout) as scope:
+                await self._engine.kill(actor)
+            if scope.cancelled_caught:
+                _log.warning(
+                    "remote actor %r: %r did not report its process dead within %g s "
+                    "(kill_timeout); no longer waiting",
+                    self.actor_id,
+                    self._engine,
+                    self._kill_timeout,
+                )
+
+    def on_crash(self, error: Exception, *, restarting: bool) -> None:
+        self.errors += 1
+        if restarting:
+            self.restarts += 1
+            self.state = ActorState.RESTARTING
+
+    def finalize(self, error: BaseException | None) -> None:
+        if isinstance(error, ActorCrashed):
+            self.state = ActorState.CRASHED
+            self._crash = error
+            crash = error
+
+            def failure() -> ActorStopped:
+                return ActorCrashed(self.actor_id, crash.cause)
+
+        else:
+            self.state = ActorState.STOPPED
+            reason = "was cancelled" if error is not None else "stopped"
+
+            def failure() -> ActorStopped:
+                return ActorStopped(
+                    f"actor {self.actor_id!r} {reason} before replying", actor_id=self.actor_id
+                )
+
+        mailbox = self._mailbox
+        mailbox.close()
+        for request in mailbox.discard():
+            if request.reply is not None:
+                request.reply.fail(failure())
+        self.finished.set()
+
+    # -- a draining nursery -------------------------------------------------------------
+
+    def begin_drain(self, on_idle: Callable[[], None], is_member: Callable[[object], bool]) -> None:
+        if not self.finished.is_set():
+            self._is_member = is_member
+            self._on_idle = on_idle
+            self._mailbox.seal(self._starved)
+
+    def _starved(self) -> None:
+        if self._on_idle is not None and self.idle:
+            self._on_idle()
+
+    @property
+    def idle(self) -> bool:
+        return self.finished.is_set() or (self._mailbox.starved() and not self._inflight)
+
+    def unfinished(self) -> int:
+        return len(self._mailbox) + sum(len(batch) for batch in self._inflight.values())
