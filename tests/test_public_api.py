@@ -154,6 +154,7 @@ BACKEND = [
     "check_grid",
     "coerce_batch",
     "coerce_record",
+    "copy_records",
     "dim3",
     "dims",
     "hookimpl",

@@ -29,6 +29,7 @@ from pdc_core.backend import (
     StopMode,
     coerce_batch,
     coerce_record,
+    copy_records,
 )
 
 REQ = np.dtype([("seq", "<u8"), ("x", "<i4")], align=True)
@@ -261,6 +262,42 @@ def test_wraparound_indices_keep_growing() -> None:
     assert memory.load64(Offset.IN_HEAD) == 100
     assert memory.load64(Offset.OUT_TAIL) == 100
     assert received == body(records(0, 100)).tolist()
+
+
+def test_published_views_wrap_and_release_frees_the_slots() -> None:
+    _, host, device = make(4)
+    assert host.write(records(0, 3)) == 3
+    while device_step(device, None):
+        pass
+    host.load_out_head()
+    assert host.read(limit=2).tolist() == body(records(0, 2)).tolist()
+    assert host.write(records(3, 3)) == 3  # slots 3, 0, 1: the replies wrap
+    while device_step(device, None):
+        pass
+    host.load_out_head()
+    pieces = host.published()
+    assert [len(piece) for piece in pieces] == [2, 2]  # slots 2-3, then 0-1
+    assert np.concatenate(pieces).tolist() == body(records(2, 4)).tolist()
+    assert [len(piece) for piece in host.published(limit=3)] == [2, 1]
+    with pytest.raises(ValueError, match="cannot release 5 replies: 4 are published"):
+        host.release(5)
+    host.release(3)
+    assert host.read().tolist() == body(records(5, 1)).tolist()
+    assert host.published() == []
+
+
+def test_copy_records_copies_bytes_or_fields() -> None:
+    source = records(0, 6)
+    target = np.zeros(6, REQ)
+    copy_records(target, source)
+    assert target.tolist() == source.tolist()
+    strided = np.zeros(12, REQ)[::2]  # not contiguous: copied field by field
+    copy_records(strided, source)
+    assert strided.tolist() == source.tolist()
+    with pytest.raises(ValueError, match="cannot copy"):
+        copy_records(np.zeros(5, REQ), source)
+    with pytest.raises(ValueError, match="cannot copy"):
+        copy_records(np.zeros(6, REP), source)
 
 
 def test_stop_modes_on_the_reference_device() -> None:

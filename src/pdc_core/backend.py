@@ -65,6 +65,7 @@ from ._backend._ring import (
     StopMode,
     coerce_batch,
     coerce_record,
+    copy_records,
     record_dtype,
     record_from_mapping,
 )
@@ -138,6 +139,7 @@ __all__ = [
     "StopMode",
     "coerce_batch",
     "coerce_record",
+    "copy_records",
     "persistent_kernel",
     "record_dtype",
     "record_from_mapping",

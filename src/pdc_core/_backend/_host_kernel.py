@@ -56,7 +56,7 @@ from .._exceptions import RecordError, RingProtocolError
 from ._contract import MemoryKind
 from ._persistent_kernel import PersistentKernel
 from ._resident import HostWaiter, PollingWaiter, ResidentKernel
-from ._ring import ErrorCode, RingDevice, RingMemory, StopMode
+from ._ring import ErrorCode, RingDevice, RingMemory, StopMode, copy_records
 
 if TYPE_CHECKING:
     from ._contract import Backend
@@ -239,7 +239,7 @@ class HostWorkerKernel(ResidentKernel):
                 f"the body returned replies of shape {array.shape} for {count} "
                 f"request(s); it must return exactly one reply per request, shape ({count},)"
             )
-        replies[...] = array
+        copy_records(replies, array)
 
     # -- ResidentKernel -------------------------------------------------------------------
 

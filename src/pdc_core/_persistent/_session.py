@@ -43,6 +43,7 @@ from .._backend._ring import (
     StopMode,
     coerce_batch,
     coerce_record,
+    copy_records,
 )
 from .._exceptions import ActorCrashed, ActorStopped, KernelStopTimeout, PersistentKernelError
 from .._loop import check_duration, check_timeout, current_kit, wake
@@ -111,8 +112,8 @@ class SessionStatistics:
 class _Pending:
     """The replies awaited by one ``request``/``request_batch`` call.
 
-    ``replies`` stays ``None`` until the first replies arrive; when they all arrive in
-    one piece it is a view of the copy read from the ring (no second copy).
+    ``replies`` stays ``None`` until the first replies arrive; they are copied into it
+    straight from the ring's slots (one copy per reply).
     """
 
     __slots__ = ("count", "error", "filled", "replies")
@@ -124,13 +125,11 @@ class _Pending:
         self.error: BaseException | None = None
 
     def fill(self, replies: npt.NDArray[Any]) -> None:
+        """Copy ``replies`` (views of ring slots) in after those already filled."""
+        if self.replies is None:
+            self.replies = np.empty(self.count, dtype=replies.dtype)
         take = len(replies)
-        if self.filled == 0 and take == self.count:
-            self.replies = replies
-        else:
-            if self.replies is None:
-                self.replies = np.empty(self.count, dtype=replies.dtype)
-            self.replies[self.filled : self.filled + take] = replies
+        copy_records(self.replies[self.filled : self.filled + take], replies)
         self.filled += take
 
 
@@ -389,7 +388,11 @@ class PersistentKernelSession:
             return False
         ring = self._ring
         if ring.load_out_head() != ring.out_tail:
-            self._route(ring.read_loaded())
+            count = 0
+            for piece in ring.published():
+                self._route(piece)
+                count += len(piece)
+            ring.release(count)
             self._wake()
             return True
         if ring.done:
@@ -411,6 +414,8 @@ class PersistentKernelSession:
         return progressed
 
     def _route(self, replies: npt.NDArray[Any]) -> None:
+        """Hand ``replies`` (views of ring slots, in order) to their sinks; each sink
+        copies what it keeps."""
         count = len(replies)
         position = 0
         seq = self._replied
@@ -420,7 +425,9 @@ class PersistentKernelSession:
             take = min(route.end - seq, count - position)
             sink = route.sink
             if sink is _RECEIVE:
-                self._inbox.append(replies[position : position + take])
+                kept = np.empty(take, replies.dtype)
+                copy_records(kept, replies[position : position + take])
+                self._inbox.append(kept)
                 self._inbox_count += take
             elif sink is _DISCARD:
                 self._discarded += take
@@ -689,8 +696,10 @@ class PersistentKernelSession:
         try:
             while done < total:
                 await self.wait_until(
-                    lambda: (pending is not None and pending.error is not None)
-                    or (self._may_write(writer) and self._free_for(sink) > 0)
+                    lambda: (
+                        (pending is not None and pending.error is not None)
+                        or (self._may_write(writer) and self._free_for(sink) > 0)
+                    )
                 )
                 if pending is not None and pending.error is not None:
                     return
