@@ -47,9 +47,10 @@ _IN_ORDER = 128
 class _Slot:
     """A delivered batch waiting for its turn, then for its replies."""
 
-    __slots__ = ("cancelled", "done", "items", "result", "scope")
+    __slots__ = ("cancelled", "done", "items", "result", "scope", "seq")
 
-    def __init__(self, items: Sequence[Item]) -> None:
+    def __init__(self, seq: int, items: Sequence[Item]) -> None:
+        self.seq = seq
         self.items = items
         self.cancelled: set[int] = set()
         self.done = anyio.Event()
@@ -77,6 +78,8 @@ class Host:
         self._outcome: Outcome = (STOPPED, None)
         self._start_failure: Failure | None = None
         self._pending: dict[int, _Slot] = {}
+        #: Cancellations that arrived before their batch: seq -> request ids.
+        self._early: dict[int, set[int]] = {}
         self._current: _Slot | None = None
         self._next = 0
         self._wake = anyio.Event()
@@ -102,7 +105,8 @@ class Host:
         requests), ``(CRASHED, failure)`` or ``(STOPPED, None)``."""
         if self._ended.is_set() or seq < self._next:
             return self._outcome if self._outcome[0] == CRASHED else (STOPPED, None)
-        slot = _Slot(items)
+        slot = _Slot(seq, items)
+        slot.cancelled = self._early.pop(seq, set())
         self._pending[seq] = slot
         self._wake.set()
         await slot.done.wait()
@@ -110,15 +114,21 @@ class Host:
 
     # -- control calls ------------------------------------------------------------------
 
-    async def cancel(self, ids: Sequence[int]) -> None:
-        """The callers of requests ``ids`` gave up: skip those not handed over yet; a
-        batch whose every request gave up is withdrawn from the actor."""
-        wanted = set(ids)
-        for slot in [*self._pending.values(), *([self._current] if self._current else [])]:
-            hit = wanted.intersection(item[0] for item in slot.items)
-            if not hit:
+    async def cancel(self, requests: Sequence[tuple[int, int]]) -> None:
+        """The callers of ``requests`` (``(seq, request id)`` pairs) gave up: skip those
+        not handed over yet; a batch whose every request gave up is withdrawn from the
+        actor. A cancellation may overtake its batch on the wire: it is kept until the
+        batch arrives (only for batches not handed over yet, so this stays bounded)."""
+        for seq, rid in requests:
+            if seq < self._next and (self._current is None or self._current.seq != seq):
+                continue  # handled already: too late
+            slot = self._pending.get(seq)
+            if slot is None and self._current is not None and self._current.seq == seq:
+                slot = self._current
+            if slot is None:
+                self._early.setdefault(seq, set()).add(rid)
                 continue
-            slot.cancelled |= hit
+            slot.cancelled.add(rid)
             if (
                 slot is self._current
                 and slot.scope is not None

@@ -91,8 +91,8 @@ class RayHost:
         return await self._get().deliver(seq, items)
 
     @ray.method(concurrency_group="control")
-    async def cancel(self, ids: list[int]) -> None:
-        await self._get().cancel(ids)
+    async def cancel(self, requests: list[tuple[int, int]]) -> None:
+        await self._get().cancel(requests)
 
     @ray.method(concurrency_group="control")
     async def stop(self, drain: bool) -> None:

@@ -144,7 +144,7 @@ class _Reply:
 class _Request:
     """One message in the local mailbox and on the wire."""
 
-    __slots__ = ("id", "index", "message", "priority", "reply", "shipped")
+    __slots__ = ("id", "index", "message", "priority", "reply", "seq")
 
     def __init__(self, rid: int, message: Any, reply: _Reply | None, index: int) -> None:
         self.priority = _DEFAULT_PRIORITY
@@ -152,7 +152,8 @@ class _Request:
         self.message = message
         self.reply = reply
         self.index = index
-        self.shipped = False
+        #: The sequence number of the batch that shipped it (-1: not shipped).
+        self.seq = -1
 
 
 class RemoteActorRef(ActorRef[M, R]):
@@ -304,7 +305,7 @@ class RemoteRunner(ActorRunner):
         self._ending = anyio.Event()
         self._quiet = anyio.Event()
         self._last_failure: tuple[Failure, BaseException] | None = None
-        self._to_cancel: list[int] = []
+        self._to_cancel: list[tuple[int, int]] = []
         self._cancel_wake = anyio.Event()
         self._shippers = 0
         self._shipped_all = anyio.Event()
@@ -394,7 +395,7 @@ class RemoteRunner(ActorRunner):
             return
         reply.abandoned = True
         reply.fail(ActorStopped(f"the caller gave up on actor {self.actor_id!r}"))
-        shipped = [request.id for request in reply.requests if request.shipped]
+        shipped = [(r.seq, r.id) for r in reply.requests if r.seq >= 0]
         if shipped and self._tg is not None:
             self._to_cancel.extend(shipped)
             self._cancel_wake.set()
@@ -662,7 +663,7 @@ class RemoteRunner(ActorRunner):
                 self._seq += 1
                 self._inflight[seq] = batch
                 for request in batch:
-                    request.shipped = True
+                    request.seq = seq
                 await self._deliver(actor, seq, batch)
         finally:
             self._shippers -= 1
