@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import anyio
+import numpy as np
 import pytest
 from subprocess_support import StderrLines, start_interruptible
 
@@ -77,6 +78,106 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
         == 0
     )
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _measured() -> BenchResult:
+    """A result as the suite leaves it, without measuring: two loops, both panels."""
+    rng = np.random.default_rng(0)
+    result = BenchResult()
+    for backend, scale in (("asyncio", 1.0), ("trio", 1.5)):
+        for label, p50_ns, baselines in (
+            ("bare anyio streams", 25_000, ()),
+            ("pdc ask", 5_000, ("bare anyio streams",)),
+            ("persistent kernel (cpu)", 50_000, ("a task per message (cpu)",)),
+            ("a task per message (cpu)", 18_000, ()),
+        ):
+            key = f"{backend} / {label}"
+            result.latency_samples[key] = list(
+                (rng.lognormal(0, 0.2, 200) * p50_ns * scale).astype(int)
+            )
+            result.baselines[key] = baselines
+        for label, rate, baselines in (
+            ("pdc tell_many -> handle_batch", 4e6, ("PyDotCompute 0.2.0 streaming",)),
+            ("a task per message (cpu), all in flight", 6e4, ()),
+            (
+                "persistent kernel (cpu), request_batch",
+                3e6,
+                ("a task per message (cpu), all in flight",),
+            ),
+        ):
+            key = f"{backend} / {label}"
+            result.throughput[key] = [rate * scale, rate * scale * 1.1]
+            result.baselines[key] = baselines
+    return result
+
+
+def test_plot_has_a_throughput_panel_a_legend_and_a_colour_per_path() -> None:
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from pdc_core._cli._bench import figure
+
+    fig = figure(_measured())
+    try:
+        axes = fig.get_axes()
+        titles = [ax.get_title() for ax in axes]
+        assert titles == [
+            "asyncio: round-trip latency (lower is better)",
+            "asyncio: throughput into one actor (higher is better)",
+            "trio: round-trip latency (lower is better)",
+            "trio: throughput into one actor (higher is better)",
+        ]
+        latency_asyncio, throughput_asyncio, latency_trio, throughput_trio = axes
+        # One scale per comparison: the loops share the latency and the throughput scales.
+        assert latency_asyncio.get_ylim() == latency_trio.get_ylim()
+        assert throughput_asyncio.get_xlim() == throughput_trio.get_xlim()
+        assert latency_asyncio.get_yscale() == throughput_asyncio.get_xscale() == "log"
+        bars = [tick.get_text() for tick in throughput_asyncio.get_yticklabels()]
+        assert bars == [
+            "pdc tell_many -> handle_batch",
+            "a task per message (cpu), all in flight",
+            "persistent kernel (cpu), request_batch",
+        ]
+        (legend,) = fig.legends
+        entries = {
+            text.get_text(): handle
+            for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)
+        }
+        assert set(entries) == {
+            "pdc ask",
+            "persistent kernel (cpu)",
+            "pdc tell_many -> handle_batch",
+            "bare anyio streams (baseline)",
+            "a task per message (cpu) (baseline)",
+            "median",
+            "p99",
+        }
+        paths = [entry for name, entry in entries.items() if name not in {"median", "p99"}]
+        colours = [tuple(entry.get_facecolor()) for entry in paths]
+        assert len(set(colours)) == len(colours), "two paths share a colour"
+        # Baselines, and only they, are hatched.
+        for name, entry in entries.items():
+            if name not in {"median", "p99"}:
+                assert bool(entry.get_hatch()) == name.endswith("(baseline)"), name
+        # A throughput variant wears the colour of the path it varies.
+        patches = throughput_asyncio.patches
+        assert tuple(patches[2].get_facecolor()) == tuple(
+            entries["persistent kernel (cpu)"].get_facecolor()
+        )
+    finally:
+        plt.close(fig)
+
+
+def test_pdc_paths_are_not_baselines_without_pydotcompute(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pdc_core._cli import _bench
+
+    monkeypatch.setattr(_bench.paths, "pydotcompute_round_trip", lambda: None)
+    monkeypatch.setattr(_bench.paths, "pydotcompute_streaming", lambda: None)
+    for path in [*_bench.latency_paths(), *_bench.throughput_paths()]:
+        if path.label.startswith("pdc"):
+            assert path.baselines, f"{path.key} would be labelled a baseline"
 
 
 def test_interrupt_keeps_partial_results() -> None:

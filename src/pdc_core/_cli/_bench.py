@@ -57,6 +57,7 @@ __all__ = [
     "LatencyPath",
     "ThroughputPath",
     "add_arguments",
+    "figure",
     "latency_paths",
     "plot",
     "run",
@@ -140,7 +141,9 @@ def throughput_paths(async_backends: tuple[str, ...] = ("asyncio", "trio")) -> l
     """Every throughput path that can run here (PyDotCompute only if installed)."""
     theirs = paths.pydotcompute_streaming()
     kernels = _has_cpu_kernels()
-    baselines = (PYDOTCOMPUTE_STREAMING,) if theirs is not None else ()
+    # Declared whether or not PyDotCompute is installed: these are pdc's own paths, never
+    # baselines (without PyDotCompute their rows say that their baselines did not run).
+    baselines = (PYDOTCOMPUTE_STREAMING,)
     out: list[ThroughputPath] = []
     for backend in async_backends:
         out += [
@@ -289,33 +292,185 @@ def steps(rounds: int, async_backends: tuple[str, ...]) -> int:
 PLOT_HINT: Final = "--plot needs matplotlib: pip install 'pdc-core[plot]'"
 
 
+#: The colours of pdc's paths, then of the baselines (muted, and hatched in the plot).
+_PDC_COLOURS: Final = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#e377c2", "#17becf")
+_BASELINE_COLOURS: Final = ("#7f7f7f", "#8c564b", "#bcbd22", "#c49c94", "#c7c7c7")
+#: Suffixes that name a throughput variant of a latency path (it keeps that path's colour).
+_VARIANTS: Final = (" streaming", ", request_batch", ", all in flight")
+
+
+def _family(label: str) -> str:
+    """The path a label measures: its throughput variants share one colour with it."""
+    for suffix in _VARIANTS:
+        label = label.removesuffix(suffix)
+    return label
+
+
+def _panel_entries(table: dict[str, Any], backend: str) -> list[tuple[str, str, Any]]:
+    """``(key, label shown, values)`` of one event loop's panel, in the suite's order.
+
+    PyDotCompute runs under asyncio only; it stands beside the other loop's paths too
+    (labelled so), as it is what their ratios are taken against.
+    """
+    out = []
+    for key, values in table.items():
+        owner, label = key.split(" / ", 1)
+        if not values:
+            continue
+        if owner == backend:
+            out.append((key, label, values))
+        elif label.startswith(PYDOTCOMPUTE):
+            out.append((key, f"{label} ({owner})", values))
+    return out
+
+
+def _rate(value: float) -> str:
+    for scale, unit in ((1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}/s"
+    return f"{value:.3g} /s"
+
+
 def plot(result: BenchResult, path: str) -> None:
-    """Latency distributions (log scale) of each path beside its baselines, per backend."""
+    """Draw :func:`figure` of ``result`` into the file ``path`` (PNG, or what its suffix says)."""
+    fig = figure(result)  # selects matplotlib's Agg backend before pyplot is imported
+    import matplotlib.pyplot as plt
+
+    try:
+        fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)
+
+
+def figure(result: BenchResult) -> Any:
+    """One row per event loop: latency distributions beside throughput, with a legend.
+
+    Left, each path's round-trip latency as a violin (log scale, median and p99 marked);
+    right, each path's throughput (median msgs/s over rounds, log scale). Every path has
+    a colour of its own, the same in both panels and rows (a throughput variant takes
+    the colour of the path it varies); baselines are muted and hatched, and the legend
+    says which are baselines. The rows share their scales, so asyncio and trio compare.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
 
-    backends = sorted({key.split(" / ", 1)[0] for key in result.latency_samples})
-    fig, axes = plt.subplots(1, len(backends), figsize=(7 * len(backends), 4.5), squeeze=False)
-    for ax, backend in zip(axes[0], backends, strict=True):
-        labels: list[str] = []
-        data: list[Any] = []
-        for key, samples in result.latency_samples.items():
-            owner, label = key.split(" / ", 1)
-            if samples and (owner == backend or label == PYDOTCOMPUTE):
-                labels.append(label + (" (asyncio)" if owner != backend else ""))
-                data.append(np.asarray(samples, dtype=np.float64) / 1e3)
-        if data:
-            ax.violinplot(data, showmedians=True, quantiles=[[0.99]] * len(data))
-            ax.set_xticks(range(1, len(labels) + 1), labels, rotation=20, ha="right")
-        ax.set_yscale("log")
-        ax.set_ylabel("round trip, us (log)")
-        ax.set_title(f"{backend}: latency, median and p99")
-    fig.suptitle("pdc bench: each path against its baselines")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    tables = (result.latency_samples, result.throughput)
+    backends = sorted({key.split(" / ", 1)[0] for table in tables for key in table})
+    baseline_of = {
+        _family(key.split(" / ", 1)[1]): not result.baselines.get(key)
+        for table in tables
+        for key, values in table.items()
+        if values
+    }
+    pdc_families = [family for family, is_baseline in baseline_of.items() if not is_baseline]
+    baseline_families = [family for family, is_baseline in baseline_of.items() if is_baseline]
+    colour = {
+        **dict(zip(pdc_families, _cycle(_PDC_COLOURS, len(pdc_families)), strict=True)),
+        **dict(
+            zip(baseline_families, _cycle(_BASELINE_COLOURS, len(baseline_families)), strict=True)
+        ),
+    }
+
+    def style(label: str) -> dict[str, Any]:
+        family = _family(label.removesuffix(" (asyncio)"))
+        hatched = baseline_of.get(family, False)
+        return {
+            "facecolor": colour.get(family, "#000000"),
+            "edgecolor": "#333333",
+            "hatch": "///" if hatched else None,
+        }
+
+    rows = max(1, len(backends))
+    fig, axes = plt.subplots(
+        rows,
+        2,
+        figsize=(16, 4.8 * rows + 1.0),
+        squeeze=False,
+        gridspec_kw={"width_ratios": [1.25, 1]},
+    )
+    # One scale per comparison: every latency panel gets the same limits, and every
+    # throughput panel (each lists its own paths, so no axis is shared outright).
+    latency_values = [v for v in result.latency_samples.values() if v]
+    throughput_values = [np.median(v) for v in result.throughput.values() if v]
+    for row, backend in enumerate(backends):
+        lat_ax, thr_ax = axes[row]
+        entries = _panel_entries(result.latency_samples, backend)
+        if entries:
+            data = [np.asarray(values, dtype=np.float64) / 1e3 for _, _, values in entries]
+            positions = list(range(1, len(data) + 1))
+            parts = lat_ax.violinplot(data, positions, showextrema=False, widths=0.8)
+            for body, (_, label, _) in zip(parts["bodies"], entries, strict=True):
+                st = style(label)
+                body.set_facecolor(st["facecolor"])
+                body.set_edgecolor(st["edgecolor"])
+                body.set_hatch(st["hatch"])
+                body.set_alpha(0.75)
+            lat_ax.scatter(
+                positions, [np.median(d) for d in data], marker="_", s=500, c="black", zorder=3
+            )
+            lat_ax.scatter(
+                positions,
+                [np.percentile(d, 99) for d in data],
+                marker="v",
+                s=40,
+                c="black",
+                zorder=3,
+            )
+            lat_ax.set_xticks(positions, [label for _, label, _ in entries])
+            lat_ax.tick_params(axis="x", labelrotation=25)
+            for tick in lat_ax.get_xticklabels():
+                tick.set_horizontalalignment("right")
+        lat_ax.set_yscale("log")
+        lat_ax.set_ylabel("round trip, us (log scale)")
+        lat_ax.set_title(f"{backend}: round-trip latency (lower is better)")
+        lat_ax.grid(axis="y", which="major", alpha=0.3)
+
+        rates = [
+            (label, float(np.median(values)))
+            for _, label, values in _panel_entries(result.throughput, backend)
+        ]
+        if rates:
+            ys = list(range(len(rates)))
+            for y, (label, rate) in zip(ys, rates, strict=True):
+                thr_ax.barh(y, rate, height=0.7, **style(label))
+                thr_ax.text(rate, y, f" {_rate(rate)}", va="center", fontsize=8)
+            thr_ax.set_yticks(ys, [label for label, _ in rates], fontsize=8)
+            thr_ax.invert_yaxis()
+        thr_ax.set_xscale("log")
+        if throughput_values:
+            thr_ax.set_xlim(min(throughput_values) / 3, max(throughput_values) * 8)
+        thr_ax.set_xlabel("messages per second, median over rounds (log scale)")
+        thr_ax.set_title(f"{backend}: throughput into one actor (higher is better)")
+        thr_ax.grid(axis="x", which="major", alpha=0.3)
+    if latency_values:
+        low = min(float(np.min(v)) for v in latency_values) / 1e3
+        high = max(float(np.max(v)) for v in latency_values) / 1e3
+        for lat_ax, _ in axes:
+            lat_ax.set_ylim(low / 1.5, high * 1.5)
+
+    handles: list[Any] = [Patch(label=family, **style(family)) for family in pdc_families]
+    handles += [
+        Patch(label=f"{family} (baseline)", **style(family)) for family in baseline_families
+    ]
+    handles += [
+        Line2D([], [], color="black", marker="_", markersize=14, linestyle="", label="median"),
+        Line2D([], [], color="black", marker="v", linestyle="", label="p99"),
+    ]
+    fig.legend(handles=handles, loc="lower center", ncol=4, fontsize=9, frameon=False)
+    interrupted = " (interrupted: partial results)" if result.interrupted else ""
+    fig.suptitle(f"pdc bench: each pdc path against its baselines{interrupted}")
+    legend_rows = -(-len(handles) // 4)
+    # Room at the bottom for the legend: about a quarter of an inch per row of it.
+    fig.tight_layout(rect=(0, 0.25 * legend_rows / fig.get_figheight(), 1, 1))
+    return fig
+
+
+def _cycle(colours: tuple[str, ...], count: int) -> list[str]:
+    return [colours[i % len(colours)] for i in range(count)]
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -333,7 +488,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="event loop(s) to measure (default both)",
     )
     parser.add_argument("--json", action="store_true", help="print results as JSON")
-    parser.add_argument("--plot", metavar="FILE.png", help="draw latency distributions")
+    parser.add_argument(
+        "--plot", metavar="FILE.png", help="draw latency and throughput, path by path"
+    )
 
 
 def _no_ratio(entry: dict[str, Any]) -> str:
