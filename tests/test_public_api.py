@@ -164,6 +164,7 @@ BACKEND = [
     "problem_size",
     "record_dtype",
     "record_from_mapping",
+    "records_copy",
 ]
 
 LOWLEVEL = [

@@ -30,6 +30,7 @@ from pdc_core.backend import (
     coerce_batch,
     coerce_record,
     copy_records,
+    records_copy,
 )
 
 REQ = np.dtype([("seq", "<u8"), ("x", "<i4")], align=True)
@@ -286,11 +287,16 @@ def test_published_views_wrap_and_release_frees_the_slots() -> None:
     assert host.published() == []
 
 
-def test_copy_records_copies_bytes_or_fields() -> None:
-    source = records(0, 6)
+def test_record_copies_copy_bytes_or_fields() -> None:
+    source = records(0, 600)[::100]  # not contiguous
     target = np.zeros(6, REQ)
     copy_records(target, source)
     assert target.tolist() == source.tolist()
+    source = records(0, 600)
+    target = np.zeros(600, REQ)
+    copy_records(target, source)  # contiguous and long: as bytes
+    assert target.tolist() == source.tolist()
+    source = records(0, 6)
     strided = np.zeros(12, REQ)[::2]  # not contiguous: copied field by field
     copy_records(strided, source)
     assert strided.tolist() == source.tolist()
@@ -298,6 +304,12 @@ def test_copy_records_copies_bytes_or_fields() -> None:
         copy_records(np.zeros(5, REQ), source)
     with pytest.raises(ValueError, match="cannot copy"):
         copy_records(np.zeros(6, REP), source)
+    for count in (3, 1000):  # assigned, then copied as bytes
+        many = records(0, count)
+        copy = records_copy(many)
+        assert copy.dtype == REQ
+        assert copy.tolist() == many.tolist()
+        assert not np.shares_memory(copy, many)
 
 
 def test_stop_modes_on_the_reference_device() -> None:

@@ -68,6 +68,7 @@ from ._backend._ring import (
     copy_records,
     record_dtype,
     record_from_mapping,
+    records_copy,
 )
 from ._backend._worker_stream import ThreadContext, WorkerEvent, WorkerStream
 from ._buffer import normalize_shape_dtype
@@ -143,4 +144,5 @@ __all__ = [
     "persistent_kernel",
     "record_dtype",
     "record_from_mapping",
+    "records_copy",
 ]

@@ -21,8 +21,11 @@ kernel's body once per contiguous run of requests, so a batch costs one call.
 
 Waiting, on both sides, never burns the GIL:
 
-* the worker sleeps on a ``threading.Event`` *doorbell* that the host rings
-  (:meth:`HostWorkerKernel.wake`) after every store to the control block;
+* the worker sleeps on a *doorbell* (a ``queue.SimpleQueue``, whose hand-off costs
+  about half a ``threading.Event``'s) that the host rings
+  (:meth:`HostWorkerKernel.wake`) after every store to the control block, but only
+  while the worker may be going to sleep (a flag it raises before it looks for work,
+  so no ring is lost);
 * the host's leader task sleeps in its event loop's selector on one end of a socket
   pair; the worker writes a byte to the other end (a *signal*) only while the host is
   actually waiting (a flag, checked after a progress counter is bumped, so no wake-up
@@ -44,6 +47,7 @@ measures all of these (the launch options ``worker_wait="spin"`` and
 from __future__ import annotations
 
 import contextlib
+import queue
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -145,7 +149,9 @@ class HostWorkerKernel(ResidentKernel):
         self._spin = worker_wait == "spin"
         self._host_wait = host_wait
         self._idle_timeout = idle_timeout
-        self._bell = threading.Event()
+        self._bell: queue.SimpleQueue[None] = queue.SimpleQueue()
+        #: True from the moment the worker looks for work until it has found some.
+        self._worker_idle = False
         #: The device-resident state (what :meth:`make_state` made), or ``None``.
         self.state: Any = None if kernel.state is None else self.make_state(kernel.state)
         #: Bumped by the worker after each publish or status change (only it writes it).
@@ -244,7 +250,8 @@ class HostWorkerKernel(ResidentKernel):
     # -- ResidentKernel -------------------------------------------------------------------
 
     def wake(self) -> None:
-        self._bell.set()
+        if self._worker_idle:
+            self._bell.put(None)
 
     @property
     def exited(self) -> bool:
@@ -288,9 +295,11 @@ class HostWorkerKernel(ResidentKernel):
                 self._worker_sock.send(b"\0")
 
     def _sleep(self) -> None:
-        """Idle: wait for the doorbell (the caller cleared it before looking)."""
+        """Idle: wait for the doorbell (the caller raised ``_worker_idle`` before it
+        looked; a ring left over from before then only makes it look once more)."""
         if not self._spin:
-            self._bell.wait(self._idle_timeout)
+            with contextlib.suppress(queue.Empty):
+                self._bell.get(timeout=self._idle_timeout)
 
     def _run(self) -> None:
         device = RingDevice(self.memory)
@@ -317,10 +326,9 @@ class HostWorkerKernel(ResidentKernel):
             self._notify()
 
     def _loop(self, device: RingDevice) -> None:
-        bell = self._bell
         limit = self.kernel.max_batch
         while True:
-            bell.clear()  # before looking: a doorbell rung after this is not lost
+            self._worker_idle = True  # before looking: a doorbell rung after this is heard
             stop = device.stop_mode()
             if stop is StopMode.NOW:
                 return
@@ -335,6 +343,7 @@ class HostWorkerKernel(ResidentKernel):
                     self._signal()
                 self._sleep()
                 continue
+            self._worker_idle = False
             self._process(device, index, count)
             self.progress += 1
             self._unsignalled += count
@@ -344,9 +353,8 @@ class HostWorkerKernel(ResidentKernel):
     def _park(self, device: RingDevice) -> None:
         device.set_paused(True)
         self._notify()
-        bell = self._bell
         while True:
-            bell.clear()
+            self._worker_idle = True
             if not device.pause_requested() or device.stop_mode() is not StopMode.RUN:
                 break
             self._sleep()

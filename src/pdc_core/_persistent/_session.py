@@ -44,6 +44,7 @@ from .._backend._ring import (
     coerce_batch,
     coerce_record,
     copy_records,
+    records_copy,
 )
 from .._exceptions import ActorCrashed, ActorStopped, KernelStopTimeout, PersistentKernelError
 from .._loop import check_duration, check_timeout, current_kit, wake
@@ -126,10 +127,13 @@ class _Pending:
 
     def fill(self, replies: npt.NDArray[Any]) -> None:
         """Copy ``replies`` (views of ring slots) in after those already filled."""
-        if self.replies is None:
-            self.replies = np.empty(self.count, dtype=replies.dtype)
         take = len(replies)
-        copy_records(self.replies[self.filled : self.filled + take], replies)
+        if take == self.count:
+            self.replies = records_copy(replies)
+        else:
+            if self.replies is None:
+                self.replies = np.empty(self.count, dtype=replies.dtype)
+            copy_records(self.replies[self.filled : self.filled + take], replies)
         self.filled += take
 
 
@@ -425,9 +429,7 @@ class PersistentKernelSession:
             take = min(route.end - seq, count - position)
             sink = route.sink
             if sink is _RECEIVE:
-                kept = np.empty(take, replies.dtype)
-                copy_records(kept, replies[position : position + take])
-                self._inbox.append(kept)
+                self._inbox.append(records_copy(replies[position : position + take]))
                 self._inbox_count += take
             elif sink is _DISCARD:
                 self._discarded += take
