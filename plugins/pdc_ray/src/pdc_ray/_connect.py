@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import AsyncIterator, Mapping, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import anyio.to_thread
 
+from ._bridge import await_future
 from ._errors import PlacementTimeout
 
 __all__ = ["RayCluster", "connect", "placement_group"]
@@ -52,6 +54,41 @@ class RayCluster:
         return f"<RayCluster {how}>"
 
 
+class _Owner(threading.Thread):
+    """The thread that starts Ray and, later, shuts it down.
+
+    Ray ties the daemons it starts to the thread that started them (on Linux they get
+    the parent-death signal, which fires when that *thread* exits), so ``ray.init``
+    cannot run in a pooled worker thread that may exit while Ray is in use. This
+    thread lives as long as the connection; the event loop waits for it through
+    futures, never blocking.
+    """
+
+    def __init__(self, init: Callable[[], object], shutdown: Callable[[], object]) -> None:
+        super().__init__(name="pdc-ray-owner", daemon=True)
+        self._init = init
+        self._shutdown = shutdown
+        self.started: Future[None] = Future()
+        self.stopped: Future[None] = Future()
+        self.release = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self._init()
+        except BaseException as exc:
+            self.started.set_exception(exc)
+            self.stopped.set_result(None)
+            return
+        self.started.set_result(None)
+        self.release.wait()
+        try:
+            self._shutdown()
+        except BaseException as exc:
+            self.stopped.set_exception(exc)
+        else:
+            self.stopped.set_result(None)
+
+
 @asynccontextmanager
 async def connect(address: str | None = None, **init_options: Any) -> AsyncIterator[RayCluster]:
     """Connect to Ray for the block: ``async with pdc_ray.connect() as cluster: ...``.
@@ -60,21 +97,25 @@ async def connect(address: str | None = None, **init_options: Any) -> AsyncItera
     connection and leaves it open. Otherwise it calls ``ray.init(address, **options)``
     (which joins the cluster at ``address``, or ``RAY_ADDRESS``, or starts a local one)
     and shuts it down when the block exits: ``connect`` shuts down only what it
-    started. ``ray.init`` and ``ray.shutdown`` run in a worker thread, so the event
-    loop (asyncio or trio) keeps running meanwhile; the shutdown is shielded from
-    cancellation.
+    started. ``ray.init`` and ``ray.shutdown`` run in a thread of their own that lives
+    as long as the connection (Ray's daemons die with the thread that started them),
+    so the event loop (asyncio or trio) keeps running meanwhile. The shutdown is
+    shielded from cancellation, and a ``connect`` cancelled while Ray starts shuts
+    it down once it has started.
     """
     ray = _ray()
-    started = False
-    if not ray.is_initialized():
-        await anyio.to_thread.run_sync(functools.partial(ray.init, address=address, **init_options))
-        started = True
+    if ray.is_initialized():
+        yield RayCluster(started=False)
+        return
+    owner = _Owner(functools.partial(ray.init, address=address, **init_options), ray.shutdown)
+    owner.start()
     try:
-        yield RayCluster(started)
+        await await_future(owner.started)
+        yield RayCluster(started=True)
     finally:
-        if started:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(ray.shutdown)
+        owner.release.set()
+        with anyio.CancelScope(shield=True):
+            await await_future(owner.stopped)
 
 
 @asynccontextmanager

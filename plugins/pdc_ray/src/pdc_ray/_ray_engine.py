@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -32,6 +32,8 @@ from ._host import Host, Item, Outcome
 from ._wire import Failure, HostSpec, Location
 
 __all__ = ["RayEngine", "await_ref"]
+
+T = TypeVar("T")
 
 #: Ray, for the parts of its API its type hints do not cover.
 _untyped_ray: Any = ray
@@ -63,18 +65,19 @@ def _locate() -> Location:
 class RayHost:
     """The Ray actor class around a :class:`~pdc_ray._host.Host` (one per remote actor).
 
-    The Host is made in the actor's event loop, on the first call.
+    Ray runs each concurrency group of an async actor in an event loop (and thread) of
+    its own. The Host, its nursery and the user's actor live in the default group's
+    loop, made there by ``start``; the control methods run in the ``"control"`` group's
+    loop and hand their work to the Host's loop thread-safely. So a busy actor delays
+    neither its heartbeat (``ping`` answers from the control loop: the process is
+    alive) nor the arrival of a stop.
     """
 
     def __init__(self, spec: HostSpec) -> None:
         self._spec = spec
         self._host: Host | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-
-    def _get(self) -> Host:
-        if self._host is None:
-            self._host = Host(self._spec, _locate)
-        return self._host
 
     def _spawn(self, fn: Callable[[], Awaitable[None]]) -> None:
         async def run() -> None:
@@ -84,31 +87,45 @@ class RayHost:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    async def _on_host_loop(self, fn: Callable[[Host], Awaitable[T]]) -> T:
+        host, loop = self._host, self._loop
+        if host is None or loop is None:
+            raise RuntimeError("the host of this actor has not been started")
+
+        async def run() -> T:
+            return await fn(host)
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), loop))
+
     async def start(self) -> tuple[int, Location | Failure]:
-        return await self._get().start(self._spawn)
+        if self._host is None:
+            self._loop = asyncio.get_running_loop()
+            self._host = Host(self._spec, _locate)
+        return await self._host.start(self._spawn)
 
     async def deliver(self, seq: int, items: list[Item]) -> Outcome:
-        return await self._get().deliver(seq, items)
+        assert self._host is not None, "deliver before start"
+        return await self._host.deliver(seq, items)
 
     @ray.method(concurrency_group="control")
     async def cancel(self, requests: list[tuple[int, int]]) -> None:
-        await self._get().cancel(requests)
+        await self._on_host_loop(lambda host: host.cancel(requests))
 
     @ray.method(concurrency_group="control")
     async def stop(self, drain: bool) -> None:
-        await self._get().stop(drain)
+        await self._on_host_loop(lambda host: host.stop(drain))
 
     @ray.method(concurrency_group="control")
     async def pause(self) -> None:
-        await self._get().pause()
+        await self._on_host_loop(lambda host: host.pause())
 
     @ray.method(concurrency_group="control")
     async def resume(self) -> None:
-        await self._get().resume()
+        await self._on_host_loop(lambda host: host.resume())
 
     @ray.method(concurrency_group="control")
     async def statistics(self) -> Any:
-        return await self._get().statistics()
+        return await self._on_host_loop(lambda host: host.statistics())
 
     @ray.method(concurrency_group="control")
     async def ping(self) -> None:
@@ -116,7 +133,7 @@ class RayHost:
 
     @ray.method(concurrency_group="control")
     async def watch(self) -> Outcome:
-        return await self._get().watch()
+        return await self._on_host_loop(lambda host: host.watch())
 
     @ray.method(concurrency_group="control")
     async def locate(self) -> Location:
