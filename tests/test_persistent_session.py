@@ -424,6 +424,30 @@ async def test_writers_waiting_for_room_are_served_first_come_first_served() -> 
     assert seen == [0, 1, 10, 20, 21]
 
 
+async def test_wait_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="wait must be 'sleep' or 'spin', not 'busy'"):
+        await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), wait="busy")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="spin_limit"):
+        await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), spin_limit=-1)
+
+
+async def test_a_spinning_caller_falls_back_to_the_event_loop() -> None:
+    # The device answers only when the test steps it: every spin times out, and the
+    # caller must then sleep in the event loop, where the stepping task runs.
+    async with open_persistent_kernel(
+        make_kernel(), ScriptedBackend(), auto=False, wait="spin", spin_limit=0.0002
+    ) as session:
+        results: list[Any] = []
+
+        async def caller() -> None:
+            results.append(await session.request((5, 2.0)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(caller)
+            await step_until(session, lambda: bool(results))
+        assert (int(results[0]["id"]), float(results[0]["y"])) == (5, 4.0)
+
+
 async def test_receive_window_bounds_unreceived_replies() -> None:
     async with open_persistent_kernel(
         make_kernel(capacity=2), ScriptedBackend(), receive_window=3

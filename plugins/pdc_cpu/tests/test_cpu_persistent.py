@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -371,3 +372,40 @@ async def test_an_abandoned_session_stops_its_worker() -> None:
     gc.collect()
     thread.join(2)
     assert not thread.is_alive()
+
+
+async def test_spinning_callers_get_every_reply_and_let_other_tasks_run() -> None:
+    ticks = 0
+    done = anyio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await anyio.lowlevel.checkpoint()
+
+    async with open_persistent_kernel(make(64), "cpu", wait="spin", spin_limit=0.001) as session:
+        assert session.wait == "spin"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(ticker)
+            for i in range(300):
+                reply = await session.request((i, 1.5))
+                assert (int(reply["id"]), float(reply["y"])) == (i, 3.0)
+            replies = await session.request_batch(batch(0, 500))  # wraps the 64-slot ring
+            assert replies["id"].tolist() == list(range(500))
+            started = ticks
+            # a spinning caller holds the loop for 1 ms at most, then lets it run
+            await session.request_batch(batch(0, 5_000))
+            assert ticks > started
+            done.set()
+    assert not kernel_threads()
+
+
+async def test_spinning_caller_sees_a_crash() -> None:
+    def fragile(requests: Any) -> Any:
+        raise RuntimeError("boom")
+
+    with pytest.raises(ActorCrashed):
+        async with open_persistent_kernel(make(body=fragile), "cpu", wait="spin") as session:
+            await session.request((1, 1.0))
+    assert not kernel_threads()

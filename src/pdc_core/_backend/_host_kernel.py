@@ -60,10 +60,11 @@ from .._exceptions import RecordError, RingProtocolError
 from ._contract import MemoryKind
 from ._persistent_kernel import PersistentKernel
 from ._resident import HostWaiter, PollingWaiter, ResidentKernel
-from ._ring import ErrorCode, RingDevice, RingMemory, StopMode, copy_records
+from ._ring import ErrorCode, RingDevice, RingHost, RingMemory, StopMode, copy_records
 
 if TYPE_CHECKING:
     from ._contract import Backend
+    from ._links import StageLink
 
 __all__ = [
     "HostWait",
@@ -125,7 +126,7 @@ class HostWorkerKernel(ResidentKernel):
 
     #: The launch options :meth:`launch` accepts (subclasses may add their own).
     launch_options: ClassVar[frozenset[str]] = frozenset(
-        {"worker_wait", "host_wait", "idle_timeout"}
+        {"worker_wait", "host_wait", "idle_timeout", "link"}
     )
 
     def __init__(
@@ -137,6 +138,7 @@ class HostWorkerKernel(ResidentKernel):
         worker_wait: WorkerWait = "doorbell",
         host_wait: HostWait = "notify",
         idle_timeout: float = 0.05,
+        link: StageLink | None = None,
     ) -> None:
         super().__init__(backend, kernel, memory)
         if worker_wait not in ("doorbell", "spin"):
@@ -161,9 +163,19 @@ class HostWorkerKernel(ResidentKernel):
         self._signal_every = max(1, kernel.capacity // 2)
         #: True while the host's leader sleeps on the socket (only the host writes it).
         self.host_waiting = False
+        #: True while the host's leader blocks on :attr:`spin_bell` (only the host writes it).
+        self.host_spinning = False
+        #: What a spinning host blocks on, outside its event loop (see ``_signal``).
+        self.spin_bell: queue.SimpleQueue[None] = queue.SimpleQueue()
         self._host_sock, self._worker_sock = socket.socketpair()
         self._host_sock.setblocking(False)
         self._worker_sock.setblocking(False)
+        #: The kernel's place in a pipeline (``None``: a kernel on its own); see
+        #: :class:`~pdc_core.backend.StageLink`.
+        self.link = link
+        #: Whose socket and ``host_waiting`` flag :meth:`_signal` uses: this kernel's
+        #: own, another stage's of its pipeline, or nobody's (a middle stage).
+        self._signal_to: HostWorkerKernel | None = self if link is None else link.signal_to(self)
         self._failure: BaseException | None = None
         self._error_cause: BaseException | None = None
         self._thread = threading.Thread(
@@ -188,7 +200,10 @@ class HostWorkerKernel(ResidentKernel):
             )
         if not isinstance(kernel, PersistentKernel):
             raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
-        if not isinstance(rings, RingMemory) or rings.layout != kernel.layout:
+        link = options.get("link")
+        if link is not None:
+            link.check(kernel, rings)
+        elif not isinstance(rings, RingMemory) or rings.layout != kernel.layout:
             raise TypeError("rings must be a RingMemory allocated for this kernel's layout")
         return cls(backend, kernel, rings, **options)
 
@@ -270,6 +285,15 @@ class HostWorkerKernel(ResidentKernel):
             return PollingWaiter()
         return _NotifyWaiter(self)
 
+    def joint_host_waiter(self, first: HostWorkerKernel) -> HostWaiter:
+        """The host waiter of a pipeline whose last stage is this kernel and whose first
+        stage is ``first`` (launched with a link whose ``signal_to`` names this kernel):
+        both signal through this kernel's socket, and the waiter watches both progress
+        counters, so a signal of either is never lost."""
+        if self._host_wait == "poll":
+            return PollingWaiter()
+        return _NotifyWaiter(self, first)
+
     def read_state(self) -> npt.NDArray[Any] | None:
         return None if self.state is None else self.state_to_host(self.state)
 
@@ -290,9 +314,24 @@ class HostWorkerKernel(ResidentKernel):
 
     def _signal(self) -> None:
         self._unsignalled = 0
-        if self.host_waiting:
+        if self.host_spinning:
+            self.spin_bell.put(None)
+        target = self._signal_to
+        if target is not None and target.host_waiting:
             with contextlib.suppress(OSError):  # full (a wake-up is pending anyway) or closed
-                self._worker_sock.send(b"\0")
+                target._worker_sock.send(b"\0")
+
+    def wait_until(self, condition: Callable[[], bool]) -> None:
+        """Sleep on the doorbell until ``condition()`` holds (worker thread only).
+
+        For a device side that waits for a neighbour (a pipeline stage waiting for the
+        next stage to start, pause or finish): the neighbour rings this kernel's
+        doorbell after its change; the idle timeout bounds the cost of a missed ring."""
+        while True:
+            self._worker_idle = True  # before looking: a doorbell rung after this is heard
+            if condition():
+                return
+            self._sleep()
 
     def _sleep(self) -> None:
         """Idle: wait for the doorbell (the caller raised ``_worker_idle`` before it
@@ -302,7 +341,7 @@ class HostWorkerKernel(ResidentKernel):
                 self._bell.get(timeout=self._idle_timeout)
 
     def _run(self) -> None:
-        device = RingDevice(self.memory)
+        device = RingDevice(self.memory) if self.link is None else self.link.device(self)
         try:
             try:
                 device.check_header()
@@ -383,8 +422,11 @@ class _NotifyWaiter(HostWaiter):
     per wait; under trio and other loops it uses their ``wait_readable``.
     """
 
-    def __init__(self, kernel: HostWorkerKernel) -> None:
+    def __init__(self, kernel: HostWorkerKernel, other: HostWorkerKernel | None = None) -> None:
         self._kernel = kernel
+        #: A second worker signalling through ``kernel``'s socket (a pipeline's first stage).
+        self._other = other
+        self._seen_other = 0
         self._sock = kernel._host_sock
         self._seen = 0
         self._wait_readable: Callable[[], Any] | None = None
@@ -393,6 +435,25 @@ class _NotifyWaiter(HostWaiter):
 
     def begin(self) -> None:
         self._seen = self._kernel.progress
+        if self._other is not None:
+            self._seen_other = self._other.progress
+
+    def spin_until_progress(self, ring: RingHost, limit: float) -> bool:
+        """Block on the worker's signal, outside the event loop, for up to ``limit``:
+        the wake-up is the thread hand-off itself, and nothing spins."""
+        kernel = self._kernel
+        kernel.host_spinning = True
+        try:
+            if kernel.progress != self._seen:
+                return True
+            try:
+                kernel.spin_bell.get(timeout=limit)
+            except queue.Empty:
+                return kernel.progress != self._seen
+            return True
+        finally:
+            kernel.host_spinning = False
+            self._seen = kernel.progress
 
     def kick(self) -> None:
         if self._kernel.host_waiting:
@@ -400,9 +461,12 @@ class _NotifyWaiter(HostWaiter):
                 self._kernel._worker_sock.send(b"\0")
 
     def _drain(self) -> None:
+        # One read: the worker writes a byte per signal and signals only a waiting
+        # host, so one read nearly always takes them all, and a second would only
+        # fail with EAGAIN (as costly as the first). Bytes left over just make the
+        # socket readable again: one spurious look at the ring.
         with contextlib.suppress(OSError):
-            while self._sock.recv(4096):
-                pass
+            self._sock.recv(4096)
 
     def _setup(self) -> Callable[[], Any]:
         import asyncio
@@ -446,9 +510,12 @@ class _NotifyWaiter(HostWaiter):
         wait_readable = self._wait_readable
         if wait_readable is None:
             wait_readable = self._wait_readable = self._setup()
+        other = self._other
         kernel.host_waiting = True
         try:
             if kernel.progress != self._seen:
+                return
+            if other is not None and other.progress != self._seen_other:
                 return
             await wait_readable()
             if self._asyncio_loop is None:
@@ -457,6 +524,8 @@ class _NotifyWaiter(HostWaiter):
             kernel.host_waiting = False
             self._future = None
             self._seen = kernel.progress
+            if other is not None:
+                self._seen_other = other.progress
 
     def close(self) -> None:
         loop = self._asyncio_loop

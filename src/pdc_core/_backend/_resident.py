@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from .._exceptions import KernelStopTimeout, PersistentKernelError
 from .._loop import check_timeout, current_sleep
-from ._ring import Offset, RingMemory, StopMode
+from ._ring import Offset, RingHost, RingMemory, StopMode
 
 if TYPE_CHECKING:
     from ._contract import Backend
@@ -61,6 +61,25 @@ class HostWaiter(abc.ABC):
     @abc.abstractmethod
     async def wait(self, outstanding: bool) -> None:
         """Wait a little. ``outstanding``: replies are due from the device side."""
+
+    def spin_until_progress(self, ring: RingHost, limit: float) -> bool:
+        """Wait up to ``limit`` seconds *without* the event loop for the device side to
+        publish a reply or finish; return whether it did (a session's ``wait="spin"``).
+
+        It holds the event loop, so it must return within ``limit``. The default
+        polls ``OUT_HEAD`` and the done word, with ``time.sleep(0)`` between looks so
+        that other threads get the GIL (a device that is a host thread needs it to
+        answer). A backend whose device signals the host can block on that signal
+        instead, with a timeout: no CPU burnt while it waits.
+        """
+        clock = time.perf_counter
+        deadline = clock() + limit
+        while True:
+            if ring.load_out_head() != ring.out_tail or ring.done:
+                return True
+            if clock() >= deadline:
+                return False
+            time.sleep(0)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the waiter holds (called once, in the event loop, at the end)."""

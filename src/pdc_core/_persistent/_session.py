@@ -27,9 +27,10 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import numpy.typing as npt
 
@@ -161,6 +162,16 @@ class _Writer:
         self.sink = sink
 
 
+#: How a caller waits for replies (see :class:`PersistentKernelSession`).
+_ReplyWait = Literal["sleep", "spin"]
+
+#: Default ``spin_limit``: seconds a spinning caller looks at the reply index before it
+#: sleeps in the event loop.
+_DEFAULT_SPIN_LIMIT: Final = 100e-6
+
+#: The longest a spinning caller keeps the event loop from running other tasks, seconds.
+_SPIN_YIELD_EVERY: Final = 0.001
+
 #: Back-off bounds of :meth:`PersistentKernelSession.watch_until`'s pumping, seconds.
 _WATCH_MIN: Final = 0.0005
 _WATCH_MAX: Final = 0.02
@@ -209,6 +220,15 @@ class PersistentKernelSession:
     * A cancelled ``request`` leaves its replies to be discarded; a cancelled send of
       a batch may have sent a prefix of it (see :attr:`statistics`).
 
+    Waiting for replies: with ``wait="sleep"`` (the default) the caller sleeps in the
+    event loop until the kernel signals, costing nothing while it waits. With
+    ``wait="spin"`` a caller whose replies are due first spins on the reply index for
+    up to ``spin_limit`` seconds (default 100 us), releasing the GIL between looks,
+    and sleeps only if none came: a round trip saves the event loop's wake-up
+    (CPU-backend figures in docs/benchmarks.md) at the price of a busy host thread
+    while it spins. Spinning holds the event loop: other tasks wait up to 1 ms at
+    most, after which the caller lets the loop run before it spins again.
+
     One event loop drives a session; it is not thread-safe.
     """
 
@@ -220,9 +240,19 @@ class PersistentKernelSession:
         *,
         receive_window: int | None = None,
         stop_timeout: float = 5.0,
+        wait: _ReplyWait = "sleep",
+        spin_limit: float = _DEFAULT_SPIN_LIMIT,
     ) -> None:
         check_duration(stop_timeout, "stop_timeout")
+        if wait not in ("sleep", "spin"):
+            raise ValueError(f"wait must be 'sleep' or 'spin', not {wait!r}")
+        check_duration(spin_limit, "spin_limit")
         self.kernel = kernel
+        #: How a caller waits for replies: ``"sleep"`` in the event loop, or ``"spin"``
+        #: on the reply index for up to :attr:`spin_limit` seconds first.
+        self.wait = wait
+        self.spin_limit = spin_limit
+        self._yielded_at = 0.0  # when the leader last let the event loop run
         self.backend = backend
         self.resident = resident
         #: What :meth:`stop` (and leaving ``async with``) waits at most by default.
@@ -273,12 +303,15 @@ class PersistentKernelSession:
         launch_timeout: float = 10.0,
         receive_window: int | None = None,
         stop_timeout: float = 5.0,
+        wait: _ReplyWait = "sleep",
+        spin_limit: float = _DEFAULT_SPIN_LIMIT,
         **options: Any,
     ) -> PersistentKernelSession:
         """Allocate the rings, launch ``kernel`` and wait until it is resident.
 
         ``backend`` is a :class:`Backend` or a name for :func:`~pdc_core.get_backend`
-        (default: the best available). ``options`` go to the backend's
+        (default: the best available). ``wait`` and ``spin_limit`` say how callers wait
+        for replies (see the class documentation). ``options`` go to the backend's
         ``launch_persistent_kernel`` (see its documentation). Raises
         :class:`~pdc_core.CapabilityError` for a backend without persistent kernels,
         :class:`~pdc_core.KernelBodyMissing` when ``kernel`` has no body for it, and
@@ -296,7 +329,13 @@ class PersistentKernelSession:
                 "not a ResidentKernel"
             )
         session = cls(
-            kernel, backend, resident, receive_window=receive_window, stop_timeout=stop_timeout
+            kernel,
+            backend,
+            resident,
+            receive_window=receive_window,
+            stop_timeout=stop_timeout,
+            wait=wait,
+            spin_limit=spin_limit,
         )
         try:
             with anyio.fail_after(launch_timeout):
@@ -639,7 +678,25 @@ class PersistentKernelSession:
                 self._wake_followers()
             if self._final or predicate():
                 return
-            await waiter.wait(ring.in_head != ring.out_tail)
+            outstanding = ring.in_head != ring.out_tail
+            if outstanding and self.wait == "spin":
+                if time.perf_counter() - self._yielded_at >= _SPIN_YIELD_EVERY:
+                    await anyio.lowlevel.checkpoint()  # let the other tasks run
+                    self._yielded_at = time.perf_counter()
+                    continue
+                if self._spin():
+                    continue
+            await waiter.wait(outstanding)
+
+    def _spin(self) -> bool:
+        """Wait for a reply outside the event loop (the kernel's
+        :meth:`~pdc_core.backend.HostWaiter.spin_until_progress`) for up to
+        :attr:`spin_limit`, but no longer than :data:`_SPIN_YIELD_EVERY` after the leader
+        last let the loop run (it then lets it run before it spins again, so other
+        tasks wait no longer than that). Whether a reply came or the kernel finished.
+        """
+        budget = min(self.spin_limit, self._yielded_at + _SPIN_YIELD_EVERY - time.perf_counter())
+        return budget > 0 and self._waiter.spin_until_progress(self._ring, budget)
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -893,6 +950,8 @@ async def open_persistent_kernel(
     launch_timeout: float = 10.0,
     receive_window: int | None = None,
     stop_timeout: float = 5.0,
+    wait: _ReplyWait = "sleep",
+    spin_limit: float = _DEFAULT_SPIN_LIMIT,
     **options: Any,
 ) -> AsyncIterator[PersistentKernelSession]:
     """Launch ``kernel`` and yield its :class:`PersistentKernelSession`; stop it on exit.
@@ -912,6 +971,8 @@ async def open_persistent_kernel(
         launch_timeout=launch_timeout,
         receive_window=receive_window,
         stop_timeout=stop_timeout,
+        wait=wait,
+        spin_limit=spin_limit,
         **options,
     )
     async with session:
