@@ -103,6 +103,10 @@ class RayHost:
             self._host = Host(self._spec, _locate)
         return await self._host.start(self._spawn)
 
+    async def echo(self, value: Any) -> Any:
+        """Return ``value``: a bare call to this actor, for benchmarks and diagnostics."""
+        return value
+
     async def deliver(self, seq: int, items: list[Item]) -> Outcome:
         assert self._host is not None, "deliver before start"
         return await self._host.deliver(seq, items)

@@ -1,0 +1,217 @@
+"""pdc-ray: a remote actor's ``ask`` against a bare Ray actor call, in one run.
+
+Run from the repository root with pdc-ray installed (``pip install -e plugins/pdc_ray``)::
+
+    python benchmarks/ray_actor.py            # 7 rounds x 300 round trips, 20k batched
+    python benchmarks/ray_actor.py --quick    # 3 rounds x 100, 5k batched
+
+It starts its own local Ray (``address="local"``, 2 CPUs, no dashboard, its own temp
+dir) and one pdc remote actor (``pdc_ray.on(num_cpus=0)``) whose handler returns its
+message. Contenders, under asyncio and under trio, all against that same Ray actor
+process (the host of the pdc actor):
+
+* ``bare Ray call`` -- ``RayHost.echo``, a method of the same host actor that returns
+  its argument: ``await handle.echo.remote(i)`` under asyncio (Ray's own awaitable),
+  and through pdc-ray's ``ObjectRef`` bridge (``await_ref``) under both loops;
+* ``pdc ask`` -- ``await ref.ask(i)``: local mailbox, shipper, one Ray call, the
+  remote nursery's mailbox actor, the reply back;
+* batched: ``await ref.ask_many(msgs)`` (batches of ``max_batch`` = 1024, a window of
+  4 calls in flight) against per-message Ray calls (every ``echo.remote`` submitted
+  at once, then all awaited: Ray pipelines them);
+* failure paths: a remote crash to the nursery raising; a SIGKILLed worker to the
+  nursery raising (found by the watch call failing); cancelling the nursery to its
+  exit, which returns only once Ray reports the worker dead.
+
+Ratios are of p50s taken within each round (contenders back to back, in a rotating
+order), and their median over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import logging
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pdc_ray
+import ray
+from pdc_ray._ray_engine import await_ref
+
+from pdc_core import Actor, ActorCrashed, open_nursery
+
+
+class Echo(Actor[Any, Any]):
+    async def handle(self, message: Any) -> Any:
+        if isinstance(message, BaseException):
+            raise message
+        if message == "pid":
+            return os.getpid()
+        return message
+
+
+def p50(samples: list[float]) -> float:
+    return statistics.median(samples)
+
+
+async def timed(n: int, call: Callable[[int], Awaitable[Any]]) -> list[float]:
+    samples = []
+    for i in range(n):
+        start = time.perf_counter()
+        await call(i)
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+async def latency_and_throughput(rounds: int, n: int, batch: int, backend: str) -> dict[str, Any]:
+    # A long heartbeat: the per-message flood below goes through the same handle, and
+    # Ray sends one caller's calls to an actor in order, so it delays the heartbeat's
+    # pings by seconds (pdc's own traffic is bounded by its window of 4 calls).
+    placement = pdc_ray.on(num_cpus=0, heartbeat=120)
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(Echo, placement=placement)
+        handle = ref._runner._actor  # type: ignore[attr-defined]  # the host's Ray handle
+
+        async def bare_bridge(i: int) -> Any:
+            return await await_ref(handle.echo.remote(i))
+
+        async def bare_native(i: int) -> Any:
+            return await handle.echo.remote(i)
+
+        contenders: dict[str, Callable[[int], Awaitable[Any]]] = {
+            "bare Ray call (bridge)": bare_bridge,
+            "pdc ask": ref.ask,
+        }
+        if backend == "asyncio":
+            contenders["bare Ray call (await ref)"] = bare_native
+        for call in contenders.values():  # warm up
+            await timed(50, call)
+        per_round: dict[str, list[float]] = {name: [] for name in contenders}
+        pooled: dict[str, list[float]] = {name: [] for name in contenders}
+        names = list(contenders)
+        for r in range(rounds):
+            order = names[r % len(names) :] + names[: r % len(names)]
+            for name in order:
+                samples = await timed(n, contenders[name])
+                per_round[name].append(p50(samples))
+                pooled[name].extend(samples)
+
+        msgs = list(range(batch))
+        await ref.ask_many(msgs[:1000])
+        batched, per_message = [], []
+        for _ in range(max(1, rounds // 2)):
+            start = time.perf_counter()
+            replies = await ref.ask_many(msgs)
+            batched.append(batch / (time.perf_counter() - start))
+            assert replies == msgs
+            start = time.perf_counter()
+            refs = [handle.echo.remote(i) for i in msgs]
+            for object_ref in refs:
+                await await_ref(object_ref)
+            per_message.append(batch / (time.perf_counter() - start))
+    return {"per_round": per_round, "pooled": pooled, "batched": batched, "per_msg": per_message}
+
+
+async def failure_paths(repeats: int) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"crash": [], "kill": [], "cancel": []}
+    placement = pdc_ray.on(num_cpus=0)
+    for _ in range(repeats):
+        try:
+            async with open_nursery() as nursery:
+                ref = await nursery.start_actor(Echo, placement=placement)
+                await ref.ask(0)
+                start = time.perf_counter()
+                await ref.tell(RuntimeError("boom"))
+                await anyio.sleep_forever()
+        except ActorCrashed:
+            out["crash"].append(time.perf_counter() - start)
+        try:
+            async with open_nursery() as nursery:
+                ref = await nursery.start_actor(Echo, placement=placement)
+                pid = await ref.ask("pid")
+                start = time.perf_counter()
+                os.kill(pid, signal.SIGKILL)
+                await anyio.sleep_forever()
+        except ActorCrashed:
+            out["kill"].append(time.perf_counter() - start)
+        with anyio.CancelScope() as scope:
+            async with open_nursery() as nursery:
+                ref = await nursery.start_actor(Echo, placement=placement)
+                await ref.ask(0)
+                start = time.perf_counter()
+                scope.cancel()
+        out["cancel"].append(time.perf_counter() - start)
+    return out
+
+
+def report(backend: str, result: dict[str, Any]) -> None:
+    per_round = result["pooled"]
+    print(f"\n{backend}: round trip (pooled samples, us)")
+    for name, samples in per_round.items():
+        qs = statistics.quantiles(samples, n=100)
+        print(
+            f"  {name:28s} p50 {p50(samples) * 1e6:8.0f}  p90 {qs[89] * 1e6:8.0f}"
+            f"  p99 {qs[98] * 1e6:8.0f}"
+        )
+    rounds = result["per_round"]
+    for bare in [name for name in rounds if name.startswith("bare")]:
+        ratios = [a / b for a, b in zip(rounds["pdc ask"], rounds[bare], strict=True)]
+        print(
+            f"  pdc ask / {bare}: median ratio {statistics.median(ratios):.3f} "
+            f"(rounds {min(ratios):.3f}-{max(ratios):.3f})"
+        )
+    batched, per_msg = result["batched"], result["per_msg"]
+    ratios = [a / b for a, b in zip(batched, per_msg, strict=True)]
+    print(
+        f"  ask_many {statistics.median(batched):,.0f} msg/s vs per-message Ray calls "
+        f"{statistics.median(per_msg):,.0f} msg/s: {statistics.median(ratios):.1f}x"
+    )
+
+
+def main() -> None:
+    logging.getLogger("pdc").setLevel(logging.CRITICAL)  # the crashes below are on purpose
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    rounds, n, batch, repeats = (3, 100, 5_000, 1) if args.quick else (7, 300, 20_000, 3)
+    versions = ", ".join(
+        f"{pkg} {importlib.metadata.version(pkg)}"
+        for pkg in ("ray", "pdc-core", "pdc-ray", "anyio", "trio")
+    )
+    print(
+        f"{' '.join(sys.argv)}\nPython {platform.python_version()}, {versions}, "
+        f"{os.cpu_count()} CPUs"
+    )
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        _temp_dir=tempfile.mkdtemp(prefix="pdc-ray-bench-", dir="/tmp"),
+    )
+    try:
+        failures: dict[str, dict[str, list[float]]] = {}
+        for backend in ("asyncio", "trio"):
+            result = anyio.run(latency_and_throughput, rounds, n, batch, backend, backend=backend)
+            report(backend, result)
+            failures[backend] = anyio.run(failure_paths, repeats, backend=backend)
+        print("\nfailure paths (ms, each a fresh remote actor):")
+        for backend, paths in failures.items():
+            line = "  ".join(
+                f"{what} {min(v) * 1e3:.0f}-{max(v) * 1e3:.0f}" for what, v in paths.items()
+            )
+            print(f"  {backend:8s} {line}")
+    finally:
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
