@@ -24,18 +24,31 @@ REAP_TIMEOUT = 10.0
 
 
 def _host_processes() -> list[str]:
-    """Command lines of this machine's Ray worker processes hosting a pdc actor."""
-    found = []
+    """Command lines of the Ray worker processes hosting a pdc actor that descend from
+    this process (Ray's daemons and workers are its children here; another test run's
+    are not)."""
+    parents: dict[int, int] = {}
+    titles: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            stat = (entry / "stat").read_text()
+            titles[int(entry.name)] = (
+                (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            )
         except OSError:
             continue
-        if "RayHost" in cmdline:
-            found.append(f"{entry.name}: {cmdline.strip()}")
-    return found
+        parents[int(entry.name)] = int(stat.rpartition(")")[2].split()[1])
+    ours = {os.getpid()}
+    grew = True
+    while grew:
+        grew = False
+        for pid, parent in parents.items():
+            if parent in ours and pid not in ours:
+                ours.add(pid)
+                grew = True
+    return [f"{pid}: {titles[pid]}" for pid in sorted(ours) if "RayHost" in titles.get(pid, "")]
 
 
 def _live_actors(ray: Any) -> list[str]:
