@@ -241,20 +241,17 @@ def main() -> int:
         for key, value in environment(["numpy", "anyio", "trio", "pdc-core", "pdc-cpu"]).items():
             print(f"- {key}: {value}")
         print()
-    rows = [
-        [library, name, f"{statistics.median(rates[library, name]):,.0f}"]
-        for library in libraries
-        for name in BATCHED
-    ]
-    print(table(["loop", "path", "records/s (median)"], rows, "llr"))
-    print()
-    rows = [
-        [library, name, f"{statistics.median(p50s[library, name]):.1f}"]
-        for library in libraries
-        for name in ROUND_TRIP
-    ]
-    print(table(["loop", "path", "round trip p50 (us, median)"], rows, "llr"))
-    print()
+    for what, values, names, form in (
+        ("records/s (median)", rates, BATCHED, "{:,.0f}"),
+        ("round trip p50 (us, median)", p50s, ROUND_TRIP, "{:.1f}"),
+    ):
+        rows = [
+            [library, name, form.format(statistics.median(values[library, name]))]
+            for library in libraries
+            for name in names
+        ]
+        print(table(["loop", "path", what], rows, "llr"))
+        print()
     rows = []
     for library in libraries:
         for ours, floor in BATCH_RATIOS:
