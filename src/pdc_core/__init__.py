@@ -64,9 +64,12 @@ from ._persistent import (
     KernelActorRef,
     PersistentKernelActor,
     PersistentKernelSession,
+    PersistentPipelineActor,
+    PipelineSession,
     SessionState,
     SessionStatistics,
     open_persistent_kernel,
+    open_persistent_pipeline,
 )
 from ._plugins import (
     BackendInfo,
@@ -101,6 +104,7 @@ from .backend import (
     DeviceSource,
     KernelStatus,
     PersistentKernel,
+    PersistentPipeline,
     persistent_kernel,
 )
 
@@ -128,9 +132,13 @@ __all__ = [
     "PersistentKernel",
     "PersistentKernelActor",
     "PersistentKernelSession",
+    "PersistentPipeline",
+    "PersistentPipelineActor",
+    "PipelineSession",
     "SessionState",
     "SessionStatistics",
     "open_persistent_kernel",
+    "open_persistent_pipeline",
     "persistent_kernel",
     # the seeds' ring-kernel API
     "KernelState",

@@ -29,7 +29,11 @@ What is here, by the part of the contract it serves:
   ``RING_VERSION``, ``ERROR_MESSAGE_SIZE``; ``docs/ring-protocol.md``),
   the handle a launch returns (:class:`ResidentKernel`, :class:`KernelStatus`), how the
   host waits (:class:`HostWaiter`, :class:`PollingWaiter`), and
-  :class:`HostWorkerKernel`, a complete resident kernel for host backends.
+  :class:`HostWorkerKernel`, a complete resident kernel for host backends;
+* kernel-to-kernel pipelines (``docs/ring-protocol.md``, *Links*): the spec
+  :class:`PersistentPipeline`, :func:`launch_pipeline`, the launch option a stage
+  receives (:class:`StageLink`), the reference device side of a stage
+  (:class:`LinkedDevice`) and the handle of a launched pipeline (:class:`PipelineResident`).
 
 ``pdc_core.testing.BackendConformance`` checks a backend against this contract.
 Import these names from here, never from ``pdc_core``'s private modules: this face
@@ -47,6 +51,13 @@ from ._backend._contract import (
     Stream,
 )
 from ._backend._host_kernel import HostWorkerKernel
+from ._backend._links import (
+    LinkedDevice,
+    PersistentPipeline,
+    PipelineResident,
+    StageLink,
+    launch_pipeline,
+)
 from ._backend._persistent_kernel import DeviceSource, PersistentKernel, persistent_kernel
 from ._backend._resident import HostWaiter, KernelStatus, PollingWaiter, ResidentKernel
 from ._backend._ring import (
@@ -142,6 +153,12 @@ __all__ = [
     "coerce_record",
     "copy_records",
     "persistent_kernel",
+    # kernel-to-kernel pipelines
+    "LinkedDevice",
+    "PersistentPipeline",
+    "PipelineResident",
+    "StageLink",
+    "launch_pipeline",
     "record_dtype",
     "record_from_mapping",
     "records_copy",

@@ -3,6 +3,7 @@ and the kernel as an actor (registered with :func:`pdc_core.lowlevel.runner_for`
 ``start_actor(kernel)`` works while the nursery imports none of this)."""
 
 from ._actor import KernelActorRef, PersistentKernelActor
+from ._pipeline import PersistentPipelineActor, PipelineSession, open_persistent_pipeline
 from ._session import (
     PersistentKernelSession,
     SessionState,
@@ -15,8 +16,11 @@ __all__ = [
     "KernelActorRef",
     "PersistentKernelActor",
     "PersistentKernelSession",
+    "PersistentPipelineActor",
+    "PipelineSession",
     "SessionState",
     "SessionStatistics",
     "backend_for",
     "open_persistent_kernel",
+    "open_persistent_pipeline",
 ]

@@ -330,8 +330,10 @@ class PersistentKernelActor(ActorRunner):
         if session is not None:
             session.notify_changed()  # wake the serving loop, which watches the ring
 
-    async def run(self, started: Callable[[], None]) -> None:
-        session = await PersistentKernelSession.start(
+    async def start_session(self) -> PersistentKernelSession:
+        """Launch the kernel and return its session once it is resident (a subclass
+        running something else as one kernel, such as a pipeline, overrides it)."""
+        return await PersistentKernelSession.start(
             self.kernel,
             self._backend,
             launch_timeout=self._launch_timeout,
@@ -339,6 +341,9 @@ class PersistentKernelActor(ActorRunner):
             stop_timeout=self._stop_timeout,
             **self._options,
         )
+
+    async def run(self, started: Callable[[], None]) -> None:
+        session = await self.start_session()
         self.session = session
         self.restarting = False
         try:
