@@ -6,6 +6,7 @@ import json
 import signal
 import sys
 import threading
+from typing import Any
 
 import anyio
 import numpy as np
@@ -209,3 +210,80 @@ def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
     summary = json.loads(out)
     assert summary["interrupted"] is True
     assert 0 < summary["messages_sent"] < 50_000_000
+
+
+# -- --placement NAME: a placement a plugin registers (pdc_register_placements) ------------
+
+HERE_PLUGIN = """
+import contextlib
+from pdc_core.backend import hookimpl
+from pdc_core.lowlevel import runner_for
+
+EVENTS = []
+
+
+class Here:
+    def runner_for(self, target, /, args, options):
+        EVENTS.append(("placed", options.name))
+        return runner_for(target, args, options)
+
+
+@contextlib.asynccontextmanager
+async def open_here():
+    EVENTS.append("open")
+    try:
+        yield Here()
+    finally:
+        EVENTS.append("close")
+
+
+@hookimpl
+def pdc_register_placements(register):
+    register("here", open_here, "this process")
+    register("broken", lambda: 42, "returns no context manager")
+"""
+
+
+@pytest.fixture
+def here_plugin(install_plugins: Any) -> Any:
+    install_plugins("pdc-here", {"here": "pdc_here"}, {"pdc_here": HERE_PLUGIN})
+    import pdc_here
+
+    pdc_here.EVENTS.clear()
+    return pdc_here
+
+
+async def test_the_feature_stage_scores_at_a_named_placement(here_plugin: Any) -> None:
+    result = await run_demo(DemoConfig(messages=3000, backend="cpu", seed=4, placement="here"))
+    summary = result.summary()
+    assert summary["placement"] == "here"
+    assert summary["feature_stage"] == "batched NumPy actor in a here worker"
+    assert summary["messages_processed"] == 3000
+    assert summary["anomalies_match"] is True
+    assert here_plugin.EVENTS == ["open", ("placed", "feature-scorer"), "close"]
+
+
+def test_cli_placement(here_plugin: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--placement", "here", "--messages", "2000", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["placement"] == "here"
+    assert summary["anomalies_match"] is True
+    assert here_plugin.EVENTS[-1] == "close"
+
+
+def test_an_unknown_placement_is_a_usage_error(
+    here_plugin: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["demo", "--placement", "nope", "--messages", "10"]) == 2
+    err = capsys.readouterr().err
+    assert "argument --placement: invalid choice: 'nope' (choose from " in err
+    assert "'here'" in err
+    assert here_plugin.EVENTS == []
+
+
+def test_a_placement_that_opens_nothing_names_its_plugin(here_plugin: Any) -> None:
+    config = DemoConfig(messages=10, backend="cpu", placement="broken")
+    with pytest.raises(pdc_core.PluginError, match=r"placement 'broken' of plugin 'here'.*42"):
+        anyio.run(run_demo, config)
+    with pytest.raises(ValueError, match="placement must be a non-empty name"):
+        DemoConfig(placement="")

@@ -230,3 +230,187 @@ def test_import_never_loads_plugins():
     code = "import pdc_core, pdc_core._plugins._loader as p; assert p._state is None; print('ok')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.stdout.strip() == "ok", result.stderr
+
+
+# -- placements and pdc info sections (pdc_register_placements, pdc_register_info) --------
+
+HERE = """
+import contextlib
+from pdc_core.backend import hookimpl
+from pdc_core.lowlevel import runner_for
+
+EVENTS = []
+
+
+class Here:
+    '''A placement that runs the actor in this process, as start_actor would.'''
+
+    def runner_for(self, target, /, args, options):
+        EVENTS.append(("placed", options.name))
+        return runner_for(target, args, options)
+
+
+@contextlib.asynccontextmanager
+async def open_here():
+    EVENTS.append("open")
+    try:
+        yield Here()
+    finally:
+        EVENTS.append("close")
+
+
+def report():
+    return {"status": "fine", "nested": {"ratio": 1.5, "count": 2}, "items": ["a", "b"]}
+
+
+@hookimpl
+def pdc_register_placements(register):
+    register("here", open_here, "this process")
+
+
+@hookimpl
+def pdc_register_info(register):
+    register("here", report, "Here and now")
+"""
+
+REPORT_RAISES = """
+from pdc_core.backend import hookimpl
+
+def report():
+    raise RuntimeError("the cluster is on fire")
+
+@hookimpl
+def pdc_register_info(register):
+    register("fire", report, "Fire")
+"""
+
+REPORT_NOT_A_MAPPING = """
+from pdc_core.backend import hookimpl
+
+@hookimpl
+def pdc_register_info(register):
+    register("odd", lambda: [1, 2], "Odd")
+"""
+
+
+@pytest.fixture
+def here(install_plugins):
+    install_plugins("pdc-here", {"here": "pdc_here"}, {"pdc_here": HERE})
+    import pdc_here
+
+    pdc_here.EVENTS.clear()
+    return pdc_here
+
+
+def test_plugins_register_placements_and_info_sections(here, capsys):
+    info = _by_name()["here"]
+    assert info.loaded
+    assert info.hooks == ["pdc_register_info", "pdc_register_placements"]
+    assert info.backends == []
+    assert info.placements == ["here"]
+    assert info.info_sections == ["here"]
+    assert _by_name()["cpu"].placements == []  # a backend plugin registers none
+
+    assert main(["plugins"]) == 0
+    out = capsys.readouterr().out
+    assert "here  (pdc-here 1.0)\n  hooks:    pdc_register_info, pdc_register_placements" in out
+    assert "  placements: here\n  info:     here\n" in out
+    assert "cpu  (pdc-cpu" in out  # backends are listed as before
+    assert "  backends: cpu" in out
+    assert main(["plugins", "--json"]) == 0
+    listed = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert listed["here"]["placements"] == ["here"]
+    assert listed["cpu"]["backends"] == ["cpu"]
+
+    assert main(["info", "--json"]) == 0
+    section = json.loads(capsys.readouterr().out)["sections"]["here"]
+    assert section["title"] == "Here and now"
+    assert section["distribution"] == "pdc-here"
+    assert section["report"]["nested"] == {"ratio": 1.5, "count": 2}
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert "Here and now (from pdc-here 1.0):\n  status: fine\n" in out
+    assert "  nested:\n    ratio: 1.5\n    count: 2\n  items: a, b\n" in out
+    assert "cpu (pdc-cpu) - available" in out
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [(REPORT_RAISES, "RuntimeError: the cluster is on fire"), (REPORT_NOT_A_MAPPING, "mapping")],
+)
+def test_a_failing_info_report_is_shown_and_contained(
+    here, install_plugins, capsys, source, expected
+):
+    install_plugins("pdc-bad", {"bad": "pdc_bad"}, {"pdc_bad": source})
+    assert main(["info", "--json"]) == 0
+    sections = json.loads(capsys.readouterr().out)["sections"]
+    (bad,) = (section for name, section in sections.items() if name in ("fire", "odd"))
+    assert expected in bad["error"]
+    assert "report" not in bad
+    assert sections["here"]["report"]["status"] == "fine"  # the others still report
+    assert main(["info"]) == 0
+    out = capsys.readouterr().out
+    assert f"error: {bad['error']}" in out
+    assert "status: fine" in out
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ('raise RuntimeError("boom in placements")', "RuntimeError: boom in placements"),
+        ("return 7", "pdc_register_placements returned 7"),
+        ('register("Not A Name", lambda: None)', "placement name 'Not A Name' is invalid"),
+        ('register("x", 42)', "placement 'x': 42 is not callable"),
+        ("raise SystemExit(3)", "must not exit the process"),
+    ],
+)
+def test_misbehaving_placement_hooks_are_reported_and_skipped(
+    install_plugins, example_backend_importable, body, expected
+):
+    source = f"""
+from pdc_example_backend import ExampleBackend
+from pdc_core.backend import hookimpl
+
+class OddBackend(ExampleBackend):
+    name = "odd"
+    distribution = "pdc-odd"
+
+@hookimpl
+def pdc_register_backends(register):
+    register(OddBackend)
+
+@hookimpl
+def pdc_register_placements(register):
+    {body}
+"""
+    install_plugins("pdc-odd", {"odd": "pdc_odd"}, {"pdc_odd": source})
+    info = _by_name()["odd"]
+    assert expected in info.error
+    assert info.placements == []
+    assert "x" not in pdc_core._plugins.registered_placements()
+    assert info.backends == ["odd"]  # what its other hooks registered stays
+
+
+def test_a_placement_name_is_kept_by_the_first_plugin(here, install_plugins):
+    install_plugins("pdc-zz-here", {"zz_here": "pdc_zz_here"}, {"pdc_zz_here": HERE})
+    plugins = _by_name()
+    assert "registers placement 'here', which plugin 'here' (pdc-here) also registers" in (
+        plugins["zz_here"].error
+    )
+    assert plugins["here"].placements == ["here"]
+    registration = pdc_core._plugins.registered_placements()["here"]
+    assert registration.plugin.name == "here"
+
+
+def test_info_never_imports_ray_without_pdc_ray():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from pdc_core._cli import main; assert main(['info']) == 0; "
+        "assert main(['plugins']) == 0; assert 'ray' not in sys.modules, 'ray imported'"
+    )
+    env = {**__import__("os").environ, "PDC_PLUGINS": "cpu"}  # pdc-ray filtered out
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Ray cluster" not in done.stdout

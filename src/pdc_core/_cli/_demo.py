@@ -12,7 +12,9 @@ The pipeline, all inside ONE actor nursery::
   waiting, up to ``max_batch``) and computes one score per frame on the chosen backend:
   the largest deviation from the frame's median. :func:`start_feature_stage` is the
   one place that decides *how* features are computed (today a batched NumPy actor;
-  a persistent kernel slots in there).
+  a persistent kernel slots in there). With ``--placement NAME`` (a placement a plugin
+  registers, such as pdc-ray's ``ray``) the scoring runs in a :class:`ScoreActor` at
+  that placement (a Ray worker process), which the feature actor asks once per batch.
 * The **detector actor** flags frames whose score exceeds the threshold.
 * The **sink actor** records per-frame latency (producer send -> sink) and the frames
   flagged, and reports progress.
@@ -31,7 +33,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -40,10 +42,10 @@ import numpy as np
 import numpy.typing as npt
 
 from .._actors import Actor, ActorNursery, ActorRef, open_nursery
-from .._exceptions import ActorStopped
+from .._exceptions import ActorStopped, PluginError
 from .._loop import current_library
 from .._persistent import KernelActorRef, PersistentKernelActor
-from .._plugins import available_backends, get_backend
+from .._plugins import available_backends, get_backend, registered_placements
 from ..backend import Backend, Capability, PersistentKernel
 from ._running import announce_once
 
@@ -63,19 +65,24 @@ __all__ = [
     "DemoResult",
     "Detections",
     "DetectorActor",
+    "DemoPlacement",
     "FeatureActor",
     "FeatureBatch",
     "FeatureStage",
     "Frame",
+    "ScoreActor",
     "Scorer",
     "SinkActor",
+    "actor_scorer",
     "add_arguments",
     "check_async_backend",
     "check_backend",
+    "check_placement",
     "host_scorer",
     "kernel_scorer",
     "mlx_score_records",
     "numpy_scores",
+    "open_placement",
     "run",
     "run_demo",
     "score_records",
@@ -120,8 +127,14 @@ class DemoConfig:
     seed: int = 0
     threshold: float = THRESHOLD
     anomaly_rate: float = ANOMALY_RATE
+    #: A placement registered by a plugin (``"ray"``): where the feature stage scores.
+    placement: str | None = None
 
     def __post_init__(self) -> None:
+        if self.placement is not None and (
+            not isinstance(self.placement, str) or not self.placement
+        ):
+            raise ValueError(f"placement must be a non-empty name, got {self.placement!r}")
         if self.messages < 1:
             raise ValueError(f"messages must be at least 1, got {self.messages}")
         if not 0 <= self.anomaly_rate <= 1:
@@ -168,6 +181,7 @@ class DemoResult:
     backend: str
     async_backend: str
     feature_stage: str = ""
+    placement: str | None = None
     requested: int = 0
     sent: int = 0
     processed: int = 0
@@ -205,6 +219,7 @@ class DemoResult:
             "backend": self.backend,
             "async_backend": self.async_backend,
             "feature_stage": self.feature_stage,
+            "placement": self.placement,
             "messages_requested": self.requested,
             "messages_sent": self.sent,
             "messages_processed": self.processed,
@@ -375,6 +390,38 @@ def kernel_scorer(kernel: KernelActorRef) -> Scorer:
     return score
 
 
+class ScoreActor(Actor[tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]], Any]):
+    """The feature stage's math as an actor of its own, for a placement elsewhere (a
+    Ray worker): ``(frame_ids, frames)`` in, :func:`numpy_scores` of the frames out.
+
+    It holds no reference to the other stages (refs to local actors do not travel), so
+    the local :class:`FeatureActor` asks it once per batch and forwards the scores.
+    """
+
+    async def handle(
+        self, message: tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
+    ) -> npt.NDArray[np.float32]:
+        frame_ids, frames = message
+        if len(frame_ids) != len(frames):
+            raise ValueError(f"{len(frame_ids)} frame ids for {len(frames)} frames")
+        scores: npt.NDArray[np.float32] = numpy_scores(frames)
+        return scores
+
+
+def actor_scorer(ref: ActorRef[Any, Any]) -> Scorer:
+    """Score by asking a :class:`ScoreActor` (wherever it runs): one ``ask`` per batch."""
+
+    async def score(
+        frame_ids: npt.NDArray[np.int64], frames: npt.NDArray[np.float32]
+    ) -> npt.NDArray[np.float32]:
+        scores: npt.NDArray[np.float32] = await ref.ask((frame_ids, frames))
+        if len(scores) != len(frame_ids):
+            raise RuntimeError(f"the scorer answered {len(scores)} scores for {len(frame_ids)}")
+        return scores
+
+    return score
+
+
 class DetectorActor(Actor[FeatureBatch, None]):
     """Flags the frames whose score exceeds the threshold."""
 
@@ -418,13 +465,82 @@ class FeatureStage:
     persistent: bool
 
 
+@dataclass(frozen=True)
+class DemoPlacement:
+    """A placement opened for the run: its registered ``name`` and the ``placement``
+    object that ``start_actor(placement=...)`` takes."""
+
+    name: str
+    placement: Any
+
+
+def check_placement(name: str | None, command: str) -> int:
+    """0 if ``name`` is ``None`` or a placement a plugin registered, else a usage error."""
+    if name is None:
+        return 0
+    registered = registered_placements()
+    if name.lower() in registered:
+        return 0
+    choices = ", ".join(repr(v) for v in sorted(registered)) or "none is installed"
+    hint = " (pip install pdc-ray for 'ray')" if not registered or name.lower() == "ray" else ""
+    return usage_error(
+        command, f"argument --placement: invalid choice: {name!r} (choose from {choices}){hint}"
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_placement(name: str) -> AsyncIterator[DemoPlacement]:
+    """Open the placement a plugin registered as ``name`` for the block.
+
+    Raises :class:`LookupError` naming the registered placements for an unknown name,
+    and :class:`~pdc_core.PluginError` (chained) when the plugin's opener fails before
+    it yields; what the placement raises while opening (a cluster that does not
+    start) propagates as it is.
+    """
+    registered = registered_placements()
+    registration = registered.get(name.lower())
+    if registration is None:
+        names = ", ".join(sorted(registered)) or "none"
+        raise LookupError(f"no plugin registers a placement named {name!r} (registered: {names})")
+    plugin = registration.plugin
+    origin = f"plugin {plugin.name!r} ({plugin.distribution or 'unknown distribution'})"
+    try:
+        manager = registration.target()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a plugin must not end the process
+        raise PluginError(
+            f"placement {registration.name!r} of {origin} failed to open: {exc!r}"
+        ) from exc
+    if not isinstance(manager, contextlib.AbstractAsyncContextManager):
+        raise PluginError(
+            f"placement {registration.name!r} of {origin} returned {manager!r}, "
+            "not an async context manager"
+        )
+    async with manager as placement:
+        yield DemoPlacement(registration.name, placement)
+
+
+def _where(location: object) -> str:
+    """`` (pid 123 on 10.0.0.2)`` for a remote ref's ``location``; ``""`` for none."""
+    if location is None:
+        return ""
+    pid, node = getattr(location, "pid", None), getattr(location, "node_ip", None)
+    if pid is None:
+        return f" ({location})"
+    return f" (pid {pid} on {node})" if node else f" (pid {pid})"
+
+
 def uses_persistent_kernel(backend: Backend) -> bool:
     """Whether the feature stage runs as a persistent kernel on ``backend``."""
     return backend.has(Capability.PERSISTENT_KERNELS) and backend.name in FEATURE_KERNEL.bodies
 
 
 async def start_feature_stage(
-    nursery: ActorNursery, backend: Backend, detector: ActorRef[FeatureBatch, None]
+    nursery: ActorNursery,
+    backend: Backend,
+    detector: ActorRef[FeatureBatch, None],
+    placement: DemoPlacement | None = None,
 ) -> FeatureStage:
     """Start the feature stage on ``backend``: the one place that decides how.
 
@@ -434,7 +550,27 @@ async def start_feature_stage(
     ``ask_batch`` and forwards the scores to the detector. Elsewhere: the same actor
     scoring each batch with NumPy in its own task. Both keep the ``tell(Frame)``
     interface; stop them in ``stop_order`` (the forwarder drains, then the kernel).
+
+    With a ``placement``: a :class:`ScoreActor` started there (a Ray worker) scores
+    each batch, asked by the same :class:`FeatureActor` here.
     """
+    if placement is not None:
+        scorer = await nursery.start_actor(
+            ScoreActor, name="feature-scorer", placement=placement.placement
+        )
+        entry = await nursery.start_actor(
+            FeatureActor(actor_scorer(scorer), detector),
+            name="features",
+            capacity=4 * CHUNK,
+            max_batch=CHUNK,
+        )
+        where = _where(getattr(scorer, "location", None))
+        return FeatureStage(
+            entry,
+            (entry, scorer),
+            f"batched NumPy actor in a {placement.name} worker{where}",
+            persistent=False,
+        )
     if uses_persistent_kernel(backend):
         runner = PersistentKernelActor(FEATURE_KERNEL, backend, name="feature-kernel")
         await nursery.start_actor(runner)  # returns once the kernel is resident
@@ -483,13 +619,18 @@ async def run_demo(
         result = DemoResult(backend=backend.qualified_name, async_backend=_async_backend_name())
     result.requested = config.messages
     result.planted = {int(i) for i in config.planted()}
+    result.placement = config.placement
     try:
-        async with open_nursery() as nursery:
+        async with contextlib.AsyncExitStack() as stack:
+            placement = None
+            if config.placement is not None:
+                placement = await stack.enter_async_context(open_placement(config.placement))
+            nursery = await stack.enter_async_context(open_nursery())
             sink = await nursery.start_actor(SinkActor(result, on_progress), name="sink")
             detector = await nursery.start_actor(
                 DetectorActor(config.threshold, sink), name="detector"
             )
-            stage = await start_feature_stage(nursery, backend, detector)
+            stage = await start_feature_stage(nursery, backend, detector, placement)
             result.feature_stage = stage.description
             features = stage.entry
             result.started = time.perf_counter()
@@ -541,6 +682,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"number of sensor frames (default {DEFAULT_MESSAGES})",
     )
     parser.add_argument("--async-backend", choices=("asyncio", "trio"), default="asyncio")
+    parser.add_argument(
+        "--placement",
+        metavar="NAME",
+        help="run the feature stage's scoring at a placement a plugin registers, "
+        "e.g. ray (pdc-ray: a Ray worker, on a local Ray started for the run unless "
+        "a cluster is running)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic stream")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -619,10 +767,19 @@ def _print_summary(summary: dict[str, Any]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``pdc demo``: run the pipeline, show progress and a summary; 130 on Ctrl-C."""
-    status = check_backend(args.backend, "demo") or check_async_backend(args.async_backend, "demo")
+    status = (
+        check_backend(args.backend, "demo")
+        or check_async_backend(args.async_backend, "demo")
+        or check_placement(args.placement, "demo")
+    )
     if status:
         return status
-    config = DemoConfig(messages=args.messages, backend=args.backend, seed=args.seed)
+    config = DemoConfig(
+        messages=args.messages,
+        backend=args.backend,
+        seed=args.seed,
+        placement=args.placement.lower() if args.placement else None,
+    )
     backend = get_backend(config.backend)
     result = DemoResult(backend=backend.qualified_name, async_backend=args.async_backend)
 

@@ -13,7 +13,8 @@ import json
 import os
 import platform
 import sys
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,8 @@ def _plugins_payload() -> list[dict[str, Any]]:
             "version": info.version,
             "hooks": info.hooks,
             "backends": info.backends,
+            "placements": info.placements,
+            "info_sections": info.info_sections,
             "error": info.error,
         }
         for info in _plugins.list_plugins()
@@ -108,6 +111,10 @@ def _run_plugins(args: argparse.Namespace) -> int:
         print(f"{plugin['name']}  ({dist})" if dist else plugin["name"])
         print(f"  hooks:    {', '.join(plugin['hooks']) or '-'}")
         print(f"  backends: {', '.join(plugin['backends']) or '-'}")
+        if plugin["placements"]:
+            print(f"  placements: {', '.join(plugin['placements'])}")
+        if plugin["info_sections"]:
+            print(f"  info:     {', '.join(plugin['info_sections'])}")
         if plugin["error"]:
             print(f"  error:    {plugin['error']}")
     if selection is not None:
@@ -170,8 +177,53 @@ def _info_payload() -> dict[str, Any]:
         "backends": backends,
         "packages": {name: _package_version(name) for name in _VERSIONED_PACKAGES},
         "plugin_errors": _plugin_errors(),
+        "sections": _info_sections(),
         "warnings": warnings,
     }
+
+
+def _info_sections() -> dict[str, dict[str, Any]]:
+    """What each plugin's ``pdc_register_info`` report says, by section name.
+
+    A report that raises (anything but KeyboardInterrupt) or returns something other
+    than a mapping is shown as the section's ``error``; the other sections still show.
+    """
+    sections: dict[str, dict[str, Any]] = {}
+    for name, registration in sorted(_plugins.registered_info_sections().items()):
+        plugin = registration.plugin
+        section: dict[str, Any] = {
+            "title": registration.description or name,
+            "plugin": plugin.name,
+            "distribution": plugin.distribution,
+            "version": plugin.version,
+        }
+        try:
+            report = registration.target()
+            if not isinstance(report, Mapping):
+                raise TypeError(f"the report is {report!r}, not a mapping")
+            section["report"] = {str(key): value for key, value in report.items()}
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a plugin's report must not break `pdc info`
+            what = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            section["error"] = f"{name} report failed: {what}"
+        sections[name] = section
+    return sections
+
+
+def _print_value(key: str, value: Any, indent: str) -> None:
+    if isinstance(value, Mapping):
+        print(f"{indent}{key}:")
+        if not value:
+            print(f"{indent}  -")
+        for inner_key, inner in value.items():
+            _print_value(str(inner_key), inner, indent + "  ")
+    elif isinstance(value, list | tuple):
+        print(f"{indent}{key}: {', '.join(str(item) for item in value) or '-'}")
+    elif isinstance(value, float):
+        print(f"{indent}{key}: {value:g}")
+    else:
+        print(f"{indent}{key}: {value}")
 
 
 def _plugin_errors() -> dict[str, str]:
@@ -224,6 +276,14 @@ def _run_info(args: argparse.Namespace) -> int:
                 print(f"      {key}: {value}")
     for name, error in payload["plugin_errors"].items():
         print(f"  plugin {name} failed: {error}")
+    for section in payload["sections"].values():
+        dist = " ".join(part for part in (section["distribution"], section["version"]) if part)
+        print()
+        print(f"{section['title']} (from {dist or section['plugin']}):")
+        if "error" in section:
+            print(f"  error: {section['error']}")
+        for key, value in section.get("report", {}).items():
+            _print_value(key, value, "  ")
     print()
     print("Packages:")
     for name, version in payload["packages"].items():

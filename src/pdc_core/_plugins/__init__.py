@@ -6,11 +6,14 @@ from ._hookspecs import ENTRY_POINT_GROUP, hookimpl
 from ._loader import (
     PluginInfo,
     PluginSelection,
+    Registration,
     failed_plugins,
     list_plugins,
     plugin_of_backend,
     plugin_selection,
     registered_backends,
+    registered_info_sections,
+    registered_placements,
 )
 from ._registry import (
     BackendInfo,
@@ -27,6 +30,7 @@ __all__ = [
     "BackendInfo",
     "PluginInfo",
     "PluginSelection",
+    "Registration",
     "available_backends",
     "backend_devices",
     "default_backend_name",
@@ -37,6 +41,8 @@ __all__ = [
     "plugin_of_backend",
     "plugin_selection",
     "registered_backends",
+    "registered_info_sections",
+    "registered_placements",
     "reload_plugins",
     "resolve_backend",
 ]

@@ -35,8 +35,9 @@ import re
 import threading
 import traceback
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pluggy
 
@@ -48,6 +49,7 @@ __all__ = [
     "KNOWN_DISTRIBUTIONS",
     "PluginInfo",
     "PluginSelection",
+    "Registration",
     "failed_plugins",
     "forget_plugins",
     "list_plugins",
@@ -56,6 +58,8 @@ __all__ = [
     "plugin_selection",
     "plugin_state",
     "registered_backends",
+    "registered_info_sections",
+    "registered_placements",
 ]
 
 _log = logging.getLogger("pdc.plugins")
@@ -75,6 +79,8 @@ class PluginInfo:
     version: str | None = None
     hooks: list[str] = field(default_factory=list)
     backends: list[str] = field(default_factory=list)
+    placements: list[str] = field(default_factory=list)
+    info_sections: list[str] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -85,6 +91,17 @@ class PluginInfo:
     def qualified_name(self) -> str:
         """``"<distribution>:<name>"``, which selects exactly this plugin in ``PDC_PLUGINS``."""
         return f"{self.distribution}:{self.name}" if self.distribution else self.name
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A named thing a plugin registered through ``pdc_register_placements`` (``target``
+    opens the placement) or ``pdc_register_info`` (``target`` reports a section)."""
+
+    name: str
+    target: Callable[[], Any]
+    description: str
+    plugin: PluginInfo
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,8 @@ class _PluginState:
         self.plugins: dict[str, PluginInfo] = {}
         self.backends: dict[str, type[Backend]] = {}
         self.backend_plugin: dict[str, str] = {}
+        self.placements: dict[str, Registration] = {}
+        self.info_sections: dict[str, Registration] = {}
         self.selection = PluginSelection()
 
 
@@ -348,6 +367,8 @@ def _load() -> _PluginState:
         elif candidate in plan.load:
             _load_plugin(state, candidate)
     _call_register_hooks(state)
+    _call_named_hooks(state, "pdc_register_placements", "placement", state.placements)
+    _call_named_hooks(state, "pdc_register_info", "info section", state.info_sections)
     if plan.warning is not None:
         warnings.warn(plan.warning, UserWarning, stacklevel=2)
     for info in state.plugins.values():
@@ -424,6 +445,71 @@ def _call_register_hooks(state: _PluginState) -> None:
             state.plugins[plugin_key].backends.append(name)
 
 
+_NAME = re.compile(r"[a-z][a-z0-9_-]*\Z")
+
+
+def _call_named_hooks(
+    state: _PluginState, hook: str, kind: str, registry: dict[str, Registration]
+) -> None:
+    """Call each plugin's ``hook`` (``register(name, target, description)``) on its own.
+
+    A plugin whose hook raises, returns a value or registers something invalid gets
+    the error recorded and registers nothing through that hook; a name already taken
+    (by the plugin first by name) is refused with an error on the later plugin. The
+    plugin's other registrations (its backends) stay.
+    """
+    caller = getattr(state.manager.hook, hook)
+    for impl in sorted(
+        caller.get_hookimpls(),
+        key=lambda impl: (state.plugins[impl.plugin_name].name, impl.plugin_name),
+    ):
+        info = state.plugins[impl.plugin_name]
+        registered: list[Registration] = []
+
+        def register(
+            name: str,
+            target: Callable[[], Any],
+            description: str = "",
+            *,
+            _info: PluginInfo = info,
+            _into: list[Registration] = registered,
+        ) -> None:
+            if not isinstance(name, str) or not _NAME.match(name):
+                raise PluginError(
+                    f"{kind} name {name!r} is invalid: it must be a lower-case word such as 'ray'"
+                )
+            if not callable(target):
+                raise PluginError(f"{kind} {name!r}: {target!r} is not callable")
+            if not isinstance(description, str):
+                raise PluginError(f"{kind} {name!r}: description must be a str")
+            _into.append(Registration(name, target, description, _info))
+
+        try:
+            returned = impl.function(register=register)
+            if returned is not None:
+                raise PluginError(
+                    f"{hook} returned {returned!r}; it must call register(...) and return None"
+                )
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # SystemExit too: a plugin must not end the process
+            failure = f"{hook} failed: {_format_error(exc)}"
+            info.error = failure if info.error is None else f"{info.error}; {failure}"
+            continue
+        for registration in registered:
+            owner = registry.get(registration.name)
+            if owner is not None:
+                clash = (
+                    f"registers {kind} {registration.name!r}, which plugin "
+                    f"{owner.plugin.name!r} ({owner.plugin.distribution}) also registers; skipped"
+                )
+                info.error = clash if info.error is None else f"{info.error}; {clash}"
+                continue
+            registry[registration.name] = registration
+            names = info.placements if registry is state.placements else info.info_sections
+            names.append(registration.name)
+
+
 def _validate_backend(backend: object) -> None:
     if not (isinstance(backend, type) and issubclass(backend, Backend)):
         raise PluginError(
@@ -476,6 +562,16 @@ def list_plugins() -> list[PluginInfo]:
 def registered_backends() -> dict[str, type[Backend]]:
     """Backend classes registered by plugins, by name."""
     return dict(plugin_state().backends)
+
+
+def registered_placements() -> dict[str, Registration]:
+    """Placements registered by plugins (``pdc demo --placement NAME``), by name."""
+    return dict(plugin_state().placements)
+
+
+def registered_info_sections() -> dict[str, Registration]:
+    """``pdc info`` sections registered by plugins, by name."""
+    return dict(plugin_state().info_sections)
 
 
 def plugin_of_backend(name: str) -> str | None:
