@@ -1,0 +1,163 @@
+"""A 3-stage pipeline through kernel-to-kernel links against the same stages chained by
+the host, on the CPU backend.
+
+* ``links``: ``PersistentPipeline(a, b, c)``: the host writes stage a's ring and reads
+  stage c's; records go a -> b -> c through links, never through the event loop.
+* ``host``: the same three kernels as three sessions; the host makes three
+  ``request`` round trips per record (latency), and three ``request_batch`` calls per
+  batch (throughput).
+
+Per record latency (one ``request`` through all three stages, p50 and p99) and
+throughput (``request_batch`` of ``--batch`` records), under asyncio and trio. Rounds
+interleave the two paths (alternating which goes first); the table reports medians
+over rounds and the median of the per-round ratios links/host.
+
+    .venv/bin/python benchmarks/k2k_pipeline.py --rounds 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+
+import pdc_core
+from pdc_core import (
+    PersistentKernel,
+    PersistentPipeline,
+    open_persistent_kernel,
+    open_persistent_pipeline,
+)
+
+REC = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+
+
+def stage(name: str, fn: Callable[[Any], Any], capacity: int) -> PersistentKernel:
+    kernel = PersistentKernel(name, REC, REC, capacity=capacity)
+
+    @kernel.body("cpu")
+    def body(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        replies = np.empty(len(requests), REC)
+        replies["id"] = requests["id"]
+        replies["x"] = fn(requests["x"])
+        return replies
+
+    return kernel
+
+
+def kernels(capacity: int) -> list[PersistentKernel]:
+    return [
+        stage("a", lambda x: x + 1, capacity),
+        stage("b", lambda x: x * 2, capacity),
+        stage("c", lambda x: x - 1, capacity),
+    ]
+
+
+async def latency(call: Callable[[Any], Awaitable[Any]], count: int) -> list[float]:
+    times = []
+    for index in range(count):
+        start = time.perf_counter()
+        await call((index, float(index)))
+        times.append(time.perf_counter() - start)
+    return times
+
+
+async def throughput(call: Callable[[Any], Awaitable[Any]], batch: Any, repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        await call(batch)
+    return len(batch) * repeat / (time.perf_counter() - start)
+
+
+async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
+    results: dict[str, dict[str, list[float]]] = {
+        path: {"p50": [], "p99": [], "rate": []} for path in ("links", "host")
+    }
+    batch = np.zeros(args.batch, REC)
+    batch["id"] = np.arange(args.batch)
+    batch["x"] = np.arange(args.batch, dtype=np.float64)
+    async with AsyncExitStack() as stack:
+        pipe = await stack.enter_async_context(
+            open_persistent_pipeline(PersistentPipeline(*kernels(args.capacity)), "cpu")
+        )
+        chain = [
+            await stack.enter_async_context(open_persistent_kernel(kernel, "cpu"))
+            for kernel in kernels(args.capacity)
+        ]
+
+        async def host_request(record: Any) -> Any:
+            for session in chain:
+                record = await session.request(record)
+            return record
+
+        async def host_batch(records: Any) -> Any:
+            for session in chain:
+                records = await session.request_batch(records)
+            return records
+
+        paths = {
+            "links": (pipe.request, pipe.request_batch),
+            "host": (host_request, host_batch),
+        }
+        expected = (batch["x"] + 1) * 2 - 1
+        for name, (_, many) in paths.items():  # warm up, and check both compute the same
+            assert np.array_equal((await many(batch))["x"], expected), name
+            await latency(paths[name][0], 50)
+        for round_ in range(args.rounds):
+            order = list(paths) if round_ % 2 == 0 else list(reversed(paths))
+            for name in order:
+                one, many = paths[name]
+                times = sorted(await latency(one, args.requests))
+                results[name]["p50"].append(times[len(times) // 2] * 1e6)
+                results[name]["p99"].append(times[int(len(times) * 0.99)] * 1e6)
+                results[name]["rate"].append(await throughput(many, batch, args.repeat))
+    return results
+
+
+def report(loop: str, results: dict[str, dict[str, list[float]]]) -> list[str]:
+    rows = []
+    for name in ("links", "host"):
+        r = results[name]
+        rows.append(
+            f"| {loop} | {name} | {statistics.median(r['p50']):.0f} | "
+            f"{statistics.median(r['p99']):.0f} | {statistics.median(r['rate']) / 1e6:.2f} |"
+        )
+    links, host = results["links"], results["host"]
+
+    def ratio(key: str) -> float:
+        return statistics.median(a / b for a, b in zip(links[key], host[key], strict=True))
+
+    rows.append(
+        f"| {loop} | links/host (median of per-round ratios) | {ratio('p50'):.2f}x | "
+        f"{ratio('p99'):.2f}x | {ratio('rate'):.2f}x |"
+    )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--requests", type=int, default=500, help="round trips per round")
+    parser.add_argument("--batch", type=int, default=16384, help="records per batch")
+    parser.add_argument("--repeat", type=int, default=5, help="batches per round")
+    parser.add_argument("--capacity", type=int, default=1024, help="slots per ring and link")
+    parser.add_argument("--loops", default="asyncio,trio")
+    args = parser.parse_args()
+    print(f"pdc-core {pdc_core.__version__}, numpy {np.__version__}, {args}")
+    print("| loop | path | round trip p50 (us) | p99 (us) | request_batch (M records/s) |")
+    print("|---|---|---:|---:|---:|")
+    for loop in args.loops.split(","):
+        results = anyio.run(measure, args, backend=loop)
+        for row in report(loop, results):
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
