@@ -28,18 +28,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
-
-import anyio
+from typing import TYPE_CHECKING, Any
 
 from .._actors import StartOptions, runner_for
 from .._backend._links import PersistentPipeline, launch_pipeline
 from .._backend._persistent_kernel import PersistentKernel
 from .._backend._ring import RingMemory
-from .._exceptions import PersistentKernelError
 from .._loop import check_duration
 from ._actor import PersistentKernelActor
-from ._session import PersistentKernelSession, SessionState, backend_for
+from ._session import _DEFAULT_SPIN_LIMIT, PersistentKernelSession, _ReplyWait, backend_for
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
@@ -80,8 +77,8 @@ class PipelineSession(PersistentKernelSession):
         launch_timeout: float = 10.0,
         receive_window: int | None = None,
         stop_timeout: float = 5.0,
-        wait: Literal["sleep", "spin"] = "sleep",
-        spin_limit: float = 100e-6,
+        wait: _ReplyWait = "sleep",
+        spin_limit: float = _DEFAULT_SPIN_LIMIT,
         **options: Any,
     ) -> PipelineSession:
         """Allocate the host region and the links, launch every stage (the last
@@ -107,28 +104,10 @@ class PipelineSession(PersistentKernelSession):
             wait=wait,
             spin_limit=spin_limit,
         )
-        # The start handshake of PersistentKernelSession.start, on the host region
-        # (stage 0 stores STARTED once every later stage has).
-        try:
-            with anyio.fail_after(launch_timeout):
-                await session.wait_until(lambda: session._ring.started)
-        except TimeoutError:
-            await session._abort()
-            raise PersistentKernelError(
-                pipeline.name,
-                0,
-                f"its stages did not all signal STARTED within {launch_timeout:g} s on "
-                f"{resolved.qualified_name} ({memory.describe()})",
-            ) from None
-        except BaseException:
-            await session._abort()
-            raise
-        if session._final:
-            await session._abort()
-            if session.error is not None:
-                raise session.error
-            raise PersistentKernelError(pipeline.name, 0, "it stopped before it started")
-        session._state = SessionState.RUNNING
+        # Stage 0 stores STARTED once every later stage has.
+        await session._handshake(
+            launch_timeout, pipeline.name, "its stages did not all signal STARTED"
+        )
         return session
 
 

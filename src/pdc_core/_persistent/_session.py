@@ -337,28 +337,34 @@ class PersistentKernelSession:
             wait=wait,
             spin_limit=spin_limit,
         )
-        try:
-            with anyio.fail_after(launch_timeout):
-                await session.wait_until(lambda: session._ring.started)
-        except TimeoutError:
-            await session._abort()
-            raise PersistentKernelError(
-                kernel.name,
-                0,
-                f"it did not signal STARTED within {launch_timeout:g} s on "
-                f"{backend.qualified_name} ({session.memory.describe()})",
-            ) from None
-        except BaseException:
-            await session._abort()
-            raise
-        if session._final:
-            await session._abort()
-            if session._error is not None:
-                raise session._error
-            raise PersistentKernelError(kernel.name, 0, "it stopped before it started")
-        session._state = SessionState.RUNNING
+        await session._handshake(launch_timeout, kernel.name, "it did not signal STARTED")
         _log.debug("persistent kernel %r resident on %s", kernel.name, backend.qualified_name)
         return session
+
+    async def _handshake(self, launch_timeout: float, name: str, failure: str) -> None:
+        """The start handshake: wait until the kernel signals ``STARTED``, or stop it
+        and raise :class:`~pdc_core.PersistentKernelError` (``failure`` says what did
+        not happen in time) or the error it reported."""
+        try:
+            with anyio.fail_after(launch_timeout):
+                await self.wait_until(lambda: self._ring.started)
+        except TimeoutError:
+            await self._abort()
+            raise PersistentKernelError(
+                name,
+                0,
+                f"{failure} within {launch_timeout:g} s on "
+                f"{self.backend.qualified_name} ({self.memory.describe()})",
+            ) from None
+        except BaseException:
+            await self._abort()
+            raise
+        if self._final:
+            await self._abort()
+            if self._error is not None:
+                raise self._error
+            raise PersistentKernelError(name, 0, "it stopped before it started")
+        self._state = SessionState.RUNNING
 
     async def _abort(self) -> None:
         with anyio.CancelScope(shield=True):
