@@ -65,7 +65,7 @@ import time
 from bisect import insort
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -102,6 +102,9 @@ _DROP_LOG_EVERY: Final = 1000
 _log = logging.getLogger("pdc.mailbox")
 #: What :meth:`Mailbox.poll` and :meth:`Mailbox.take` return when there is nothing.
 EMPTY: Final = object()
+#: The priorities of every mailbox that has never held data: shared, and never changed
+#: (a mailbox makes its own list with its first lane).
+_NO_PRIORITIES: Final[list[int]] = []
 
 
 def check_priority(priority: object) -> int:
@@ -222,7 +225,9 @@ class _MailboxBroken(MailboxClosed, BrokenResourceError):
     discarded, as a stopping actor does (:class:`anyio.BrokenResourceError`)."""
 
 
-def _remove(waiters: deque[Any], waiter: Any) -> None:
+def _remove(waiters: deque[Any] | None, waiter: Any) -> None:
+    if waiters is None:
+        return
     try:  # noqa: SIM105 - contextlib.suppress is slower, and this runs per timed-out wait
         waiters.remove(waiter)
     except ValueError:
@@ -232,18 +237,6 @@ def _remove(waiters: deque[Any], waiter: Any) -> None:
 # --------------------------------------------------------------------------------------
 # The mailbox.
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class _Counters:
-    sent: int = 0
-    received: int = 0
-    dropped: int = 0
-    rejected: int = 0
-    discarded: int = 0
-    control_sent: int = 0
-    peak: int = 0
-    dropped_by_priority: dict[int, int] = field(default_factory=dict)
 
 
 class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
@@ -265,8 +258,11 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         "_broken",
         "_capacity",
         "_closed",
-        "_counts",
+        "_control_sent",
         "_ctrl",
+        "_discarded",
+        "_dropped",
+        "_dropped_by_priority",
         "_drops_checked",
         "_drops_logged_at",
         "_drops_warned",
@@ -277,10 +273,14 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         "_on_starved",
         "_ops",
         "_paused",
+        "_peak",
         "_prios",
+        "_received",
         "_receivers",
+        "_rejected",
         "_sealed",
         "_senders",
+        "_sent",
         "_size",
         "_taker",
     )
@@ -301,13 +301,16 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._backpressure = Backpressure.coerce(backpressure)
         self._name = name
         self._on_drop = on_drop
-        self._lanes: list[deque[T] | None] = [None] * 256
-        self._prios: list[int] = []  # priorities with queued data, ascending
+        # An idle mailbox holds no queue at all: each lane (a deque per priority in
+        # use) and each line of waiters is made when first needed, so that ten thousand
+        # idle actors cost little memory and give the collector little to scan.
+        self._lanes: dict[int, deque[T]] = {}
+        self._prios: list[int] = _NO_PRIORITIES  # priorities with queued data, ascending
         self._size = 0
-        self._ctrl: deque[Control] = deque()
-        self._receivers: deque[Any] = deque()
+        self._ctrl: deque[Control] | None = None
+        self._receivers: deque[Any] | None = None
         self._taker: Any = None
-        self._senders: deque[Any] = deque()
+        self._senders: deque[Any] | None = None
         self._kit: Kit | None = None
         self._paused = False
         self._closed = False
@@ -318,7 +321,15 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._sealed = False
         self._on_starved: Callable[[], None] | None = None
         self._ops = 0
-        self._counts = _Counters()
+        # The counters of statistics(): sent == received + dropped + discarded + depth.
+        self._sent = 0
+        self._received = 0
+        self._dropped = 0
+        self._dropped_by_priority: dict[int, int] | None = None  # made at the first drop
+        self._rejected = 0
+        self._discarded = 0
+        self._control_sent = 0
+        self._peak = 0
 
     # -- properties ---------------------------------------------------------------------
 
@@ -361,23 +372,22 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
 
     def statistics(self) -> MailboxStatistics:
         """Return a snapshot of the counters (see :class:`MailboxStatistics`)."""
-        c = self._counts
         return MailboxStatistics(
             name=self._name,
             capacity=self._capacity,
             backpressure=self._backpressure,
             depth=self._size,
-            peak_depth=c.peak,
-            control_depth=len(self._ctrl),
-            sent=c.sent,
-            received=c.received,
-            dropped=c.dropped,
-            dropped_by_priority=MappingProxyType(dict(c.dropped_by_priority)),
-            rejected=c.rejected,
-            discarded=c.discarded,
-            control_sent=c.control_sent,
-            senders_waiting=len(self._senders),
-            receivers_waiting=len(self._receivers) + (self._taker is not None),
+            peak_depth=self._peak,
+            control_depth=len(self._ctrl or ()),
+            sent=self._sent,
+            received=self._received,
+            dropped=self._dropped,
+            dropped_by_priority=MappingProxyType(dict(self._dropped_by_priority or {})),
+            rejected=self._rejected,
+            discarded=self._discarded,
+            control_sent=self._control_sent,
+            senders_waiting=len(self._senders or ()),
+            receivers_waiting=len(self._receivers or ()) + (self._taker is not None),
             paused=self._paused,
             closed=self._closed,
         )
@@ -389,44 +399,49 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     # -- internals ----------------------------------------------------------------------
 
     def _push(self, item: T, priority: int) -> None:
-        lane = self._lanes[priority]
+        lane = self._lanes.get(priority)
         if lane is None:
-            lane = self._lanes[priority] = deque()
+            lane = self._new_lane(priority)
         if not lane:
             insort(self._prios, priority)
         lane.append(item)
         size = self._size = self._size + 1
-        c = self._counts
-        c.sent += 1
-        if size > c.peak:
-            c.peak = size
+        self._sent += 1
+        if size > self._peak:
+            self._peak = size
         if (self._receivers or self._taker is not None) and not self._paused:
             self._wake_receiver()
+
+    def _new_lane(self, priority: int) -> deque[T]:
+        if not self._lanes:
+            self._prios = []  # the mailbox's own list, from its first lane on
+        lane: deque[T] = deque()
+        self._lanes[priority] = lane
+        return lane
 
     def _requeue(self, item: T, priority: int) -> None:
         """Put back, first in its priority, an item whose receiver was cancelled after
         it was handed over (asyncio can cancel a task whose wake-up is pending). The
         mailbox may hold ``capacity + 1`` messages until it is received."""
-        lane = self._lanes[priority]
+        lane = self._lanes.get(priority)
         if lane is None:
-            lane = self._lanes[priority] = deque()
+            lane = self._new_lane(priority)
         if not lane:
             insort(self._prios, priority)
         lane.appendleft(item)
         self._size += 1
-        self._counts.received -= 1
+        self._received -= 1
         if (self._receivers or self._taker is not None) and not self._paused:
             self._wake_receiver()
 
     def _pop(self) -> T:
         prios = self._prios
         lane = self._lanes[prios[-1]]
-        assert lane is not None
         item = lane.popleft()
         if not lane:
             prios.pop()
         size = self._size = self._size - 1
-        self._counts.received += 1
+        self._received += 1
         if self._senders:
             self._wake_sender()
         if not size and self._closed and not self._sealed:
@@ -478,9 +493,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if taker.done():
             return False
         taker.set_result(item)
-        c = self._counts
-        c.sent += 1
-        c.received += 1
+        self._sent += 1
+        self._received += 1
         return True
 
     def _abandon_receiver(self, waiter: Any) -> None:
@@ -503,10 +517,12 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                     return
 
     def _drop(self, item: T, priority: int) -> None:
-        c = self._counts
-        c.dropped += 1
-        c.dropped_by_priority[priority] = c.dropped_by_priority.get(priority, 0) + 1
-        if c.dropped - self._drops_checked >= _DROP_LOG_EVERY or c.dropped == 1:
+        self._dropped += 1
+        by_priority = self._dropped_by_priority
+        if by_priority is None:
+            by_priority = self._dropped_by_priority = {}
+        by_priority[priority] = by_priority.get(priority, 0) + 1
+        if self._dropped - self._drops_checked >= _DROP_LOG_EVERY or self._dropped == 1:
             self._log_drops()  # the first drop, then at most once a second
         if self._on_drop is not None:
             self._on_drop(item)
@@ -514,7 +530,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     def _log_drops(self) -> None:
         """Warn about drops: the first, then at most once a second (the clock is read
         once per :data:`_DROP_LOG_EVERY` drops)."""
-        dropped = self._drops_checked = self._counts.dropped
+        dropped = self._drops_checked = self._dropped
         now = time.monotonic()
         if dropped > 1 and now - self._drops_logged_at < 1.0:
             return
@@ -533,11 +549,10 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         prios = self._prios
         lowest = prios[0]
         if priority < lowest:
-            self._counts.sent += 1
+            self._sent += 1
             self._drop(item, priority)
             return
         lane = self._lanes[lowest]
-        assert lane is not None
         victim = lane.popleft()
         if not lane:
             prios.pop(0)
@@ -585,7 +600,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         elif self._backpressure is Backpressure.DROP_OLDEST:
             self._offer_full(item, priority)
         else:
-            self._counts.rejected += 1
+            self._rejected += 1
             raise self._full_error()
 
     async def send(self, item: T, priority: int = DEFAULT_PRIORITY) -> None:
@@ -629,7 +644,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             self._offer_full(item, priority)
             return
         if self._backpressure is Backpressure.RAISE:
-            self._counts.rejected += 1
+            self._rejected += 1
             raise self._full_error()
         await self._wait_for_room(kit)
         self._push(item, priority)
@@ -648,6 +663,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._check_loop(kit)
         while True:
             waiter = kit.waiter()
+            if self._senders is None:
+                self._senders = deque()
             self._senders.append(waiter)
             try:
                 await waiter
@@ -682,7 +699,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                 for item in batch[accepted:]:
                     self._offer_full(item, priority)
                 return len(batch)
-            self._counts.rejected += len(batch) - accepted
+            self._rejected += len(batch) - accepted
             raise self._full_error(accepted)
         return accepted
 
@@ -709,7 +726,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                 self._offer_full(item, priority)
             return total
         if self._backpressure is Backpressure.RAISE:
-            self._counts.rejected += total - done
+            self._rejected += total - done
             raise self._full_error(done)
         while done < total:
             await self._wait_for_room(kit)
@@ -722,9 +739,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if room <= 0 or start >= len(batch):
             return start
         stop = min(len(batch), start + room)
-        lane = self._lanes[priority]
+        lane = self._lanes.get(priority)
         if lane is None:
-            lane = self._lanes[priority] = deque()
+            lane = self._new_lane(priority)
         if not lane:
             insort(self._prios, priority)
         if start == 0 and stop == len(batch):
@@ -733,10 +750,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             lane.extend(batch[start:stop])  # not islice: that would skip `start` items
         n = stop - start
         size = self._size = self._size + n
-        c = self._counts
-        c.sent += n
-        if size > c.peak:
-            c.peak = size
+        self._sent += n
+        if size > self._peak:
+            self._peak = size
         if (self._receivers or self._taker is not None) and not self._paused:
             self._wake_receiver()
         return stop
@@ -748,8 +764,10 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         """
         if not isinstance(message, Control):
             raise TypeError(f"control messages must be Control instances, got {message!r}")
+        if self._ctrl is None:
+            self._ctrl = deque()
         self._ctrl.append(message)
-        self._counts.control_sent += 1
+        self._control_sent += 1
         if self._receivers or self._taker is not None:
             self._wake_receiver()
 
@@ -826,8 +844,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     def count_undelivered(self) -> None:
         """An item taken from the mailbox never reached its receiver (it was cancelled
         and the item cannot go back): count it as discarded instead of received."""
-        self._counts.received -= 1
-        self._counts.discarded += 1
+        self._received -= 1
+        self._discarded += 1
 
     def park_taker(self) -> Waiter | None:
         """Become the mailbox's single taker, waiting without a timeout.
@@ -908,6 +926,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             if self._closed and not self._sealed and not self._size and not self._ctrl:
                 raise self._ended_error()
             waiter = kit.waiter()
+            if self._receivers is None:
+                self._receivers = deque()
             self._receivers.append(waiter)
             if self._sealed and self._on_starved is not None and not self._size:
                 self._on_starved()
@@ -941,7 +961,6 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         want = max_items - len(out)
         while prios and taken < want:
             lane = lanes[prios[-1]]
-            assert lane is not None
             n = min(len(lane), want - taken)
             if n == len(lane):
                 out.extend(lane)
@@ -953,9 +972,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             taken += n
         if taken:
             self._size -= taken
-            self._counts.received += taken
+            self._received += taken
             senders = self._senders
-            for _ in range(min(taken, len(senders))):
+            for _ in range(min(taken, len(senders or ()))):
                 self._wake_sender()
             if not self._size and self._closed and not self._sealed:
                 self._wake_all_receivers()
@@ -993,7 +1012,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if not self._paused:
             return
         self._paused = False
-        waiting = len(self._receivers) + (self._taker is not None)
+        waiting = len(self._receivers or ()) + (self._taker is not None)
         for _ in range(min(self._size, waiting)):
             self._wake_receiver()
 
@@ -1046,7 +1065,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         taker = self._taker
         if taker is not None and not taker.done():
             return True
-        return any(not waiter.done() for waiter in self._receivers)
+        return any(not waiter.done() for waiter in self._receivers or ())
 
     def discard(self) -> list[T]:
         """Remove and return every queued data message, counting them as discarded.
@@ -1059,12 +1078,11 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         out: list[T] = []
         for priority in reversed(self._prios):
             lane = self._lanes[priority]
-            assert lane is not None
             out.extend(lane)
             lane.clear()
         self._prios.clear()
         self._size = 0
-        self._counts.discarded += len(out)
+        self._discarded += len(out)
         if self._closed and not self._sealed:
             self._broken = True  # closed and emptied for good: the receiving side is gone
         while self._senders:

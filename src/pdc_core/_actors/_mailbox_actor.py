@@ -12,6 +12,8 @@ from __future__ import annotations
 import inspect
 import itertools
 from collections.abc import Awaitable, Callable, Iterable
+from inspect import CO_COROUTINE
+from types import FunctionType
 from typing import Any, Final, Generic, TypeVar, cast
 
 import anyio
@@ -24,7 +26,15 @@ from .._exceptions import (
     MessageDropped,
     MessageTimeout,
 )
-from .._loop import TIMED_OUT, Kit, check_timeout, current_kit, fail, wake, woken_value
+from .._loop import (
+    TIMED_OUT,
+    Kit,
+    check_timeout,
+    current_kit,
+    fail,
+    wake,
+    woken_value,
+)
 from ._mailbox import DEFAULT_PRIORITY, EMPTY, Control, Mailbox, check_priority
 from ._refs import (
     ActorRef,
@@ -81,6 +91,28 @@ class Actor(Generic[M, R]):
 class _FunctionActor(Actor[Any, Any]):
     def __init__(self, fn: Callable[[Any], Awaitable[Any]]) -> None:
         self.handle = fn  # type: ignore[method-assign, assignment]
+
+
+def _same(instance: Actor[Any, Any]) -> Actor[Any, Any]:
+    """The factory of an actor given as an instance: reused across restarts."""
+    return instance
+
+
+def _construct(cls: type[Actor[Any, Any]], *args: Any) -> Actor[Any, Any]:
+    """The factory of an actor given as a class."""
+    return cls(*args)
+
+
+def _checked(factory: Callable[..., Any], *args: Any) -> Actor[Any, Any]:
+    """Call a user's factory and check that it made an Actor."""
+    actor = factory(*args)
+    if not isinstance(actor, Actor):
+        label = getattr(factory, "__name__", type(factory).__name__)
+        raise TypeError(
+            f"actor factory {label!r} returned {type(actor).__name__}, not an Actor "
+            "(a handler must be an `async def handler(message)`)"
+        )
+    return actor
 
 
 class _Stop(Control):
@@ -339,6 +371,8 @@ class MailboxActorRef(ActorRef[M, R]):
         if runner.finished:
             return
         waiter = self._kit.waiter()
+        if runner.stop_waiters is None:
+            runner.stop_waiters = []
         runner.stop_waiters.append(waiter)
         await waiter
 
@@ -362,17 +396,49 @@ class MailboxActorRef(ActorRef[M, R]):
 
 
 class MailboxActor(ActorRunner):
-    """Runs a mailbox actor: one task, one loop, no task per message."""
+    """Runs a mailbox actor: one task, one loop, no task per message.
+
+    ``make(target, *args)`` makes the actor of each incarnation.
+    """
+
+    _engages_cancel_scope = True
+
+    __slots__ = (
+        "_args",
+        "_inflight",
+        "_kit",
+        "_mailbox",
+        "_make",
+        "_max_batch",
+        "_ran_in_nursery",
+        "_ref",
+        "_target",
+        "_task",
+        "cancel_scope",
+        "crash",
+        "errors",
+        "finished",
+        "handled",
+        "is_member",
+        "restarts",
+        "skipped",
+        "state",
+        "stop_waiters",
+    )
 
     def __init__(
         self,
         actor_id: str,
-        make: Callable[[], Actor[Any, Any]],
+        make: Callable[..., Actor[Any, Any]],
+        target: Any,
+        args: tuple[Any, ...],
         mailbox: Mailbox[Any],
         kit: Kit,
         max_batch: int,
     ) -> None:
         self._make = make
+        self._target = target
+        self._args = args
         self._mailbox = mailbox
         self._kit = kit
         self._max_batch = max_batch
@@ -385,11 +451,13 @@ class MailboxActor(ActorRunner):
         self.errors = 0
         self.restarts = 0
         self.skipped = 0
-        self.stop_waiters: list[Any] = []
+        self.stop_waiters: list[Any] | None = None
         self._inflight: Any = None
         self._task: Any = None
         #: Set by a draining nursery: whether a task is one of the nursery's actors.
         self.is_member: Callable[[object], bool] | None = None
+        self.cancel_scope = None
+        self._ran_in_nursery = False
 
     @property
     def ref(self) -> MailboxActorRef[Any, Any]:
@@ -417,28 +485,46 @@ class MailboxActor(ActorRunner):
     def is_current_task(self) -> bool:
         return self._task is not None and self._task is self._kit.current_task()
 
-    async def run(self, started: Callable[[], None]) -> None:
-        self._task = self._kit.current_task()
-        actor = self._make()
-        actor.ref = self._ref
-        await actor.on_start()
-        if self.state is not ActorState.STOPPING:
+    def _ready_at_once(self) -> bool:
+        # A handler, or an instance without on_start: making it cannot fail or wait.
+        make = self._make
+        if make is _FunctionActor or (
+            make is _same and type(self._target).on_start is Actor.on_start
+        ):
             self.state = ActorState.PAUSED if self._mailbox.paused else ActorState.RUNNING
-        started()
-        if type(actor).handle_batch is not Actor.handle_batch:
-            stopped = await self._serve_batches(actor)
-        else:
-            stopped = await self._serve(actor)
-        if stopped:
-            await actor.on_stop()
+            return True
+        return False
 
-    async def _serve(self, actor: Actor[Any, Any]) -> bool:
-        """Handle messages one at a time until stopped; return True on a clean stop.
+    async def run(self, started: Callable[[], None]) -> None:
+        """Make the actor, start it, then handle messages one at a time until stopped.
 
-        This is the hot loop: it reads the mailbox directly and resolves each reply
-        from this task, with no task, timer or cancel scope per message.
+        The loop is the hot path: it reads the mailbox directly and resolves each
+        reply from this task, with no task, timer or cancel scope per message (and no
+        coroutine of its own: each wake-up of the actor passes through this frame).
+        The incarnation's cancel scope is engaged before the first of the user's code
+        that can wait, so a handler actor that never gets a message never needs one.
         """
+        self._task = self._kit.current_task()
+        scope = self.cancel_scope
+        assert scope is not None
+        if self._make is not _FunctionActor and self._make is not _same:
+            scope.engage()  # a user's class or factory
+        actor = self._make(self._target, *self._args)
+        actor.ref = self._ref
+        cls = type(actor)
+        if cls.on_start is not Actor.on_start:
+            scope.engage()
+            await actor.on_start()
         mailbox = self._mailbox
+        if self.state is not ActorState.STOPPING:
+            self.state = ActorState.PAUSED if mailbox.paused else ActorState.RUNNING
+        started()
+        if cls.handle_batch is not Actor.handle_batch:
+            scope.engage()
+            if await self._serve_batches(actor) and cls.on_stop is not Actor.on_stop:
+                await actor.on_stop()
+            return
+        engaged = False
         kit = self._kit
         handle = actor.handle
         poll = mailbox.poll
@@ -455,7 +541,7 @@ class MailboxActor(ActorRunner):
                         and not mailbox._size
                         and not mailbox._ctrl
                     ):
-                        return True
+                        break
                     waiter = new_waiter()
                     mailbox._taker = waiter
                     if mailbox._sealed and mailbox._on_starved is not None:
@@ -470,6 +556,9 @@ class MailboxActor(ActorRunner):
                     if item is None:
                         continue
                 if item.__class__ is tuple:
+                    if not engaged:
+                        scope.engage()
+                        engaged = True
                     message, sink, index = item
                     if sink is None:
                         await handle(message)
@@ -495,10 +584,13 @@ class MailboxActor(ActorRunner):
                         item = None
                         await kit.checkpoint()
                 elif item is _STOP:
-                    return True
+                    break
         except BaseException:
             self._inflight = item
             raise
+        if cls.on_stop is not Actor.on_stop:
+            scope.engage()
+            await actor.on_stop()
 
     async def _serve_batches(self, actor: Actor[Any, Any]) -> bool:
         """Hand every waiting message (up to max_batch) to ``handle_batch`` at once."""
@@ -626,19 +718,26 @@ class MailboxActor(ActorRunner):
         self._fail_inflight(failure)
         for envelope in mailbox.discard():
             _fail_envelope(envelope, failure())
-        waiters, self.stop_waiters = self.stop_waiters, []
-        for waiter in waiters:
+        waiters, self.stop_waiters = self.stop_waiters, None
+        for waiter in waiters or ():
             wake(waiter)
 
-
-def _on_drop_for(name: str) -> Callable[[Any], None]:
-    def on_drop(envelope: Any) -> None:
+    def dropped(self, envelope: Any) -> None:
+        """The mailbox's drop_oldest policy dropped ``envelope``: fail its request."""
         error = MessageDropped(
-            f"request to actor {name!r} was dropped by its full mailbox (policy drop_oldest)"
+            f"request to actor {self._ref.actor_id!r} was dropped by its full mailbox "
+            "(policy drop_oldest)"
         )
         _fail_envelope(envelope, error)
 
-    return on_drop
+
+def _is_async(target: object) -> bool:
+    """Whether ``target`` is an async function, or an object with an async ``__call__``."""
+    if target.__class__ is FunctionType and target.__code__.co_flags & CO_COROUTINE:
+        return True  # the common case, without inspect's unwrapping
+    return inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
+        getattr(target, "__call__", None)  # noqa: B004
+    )
 
 
 def _check_factory(factory: Callable[..., Any], label: str, args: tuple[Any, ...]) -> None:
@@ -660,46 +759,24 @@ def _check_factory(factory: Callable[..., Any], label: str, args: tuple[Any, ...
 @runner_for.register(object)
 def _mailbox_runner(target: Any, /, args: tuple[Any, ...], options: StartOptions) -> MailboxActor:
     """Mailbox actors serve every target no other kind of actor claims."""
+    make: Callable[..., Actor[Any, Any]]
     if isinstance(target, type) and issubclass(target, Actor):
         label = target.__name__
-
-        def make() -> Actor[Any, Any]:
-            return target(*args)
-
+        make = _construct
     elif isinstance(target, Actor):
         if args:
             raise TypeError("positional arguments do not apply to an Actor instance")
         label = type(target).__name__
-        instance = target
-
-        def make() -> Actor[Any, Any]:
-            return instance
-
-    elif inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(
-        getattr(target, "__call__", None)  # noqa: B004
-    ):
+        make = _same
+    elif _is_async(target):
         if args:
             raise TypeError("positional arguments do not apply to a handler function")
         label = getattr(target, "__name__", type(target).__name__)
-        fn = target
-
-        def make() -> Actor[Any, Any]:
-            return _FunctionActor(fn)
-
+        make = _FunctionActor
     elif callable(target):
         label = getattr(target, "__name__", type(target).__name__)
         _check_factory(target, label, args)
-        factory = target
-
-        def make() -> Actor[Any, Any]:
-            actor = factory(*args)
-            if not isinstance(actor, Actor):
-                raise TypeError(
-                    f"actor factory {label!r} returned {type(actor).__name__}, not an Actor "
-                    "(a handler must be an `async def handler(message)`)"
-                )
-            return actor
-
+        make = _checked
     else:
         raise TypeError(
             "start_actor() needs an Actor subclass or instance, an async handler "
@@ -709,12 +786,11 @@ def _mailbox_runner(target: Any, /, args: tuple[Any, ...], options: StartOptions
     actor_id = name if name is not None else f"{label}-{next(_ids)}"
     kit = current_kit()
     mailbox: Mailbox[Any] = Mailbox(
-        options.capacity,
-        backpressure=options.backpressure,
-        name=actor_id,
-        on_drop=_on_drop_for(actor_id),
+        options.capacity, backpressure=options.backpressure, name=actor_id
     )
     mailbox._kit = kit
     if options.paused:
         mailbox.pause()
-    return MailboxActor(actor_id, make, mailbox, kit, options.max_batch)
+    runner = MailboxActor(actor_id, make, target, args, mailbox, kit, options.max_batch)
+    mailbox._on_drop = runner.dropped
+    return runner

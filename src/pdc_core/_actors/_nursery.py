@@ -47,12 +47,11 @@ from __future__ import annotations
 
 import logging
 import math
-import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack, overload
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack, overload
 
 import anyio
 import anyio.abc
@@ -64,7 +63,15 @@ from .._exceptions import (
     LifecycleError,
     ShutdownTimeout,
 )
-from .._loop import check_duration, current_kit
+from .._loop import (
+    IncarnationScope,
+    Kit,
+    TaskHost,
+    Waiter,
+    check_duration,
+    current_kit,
+    wake,
+)
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
 from ._refs import ActorRef, ActorRunner, Placement, StartOptions, runner_for
 
@@ -140,8 +147,58 @@ class _StartKeywords(_LocalStartKeywords, total=False):
 
 _log = logging.getLogger("pdc.actors")
 
-#: Runners that have been started: a runner runs in one nursery, once.
-_started: weakref.WeakSet[ActorRunner] = weakref.WeakSet()
+
+class _Start:
+    """The start handshake of one actor, between ``start_actor`` and the actor's task.
+
+    The task calls it (it is the runner's ``started()``) or :meth:`fail`;
+    ``start_actor`` returns or raises accordingly. ``abandoned`` is set
+    when ``start_actor`` was cancelled first: the actor is then cancelled too.
+    """
+
+    __slots__ = ("abandoned", "done", "error", "waiter")
+
+    def __init__(self) -> None:
+        self.done = False
+        self.abandoned = False
+        self.error: BaseException | None = None
+        self.waiter: Waiter | None = None
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.done = True
+            if self.waiter is not None:
+                wake(self.waiter)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.error = error
+            self()
+
+
+#: The start of every actor that is ready at once (shared: it never changes).
+_READY = _Start()
+_READY.done = True
+
+
+def _raise_errors(
+    exceptions: list[BaseException], group: BaseExceptionGroup[BaseException] | None
+) -> NoReturn:
+    """Raise what an actor nursery ends with: its one error, bare; several as a group;
+    or, when there are only cancellations, the cancellation (``group`` if given, so that
+    it is re-raised as itself)."""
+    whole = BaseExceptionGroup("errors in an actor nursery", exceptions)
+    errors = _errors(whole)
+    if len(errors) == 1:
+        raise errors[0] from errors[0].__cause__
+    if errors:
+        raise BaseExceptionGroup("several errors in an actor nursery", errors) from None
+    leaves = _flatten(whole)  # only cancellations: they belong to the scope
+    if len(leaves) == 1:
+        raise leaves[0] from leaves[0].__cause__
+    if group is not None:
+        raise group
+    raise whole
 
 
 def _errors(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
@@ -177,6 +234,15 @@ class ActorNursery:
     def __init__(self, *, shutdown_timeout: float | None = None) -> None:
         shutdown_timeout = check_duration(shutdown_timeout, "shutdown_timeout")
         self._tg: anyio.abc.TaskGroup | None = None
+        self._kit: Kit | None = None
+        #: Where the actors' tasks run, held by the keeper task (see _keep).
+        self._host: TaskHost | None = None
+        #: Resolved when the nursery closes: the keeper then waits for every actor.
+        self._closing: Waiter | None = None
+        #: Every actor is being cancelled (the nursery is); later incarnations too.
+        self._cancelling = False
+        #: What escaped the actors (crashes that escalated), raised by __aexit__.
+        self._errors: list[BaseException] = []
         self._actors: dict[str, ActorRef[Any, Any]] = {}
         self._runners: dict[str, ActorRunner] = {}
         self._shutdown_timeout = shutdown_timeout
@@ -193,10 +259,51 @@ class ActorNursery:
     async def __aenter__(self) -> ActorNursery:
         if self._tg is not None:
             raise LifecycleError("an ActorNursery can be entered only once")
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
+        kit = self._kit = current_kit()
+        self._closing = kit.waiter()
+        tg = self._tg = anyio.create_task_group()
+        await tg.__aenter__()
+        try:
+            await tg.start(self._keep, name="pdc-nursery")
+        except BaseException as exc:
+            await tg.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         self._open = True
         return self
+
+    async def _keep(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """The task of the task group that holds the actors' tasks.
+
+        Actors run in a :class:`~pdc_core._loop.TaskHost` rather than as tasks of the
+        anyio task group, whose per-task bookkeeping would cost several times the
+        actor itself. This task stands for all of them in the group: it leaves the
+        host (waiting for every actor) once the nursery closes, and when the group is
+        cancelled it is too, and the host cancels every actor.
+        """
+        assert self._kit is not None
+        assert self._closing is not None
+        async with self._kit.task_host(self._cancel_actors) as host:
+            self._host = host
+            task_status.started()
+            await self._closing
+
+    def _escalate(self, error: BaseException) -> None:
+        """An error ends the nursery: record it for ``__aexit__`` and cancel the actors
+        and the body now, before the requests pending on the failed actor are failed,
+        so that a caller of this nursery ends by its cancellation, not by them."""
+        self._errors.append(error)
+        self._cancel_actors()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+
+    def _cancel_actors(self) -> None:
+        """Cancel every actor, through the cancel scope of its incarnation."""
+        self._cancelling = True
+        for runner in list(self._runners.values()):
+            if runner.cancel_scope is not None:
+                runner.cancel_scope.cancel()
 
     async def __aexit__(
         self,
@@ -205,23 +312,24 @@ class ActorNursery:
         tb: TracebackType | None,
     ) -> bool:
         assert self._tg is not None
+        assert self._closing is not None
         self._open = False
         if exc is None:
             self._drain()
             if self._shutdown_timeout is not None and self._actors:
                 self._tg.start_soon(self._watchdog, self._shutdown_timeout)
+        wake(self._closing)
+        crashes = self._errors
         try:
             suppressed = bool(await self._tg.__aexit__(exc_type, exc, tb))
         except BaseExceptionGroup as group:
-            errors = _errors(group)
-            if len(errors) == 1:
-                raise errors[0] from errors[0].__cause__
-            if errors:
-                raise BaseExceptionGroup("several errors in an actor nursery", errors) from None
-            leaves = _flatten(group)  # only cancellations: they belong to the scope
-            if len(leaves) == 1:
-                raise leaves[0] from leaves[0].__cause__
+            _raise_errors([*crashes, *group.exceptions], group)
+        except BaseException as error:
+            if crashes:
+                _raise_errors([*crashes, error], None)
             raise
+        if crashes:
+            _raise_errors(list(crashes), None)
         if self._left is not None:
             raise ShutdownTimeout(self._shutdown_timeout or 0.0, self._left)
         return suppressed
@@ -388,24 +496,45 @@ class ActorNursery:
                 f"placement must be a pdc_core.lowlevel.Placement (with a runner_for method)"
                 f" or None, not {placement!r}"
             )
-        if runner in _started:
+        if runner._ran_in_nursery:
             raise LifecycleError(
                 f"{runner!r} has already run in a nursery; make a new one to start again"
             )
-        actor_id = runner.ref.actor_id
+        ref = runner.ref
+        actor_id = ref.actor_id
         if actor_id in self._actors:
             raise DuplicateActorError(f"an actor named {actor_id!r} is already running")
-        self._actors[actor_id] = runner.ref
+        assert self._host is not None
+        assert self._kit is not None
+        self._actors[actor_id] = ref
         self._runners[actor_id] = runner
-        _started.add(runner)
+        runner._ran_in_nursery = True
+        ready = runner._ready_at_once()  # then there is nothing to wait for
+        start = _READY if ready else _Start()
+        self._host.spawn(self._supervise, runner, restart, start, name=f"pdc-actor-{actor_id}")
+        if ready:
+            return ref
+        kit = self._kit
         try:
-            ref: ActorRef[Any, Any] = await self._tg.start(
-                self._supervise, runner, restart, name=f"pdc-actor-{actor_id}"
-            )
+            await kit.checkpoint()  # the actor's task runs, usually as far as started()
+            if not start.done:
+                start.waiter = kit.waiter()
+                await start.waiter
         except BaseException:
-            self._forget(actor_id, runner)
+            await self._abandon(runner, start)
             raise
+        if start.error is not None:
+            raise start.error
         return ref
+
+    @staticmethod
+    async def _abandon(runner: ActorRunner, start: _Start) -> None:
+        """``start_actor`` was cancelled: cancel the actor and wait until it is gone."""
+        start.abandoned = True
+        if runner.cancel_scope is not None:
+            runner.cancel_scope.cancel()
+        with anyio.CancelScope(shield=True):
+            await runner.ref.wait()
 
     def _forget(self, actor_id: str, runner: ActorRunner) -> None:
         if self._runners.get(actor_id) is runner:
@@ -413,93 +542,103 @@ class ActorNursery:
             del self._actors[actor_id]
             self._check_quiescent()  # the others may have been waiting for this one
 
+    def _incarnation_scope(self, runner: ActorRunner, start: _Start) -> IncarnationScope:
+        """A new cancel scope for ``runner``, already cancelled if the actor must not go on."""
+        assert self._kit is not None
+        scope = runner.cancel_scope = self._kit.cancel_scope()
+        if self._cancelling or start.abandoned:
+            scope.cancel()
+        return scope
+
     async def _supervise(
-        self,
-        runner: ActorRunner,
-        restart: RestartPolicy | None,
-        *,
-        task_status: anyio.abc.TaskStatus[ActorRef[Any, Any]] = anyio.TASK_STATUS_IGNORED,
+        self, runner: ActorRunner, restart: RestartPolicy | None, start: _Start
     ) -> None:
+        """The actor's task: run its incarnations, restart or escalate crashes, and
+        finalize it once it is done for good. Nothing escapes but cancellation: a crash
+        that escalates is recorded for ``__aexit__`` and cancels the nursery."""
         ref = runner.ref
         actor_id = ref.actor_id
         _log.debug("starting actor %r (%s)", actor_id, type(runner).__name__)
-        is_started = False
-        task = current_kit().current_task()
+        assert self._kit is not None
+        task = self._kit.current_task()
         self._tasks.add(task)
-
-        def started() -> None:
-            nonlocal is_started
-            if not is_started:
-                is_started = True
-                task_status.started(ref)
-
-        history: deque[float] = deque()
+        history: deque[float] | None = None
         error: BaseException | None = None
         try:
             while True:
+                scope = self._incarnation_scope(runner, start)
                 try:
-                    with anyio.CancelScope() as scope:
-                        runner.cancel_scope = scope
-                        await runner.run(started)
+                    with scope:
+                        if not runner._engages_cancel_scope:
+                            scope.engage()
+                        await runner.run(start)
                 except Exception as exc:
-                    if not is_started:
+                    if not start.done:
                         crashed = ActorCrashed(actor_id, exc, note=" while starting")
                         runner.on_crash(exc, restarting=False)
                         error = crashed
                         _log.warning("%s", crashed)
-                        raise crashed from exc
+                        start.fail(crashed)
+                        return
                     now = anyio.current_time()
-                    while history and history[0] <= now - (restart.within if restart else 0):
-                        history.popleft()
-                    if restart is not None and len(history) < restart.max_restarts:
-                        history.append(now)
-                        runner.on_crash(exc, restarting=True)
-                        delay = restart.delay(len(history))
-                        _log.warning(
-                            "actor %r crashed (%s: %s); restart %d of %d within %g s, in %g s",
-                            actor_id,
-                            type(exc).__name__,
-                            exc,
-                            len(history),
-                            restart.max_restarts,
-                            restart.within,
-                            delay,
-                        )
-                        # Under the runner's scope too: stop(timeout=...) and the
-                        # nursery's shutdown_timeout hold while it waits out the backoff.
-                        with anyio.CancelScope() as backoff:
-                            runner.cancel_scope = backoff
-                            await anyio.sleep(delay)
-                        if backoff.cancelled_caught:
-                            return  # stopped while waiting to restart
-                        continue
+                    if restart is not None:
+                        if history is None:
+                            history = deque()
+                        while history and history[0] <= now - restart.within:
+                            history.popleft()
+                        if len(history) < restart.max_restarts:
+                            history.append(now)
+                            runner.on_crash(exc, restarting=True)
+                            delay = restart.delay(len(history))
+                            _log.warning(
+                                "actor %r crashed (%s: %s); restart %d of %d within %g s, in %g s",
+                                actor_id,
+                                type(exc).__name__,
+                                exc,
+                                len(history),
+                                restart.max_restarts,
+                                restart.within,
+                                delay,
+                            )
+                            # Under the runner's scope too: stop(timeout=...) and the
+                            # nursery's shutdown_timeout hold while it waits out the backoff.
+                            with self._incarnation_scope(runner, start) as backoff:
+                                await anyio.sleep(delay)  # nothing shielded: not engaged
+                            if backoff.cancelled_caught:
+                                return  # stopped while waiting to restart
+                            continue
                     runner.on_crash(exc, restarting=False)
-                    crashed = ActorCrashed(actor_id, exc)
-                    error = crashed
+                    crashed = error = ActorCrashed(actor_id, exc)
                     _log.warning("%s; cancelling the rest of its nursery", crashed)
-                    # One for all: cancel the siblings and the body now, before the
-                    # requests pending on this actor are failed (in `finally`), so that
-                    # a caller of this nursery ends by its cancellation, not by them.
-                    if self._tg is not None:
-                        self._tg.cancel_scope.cancel()
-                    raise crashed from exc
+                    self._escalate(crashed)
+                    return
                 else:
-                    if scope.cancelled_caught and not is_started:
-                        raise ActorStopped(
+                    if scope.cancelled_caught and not start.done:
+                        error = ActorStopped(
                             f"actor {actor_id!r} was stopped while starting", actor_id=actor_id
                         )
-                    started()
+                        start.fail(error)
+                        return
+                    start()
                     _log.debug("actor %r stopped", actor_id)
                     return
         except BaseException as exc:
             if error is None:
                 error = exc
-            raise
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise
+            self._escalate(exc)  # KeyboardInterrupt, SystemExit: the nursery raises it
         finally:
             self._tasks.discard(task)
             runner.cancel_scope = None
             self._forget(actor_id, runner)
             runner.finalize(error)
+            if not start.done:  # cancelled before it started
+                start.fail(
+                    ActorStopped(
+                        f"actor {actor_id!r} was cancelled while starting", actor_id=actor_id
+                    )
+                )
 
 
 def open_nursery(*, shutdown_timeout: float | None = None) -> ActorNursery:

@@ -25,6 +25,7 @@ import anyio
 from anyio.abc import ObjectSendStream
 
 from .._exceptions import ActorStopped
+from .._loop import IncarnationScope
 from ._mailbox import Backpressure, MailboxStatistics
 
 __all__ = [
@@ -279,8 +280,15 @@ class ActorRunner(ABC):
     tears the kernel down in a ``finally``; its ``ref`` subclasses :class:`ActorRef`.
     """
 
-    #: Cancel scope of the current incarnation, set by the nursery before :meth:`run`.
-    cancel_scope: anyio.CancelScope | None = None
+    #: Cancel scope of the current incarnation, set by the nursery before :meth:`run`;
+    #: ``cancel_scope.cancel()`` force-stops the incarnation.
+    cancel_scope: IncarnationScope | None = None
+    #: Set by the nursery that starts the runner: a runner runs in one nursery, once.
+    _ran_in_nursery: bool = False
+    #: pdc's own runners set this when :meth:`run` calls ``cancel_scope.engage()``
+    #: itself before anything that may wait in a cancel scope of its own (see
+    #: :class:`~pdc_core._loop.IncarnationScope`); otherwise the nursery does at once.
+    _engages_cancel_scope: bool = False
 
     @property
     @abstractmethod
@@ -290,6 +298,13 @@ class ActorRunner(ABC):
     @abstractmethod
     async def run(self, started: Callable[[], None]) -> None:
         """Run one incarnation; call ``started()`` once ready; return when stopped."""
+
+    def _ready_at_once(self) -> bool:
+        """pdc's own runners: True when getting ready involves nothing that waits or can
+        fail, so the actor is ready as soon as its task exists (``run`` then calls
+        ``started()`` before it first waits) and ``start_actor`` need not wait for it.
+        The runner then reports itself running at once. The default is False."""
+        return False
 
     def on_crash(self, error: Exception, *, restarting: bool) -> None:  # noqa: B027
         """Called when :meth:`run` raised ``error``, before a restart or escalation.

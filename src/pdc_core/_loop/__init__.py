@@ -23,13 +23,15 @@ from typing import Any, Literal
 
 from ._asyncio import AsyncioKit
 from ._asyncio import woken_value as _asyncio_woken_value
-from ._common import TIMED_OUT, Kit, Waiter, fail, wake
+from ._common import TIMED_OUT, IncarnationScope, Kit, TaskHost, Waiter, fail, wake
 from ._trio import TrioKit, TrioWaiter
 from ._trio import woken_value as _trio_woken_value
 
 __all__ = [
     "TIMED_OUT",
+    "IncarnationScope",
     "Kit",
+    "TaskHost",
     "Waiter",
     "check_duration",
     "check_timeout",

@@ -5,10 +5,11 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
+from types import TracebackType
 from typing import Any, Final, Protocol
 
-__all__ = ["TIMED_OUT", "Kit", "Timer", "Waiter", "fail", "wake"]
+__all__ = ["TIMED_OUT", "IncarnationScope", "Kit", "TaskHost", "Timer", "Waiter", "fail", "wake"]
 
 #: Value a waiter resolves to when its timeout expires.
 TIMED_OUT: Final = object()
@@ -76,6 +77,64 @@ class Kit(Protocol):
     def current_task(self) -> object: ...
 
     async def checkpoint(self) -> None: ...
+
+    def task_host(self, on_cancel: Callable[[], None]) -> TaskHost: ...
+
+    def cancel_scope(self) -> IncarnationScope: ...
+
+
+class IncarnationScope(Protocol):
+    """The cancel scope around one incarnation of an actor (entered with ``with``).
+
+    ``cancel()`` ends what runs inside, respecting anyio shields; ``cancelled_caught``
+    says whether it did. ``engage()`` must be called before the task runs code that
+    may wait inside an anyio cancel scope of its own (user code, anything shielded):
+    under asyncio the anyio scope is only entered then, since entering one costs about
+    as much as the rest of an actor's start. Until it is engaged the task runs pdc's
+    own waits only, which neither shield nor swallow cancellation, so it is cancelled
+    directly. ``engage()`` raises the cancellation at once if the scope was cancelled
+    meanwhile. Under trio it is a trio ``CancelScope`` from the start.
+    """
+
+    @property
+    def cancelled_caught(self) -> bool: ...
+
+    def cancel(self) -> None: ...
+
+    def engage(self) -> None: ...
+
+    def __enter__(self) -> IncarnationScope: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+
+class TaskHost(Protocol):
+    """Where an actor nursery runs its actors' tasks: an async context manager that is
+    entered by one task (the nursery's keeper) and spawns tasks for others.
+
+    ``spawn(fn, *args, name=...)`` starts ``fn(*args)`` as a new task at once (it runs
+    at the loop's next turn); ``fn`` must handle its own errors (one that escapes is
+    raised when the host is left, never lost). Leaving the host waits for every task
+    it spawned. If that wait is cancelled, or the host is left by an exception, it
+    calls ``on_cancel()`` (which must cancel those tasks, through their cancel scopes
+    so that anyio's shields hold) and waits for them, shielded, before going on.
+    """
+
+    def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str) -> None: ...
+
+    async def __aenter__(self) -> TaskHost: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None: ...
 
 
 class Timer:

@@ -5,13 +5,16 @@ Nothing here imports trio until a kit is made, which happens only under trio.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Coroutine, Generator
+from types import TracebackType
 from typing import Any, Final, cast
 
 from ._common import TIMED_OUT, Timer, Waiter
 
 __all__ = [
+    "TrioIncarnationScope",
     "TrioKit",
+    "TrioTaskHost",
     "TrioTimer",
     "TrioWaiter",
     "woken_value",
@@ -114,6 +117,70 @@ class TrioTimer(Timer):
             self._scope = None
 
 
+class TrioTaskHost:
+    """A :class:`~._common.TaskHost` that is a trio nursery: trio's own cancellation
+    reaches its tasks, so ``on_cancel`` is only called when the host is left by an
+    exception (the tasks are cancelled by then anyway)."""
+
+    def __init__(self, on_cancel: Callable[[], None]) -> None:
+        import trio
+
+        self._on_cancel = on_cancel
+        self._manager = trio.open_nursery()
+        self._nursery: Any = None
+
+    def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str) -> None:
+        self._nursery.start_soon(fn, *args, name=name)
+
+    async def __aenter__(self) -> TrioTaskHost:
+        self._nursery = await self._manager.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if exc is not None:
+            self._on_cancel()
+        return bool(await self._manager.__aexit__(exc_type, exc, tb))
+
+
+class TrioIncarnationScope:
+    """An :class:`~._common.IncarnationScope` that is a trio ``CancelScope`` throughout
+    (trio has no other way to cancel one task)."""
+
+    __slots__ = ("_scope",)
+
+    def __init__(self) -> None:
+        import trio
+
+        self._scope = trio.CancelScope()
+
+    @property
+    def cancelled_caught(self) -> bool:
+        return bool(self._scope.cancelled_caught)
+
+    def cancel(self) -> None:
+        self._scope.cancel()
+
+    def engage(self) -> None:
+        pass
+
+    def __enter__(self) -> TrioIncarnationScope:
+        self._scope.__enter__()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        return bool(self._scope.__exit__(exc_type, exc, tb))
+
+
 class TrioKit:
     """Waiters park the task with ``trio.lowlevel.wait_task_rescheduled``."""
 
@@ -165,6 +232,14 @@ class TrioKit:
 
     async def checkpoint(self) -> None:
         await self._trio.lowlevel.checkpoint()
+
+    @staticmethod
+    def task_host(on_cancel: Callable[[], None]) -> TrioTaskHost:
+        return TrioTaskHost(on_cancel)
+
+    @staticmethod
+    def cancel_scope() -> TrioIncarnationScope:
+        return TrioIncarnationScope()
 
 
 def woken_value(waiter: TrioWaiter) -> Any:

@@ -184,6 +184,24 @@ class RingKernelDefinition:
     def __call__(self, ctx: RingKernelContext) -> Awaitable[Any]:
         return self.func(ctx)
 
+    def _renamed(self, kernel_id: str) -> RingKernelDefinition:
+        """This definition under another id: how one kernel function is launched under
+        many ids (a copy, without checking again what was checked when it was made)."""
+        if not isinstance(kernel_id, str) or not kernel_id:
+            raise ValueError(f"kernel_id must be a non-empty string, got {kernel_id!r}")
+        clone = object.__new__(RingKernelDefinition)
+        clone.__dict__.update(self.__dict__)  # what functools.update_wrapper copied
+        clone.func = self.func
+        clone.kernel_id = kernel_id
+        clone.input_type = self.input_type
+        clone.output_type = self.output_type
+        clone.input_queue_size = self.input_queue_size
+        clone.output_queue_size = self.output_queue_size
+        clone.backpressure = self.backpressure
+        clone.grid_size = self.grid_size
+        clone.block_size = self.block_size
+        return clone
+
     def __repr__(self) -> str:
         return f"<RingKernelDefinition {self.kernel_id!r} queue={self.input_queue_size}>"
 
@@ -318,6 +336,8 @@ class RingKernelContext:
         kernel = self._kernel
         while kernel._state is KernelState.LAUNCHED or kernel._state is KernelState.DEACTIVATED:
             waiter = self._kit.waiter()
+            if kernel._active_waiters is None:
+                kernel._active_waiters = []
             kernel._active_waiters.append(waiter)
             try:
                 await waiter
@@ -537,8 +557,8 @@ class RingKernel(ActorRef[Any, Any]):
         self._sends = 0
         self._ops = 0
         self._pending: dict[Any, Any] = {}
-        self._active_waiters: list[Any] = []
-        self._stop_waiters: list[Any] = []
+        self._active_waiters: list[Any] | None = None
+        self._stop_waiters: list[Any] | None = None
         self._finished = False
         self._interrupted = False
         self._task: object = None
@@ -626,8 +646,8 @@ class RingKernel(ActorRef[Any, Any]):
         self._state = state
         self._telemetry.set_active(state is KernelState.ACTIVE or state is KernelState.TERMINATING)
         if state is not KernelState.LAUNCHED and state is not KernelState.DEACTIVATED:
-            waiters, self._active_waiters = self._active_waiters, []
-            for waiter in waiters:
+            waiters, self._active_waiters = self._active_waiters, None
+            for waiter in waiters or ():
                 wake(waiter)
 
     async def activate(self) -> None:
@@ -687,6 +707,8 @@ class RingKernel(ActorRef[Any, Any]):
         if self._finished:
             return
         waiter = self._kit.waiter()
+        if self._stop_waiters is None:
+            self._stop_waiters = []
         self._stop_waiters.append(waiter)
         await waiter
 
@@ -935,8 +957,8 @@ class RingKernel(ActorRef[Any, Any]):
         pending, self._pending = self._pending, {}
         for entry in pending.values():
             fail(entry[0].waiter if entry.__class__ is tuple else entry, failure())
-        waiters, self._stop_waiters = self._stop_waiters, []
-        for waiter in waiters:
+        waiters, self._stop_waiters = self._stop_waiters, None
+        for waiter in waiters or ():
             wake(waiter)
 
     def __repr__(self) -> str:
@@ -944,7 +966,16 @@ class RingKernel(ActorRef[Any, Any]):
 
 
 class _RingKernelRunner(ActorRunner):
-    """Runs a ring kernel's function as an actor of the runtime's nursery."""
+    """Runs a ring kernel's function as an actor of the runtime's nursery.
+
+    It is ready once its task exists (until activated it only waits for that), and its
+    cancel scope is engaged when the kernel function is called.
+    """
+
+    _engages_cancel_scope = True
+
+    def _ready_at_once(self) -> bool:
+        return True
 
     def __init__(self, kernel: RingKernel) -> None:
         self._kernel = kernel
@@ -963,7 +994,10 @@ class _RingKernelRunner(ActorRunner):
             # As in PyDotCompute, the function is called on activation (or on
             # terminate, to drain what was queued), not at launch.
             await kernel.ctx.wait_active()
+        scope = self.cancel_scope
+        assert scope is not None
         try:
+            scope.engage()
             await kernel._definition.func(kernel.ctx)
         except KernelTerminated:
             if kernel._state is not KernelState.TERMINATING:

@@ -245,13 +245,12 @@ class RingKernelRuntime(Generic[TelemetryT]):
         else:
             base = RingKernelDefinition(kernel_func, kernel_id=kernel_id)
         if (
-            base.kernel_id == kernel_id
-            and input_type is None
+            input_type is None
             and output_type is None
             and queue_size is None
             and backpressure is None
         ):
-            return base
+            return base if base.kernel_id == kernel_id else base._renamed(kernel_id)
         return RingKernelDefinition(
             base.func,
             kernel_id=kernel_id,

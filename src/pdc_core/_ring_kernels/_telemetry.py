@@ -94,15 +94,15 @@ class KernelTelemetry:
         "_active_since",
         "_active_total",
         "_inflight",
+        "_latency",
+        "_queue_wait",
         "created",
         "enabled",
         "error_count",
         "kernel_id",
         "last_error",
-        "latency",
         "messages_processed",
         "messages_sent",
-        "queue_wait",
     )
 
     def __init__(self, kernel_id: str, *, enabled: bool = True) -> None:
@@ -113,11 +113,27 @@ class KernelTelemetry:
         self.messages_sent = 0
         self.error_count = 0
         self.last_error: str | None = None
-        self.latency = LatencyWindow()
-        self.queue_wait = LatencyWindow()
+        self._latency: LatencyWindow | None = None
+        self._queue_wait: LatencyWindow | None = None
         self._inflight: dict[Any, int] = {}
         self._active_since: float | None = None
         self._active_total = 0.0
+
+    @property
+    def latency(self) -> LatencyWindow:
+        """Request-to-reply latencies (made at first use: most kernels never time one)."""
+        window = self._latency
+        if window is None:
+            window = self._latency = LatencyWindow()
+        return window
+
+    @property
+    def queue_wait(self) -> LatencyWindow:
+        """Enqueue-to-receive waits (made at first use)."""
+        window = self._queue_wait
+        if window is None:
+            window = self._queue_wait = LatencyWindow()
+        return window
 
     def delivered(self, message: Any, enqueued_ns: int) -> None:
         """A message was received by the kernel (only called when enabled)."""
