@@ -27,28 +27,123 @@ rotating order (each contender in a fresh event loop, the collector paused); the
 shows each contender's median rate over rounds, and its ratio to PyDotCompute's rate in
 the same round (median and range over rounds), which a burst of load on a shared
 machine cannot skew.
+
+A second table is one-way traffic, ``--tell-n`` messages per run, against its floor:
+
+* ``floor: asyncio.Queue`` -- written the obvious way: a producer ``await q.put(msg)``
+  into an ``asyncio.Queue(4096)``, a consumer task ``await handler(await q.get())``;
+  under trio a memory channel of 4096 (``await send.send(msg)``,
+  ``async for msg in receive: await handler(msg)``).
+* ``pdc tell`` -- ``await ref.tell(msg)`` into an actor (capacity 4096) whose handler is
+  that same ``async def handler(msg)``.
+
+Both count the messages in the handler and stop the clock when it has seen the last
+one; the target is ``tell`` at least the floor's rate (median of per-round ratios).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import statistics
 import sys
+import time
+from typing import Any
 
+import anyio
+
+from pdc_core import Request, open_nursery
 from pdc_core._cli import _bench_paths as paths
 from pdc_core._cli._bench_stats import print_header, table
+from pdc_core._loop import current_library
 
 PYDOT = "PyDotCompute 0.2.0 streaming"
+TELL_FLOOR = "floor: asyncio.Queue (trio: memory channel)"
+TELL = "pdc tell"
+TELL_QUEUE = 4096
+
+
+class _Sink:
+    """The handler of the one-way runs: counts, and sets ``done`` at the last message."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.count = 0
+        self.done = anyio.Event()
+
+    async def handler(self, message: Any) -> None:
+        self.count += 1
+        if self.count == self.n:
+            self.done.set()
+
+
+async def tell_floor(n: int) -> float:
+    """Messages per second through the event loop's own queue, written the obvious way."""
+    messages = [Request(data=i) for i in range(n)]
+    sink = _Sink(n)
+    if current_library() == "asyncio":
+        queue: asyncio.Queue[Any] = asyncio.Queue(TELL_QUEUE)
+
+        async def consume() -> None:
+            while True:
+                await sink.handler(await queue.get())
+
+        consumer = asyncio.get_running_loop().create_task(consume())
+        begin = time.perf_counter()
+        for message in messages:
+            await queue.put(message)
+        await sink.done.wait()
+        elapsed = time.perf_counter() - begin
+        consumer.cancel()
+        return n / elapsed
+    import trio
+
+    send, receive = trio.open_memory_channel[Any](TELL_QUEUE)
+
+    async def trio_consume() -> None:
+        async for message in receive:
+            await sink.handler(message)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trio_consume)
+        begin = time.perf_counter()
+        for message in messages:
+            await send.send(message)
+        await sink.done.wait()
+        elapsed = time.perf_counter() - begin
+        nursery.cancel_scope.cancel()
+    return n / elapsed
+
+
+async def tell(n: int) -> float:
+    """Messages per second of ``await ref.tell(msg)`` into one actor."""
+    messages = [Request(data=i) for i in range(n)]
+    sink = _Sink(n)
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(sink.handler, capacity=TELL_QUEUE)
+        begin = time.perf_counter()
+        for message in messages:
+            await ref.tell(message)
+        await sink.done.wait()
+        elapsed = time.perf_counter() - begin
+    return n / elapsed
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100_000, help="messages per run")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="2 rounds x 30,000")
+    parser.add_argument("--tell-n", type=int, default=200_000, help="messages per one-way run")
+    parser.add_argument("--tell-rounds", type=int, default=9)
+    parser.add_argument("--quick", action="store_true", help="2 rounds x 30,000; 5 x 100,000")
+    parser.add_argument("--tell-only", action="store_true", help="only the one-way table")
     args = parser.parse_args()
     if args.quick:
         args.n, args.rounds = 30_000, 2
+        args.tell_n, args.tell_rounds = 100_000, 5
+    if args.tell_only:
+        one_way(args.tell_n, args.tell_rounds)
+        return 0
 
     print_header(
         "Throughput into one actor (requests in, replies out), messages per second",
@@ -114,7 +209,38 @@ def main() -> int:
         print(table(["target", "measured", "range", "target", "met"], checks, "lrrrl"))
     else:
         print("\nPyDotCompute is not installed: pip install pydotcompute==0.2.0 to compare.")
+    print()
+    one_way(args.tell_n, args.tell_rounds)
     return 0
+
+
+def one_way(n: int, rounds: int) -> None:
+    """The per-message tell table: pdc tell against the loop's own queue."""
+    runs = [(b, label) for b in ("asyncio", "trio") for label in (TELL_FLOOR, TELL)]
+    runners = {TELL_FLOOR: tell_floor, TELL: tell}
+    rates: dict[tuple[str, str], list[float]] = {key: [] for key in runs}
+    for round_index in range(rounds):
+        for backend, label in paths.rotated(runs, round_index):
+            rates[(backend, label)].append(paths.run_fresh(backend, runners[label], n))
+        print(f"one-way round {round_index + 1}/{rounds} done", file=sys.stderr)
+    print(f"Per-message tell into one actor, {n:,} messages, {rounds} rounds:")
+    print()
+    rows = []
+    for backend in ("asyncio", "trio"):
+        per_round = sorted(
+            a / b for a, b in zip(rates[(backend, TELL)], rates[(backend, TELL_FLOOR)], strict=True)
+        )
+        mid = statistics.median(per_round)
+        for label in (TELL_FLOOR, TELL):
+            versus = (
+                f"{mid:.2f} ({per_round[0]:.2f}-{per_round[-1]:.2f})" if label == TELL else "1.00"
+            )
+            rows.append(
+                [backend, label, f"{statistics.median(rates[(backend, label)]):,.0f}", versus]
+            )
+    print(
+        table(["backend", "implementation", "msg/s (median)", "/ floor, same round"], rows, "llrr")
+    )
 
 
 if __name__ == "__main__":

@@ -434,7 +434,17 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if (self._receivers or self._taker is not None) and not self._paused:
             self._wake_receiver()
 
-    def _pop(self) -> T:
+    def _wake_all_receivers(self) -> None:
+        """Closed and empty: every waiting receiver must find out."""
+        while self._receivers or self._taker is not None:
+            self._wake_receiver()
+
+    def poll(self) -> Any:
+        """Take the next deliverable item, control first, or return :data:`EMPTY`."""
+        if self._ctrl:
+            return self._ctrl.popleft()
+        if not self._size or self._paused:
+            return EMPTY
         prios = self._prios
         lane = self._lanes[prios[-1]]
         item = lane.popleft()
@@ -447,19 +457,6 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if not size and self._closed and not self._sealed:
             self._wake_all_receivers()
         return item
-
-    def _wake_all_receivers(self) -> None:
-        """Closed and empty: every waiting receiver must find out."""
-        while self._receivers or self._taker is not None:
-            self._wake_receiver()
-
-    def poll(self) -> Any:
-        """Take the next deliverable item, control first, or return :data:`EMPTY`."""
-        if self._ctrl:
-            return self._ctrl.popleft()
-        if self._size and not self._paused:
-            return self._pop()
-        return EMPTY
 
     def _deliverable(self) -> bool:
         return bool(self._ctrl) or (self._size > 0 and not self._paused)

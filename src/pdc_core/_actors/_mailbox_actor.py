@@ -533,7 +533,8 @@ class MailboxActor(ActorRunner):
         item: Any = None
         try:
             while True:
-                item = poll()
+                # Most often there is nothing: then look no further than two counters.
+                item = poll() if mailbox._size or mailbox._ctrl else EMPTY
                 if item is EMPTY:
                     if (
                         mailbox._closed
@@ -553,6 +554,7 @@ class MailboxActor(ActorRunner):
                             mailbox._taker = None
                         item = woken_value(waiter)
                         raise
+                    count = 0  # it waited: the count to the next checkpoint starts again
                     if item is None:
                         continue
                 if item.__class__ is tuple:

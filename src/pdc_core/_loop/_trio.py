@@ -82,11 +82,20 @@ class TrioWaiter:
         return _trio_abort_succeeded
 
     def __await__(self) -> Generator[Any, None, Any]:
+        # Not a generator itself: the waiting task's stack is one frame shallower, and
+        # every wake-up passes through each frame.
         if self.state == _DONE:
-            return self.outcome.unwrap()
+            return _resolved(self.outcome)
         self.task = _trio_current_task()
         self.state = _WAITING
-        return (yield from _trio_wait_rescheduled(self._abort).__await__())
+        waiting: Generator[Any, None, Any] = _trio_wait_rescheduled(self._abort).__await__()
+        return waiting
+
+
+def _resolved(result: Any) -> Generator[Any, None, Any]:
+    """What awaiting a waiter resolved before anyone awaited it gives: its outcome."""
+    return result.unwrap()
+    yield  # a generator that never suspends
 
 
 class TrioTimer(Timer):
