@@ -30,9 +30,11 @@ Three tables:
    running, less before, over ``--n``), once per contender, in a fresh loop.
 
 3. **Idle CPU.** ``--n`` seed-facade kernels, launched and activated, running the seeds'
-   loop with nothing to receive: with ``receive(timeout=0.1)`` and with ``receive()``.
-   Process CPU time over a ``--window`` second wall-clock window after they settle, as
-   a percentage of one core.
+   loop with nothing to receive: with ``receive(timeout=0.1)`` and with ``receive()``;
+   and, for reference, the same timed loop written on the event loop's own primitives
+   (``n`` tasks doing ``await asyncio.wait_for(queue.get(), 0.1)``; under trio
+   ``with trio.move_on_after(0.1): await receive()``). Process CPU time over a
+   ``--window`` second wall-clock window after they settle, as a percentage of one core.
 """
 
 from __future__ import annotations
@@ -222,6 +224,14 @@ def _cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+async def _cpu_share(window: float) -> float:
+    """Percent of a core this process uses over ``window`` seconds, after settling."""
+    await anyio.sleep(0.5)
+    cpu, wall = _cpu_seconds(), time.perf_counter()
+    await anyio.sleep(window)
+    return 100 * (_cpu_seconds() - cpu) / (time.perf_counter() - wall)
+
+
 async def _idle_cpu(n: int, timed: bool, window: float) -> float:
     """Percent of a core used by ``n`` activated, idle seed kernels."""
     kernel = TIMED if timed else UNTIMED
@@ -229,12 +239,47 @@ async def _idle_cpu(n: int, timed: bool, window: float) -> float:
         for i in range(n):
             await runtime.launch(f"k{i}", kernel)
             await runtime.activate(f"k{i}")
-        await anyio.sleep(0.5)  # settle
-        cpu, wall = _cpu_seconds(), time.perf_counter()
-        await anyio.sleep(window)
-        used = (_cpu_seconds() - cpu) / (time.perf_counter() - wall)
+        used = await _cpu_share(window)
         await runtime.shutdown(timeout=1.0)
-    return 100 * used
+    return used
+
+
+async def _idle_cpu_floor(n: int, window: float) -> float:
+    """The seeds' loop written on the event loop's own queue and timeout: ``n`` tasks,
+    each ``await asyncio.wait_for(queue.get(), 0.1)`` (trio: ``move_on_after(0.1)``
+    around ``receive()``) again and again, with nothing to receive."""
+    if _on_asyncio():
+
+        async def poll(queue: asyncio.Queue[Any]) -> None:
+            while True:
+                try:
+                    await asyncio.wait_for(queue.get(), 0.1)
+                except TimeoutError:
+                    continue
+
+        loop = asyncio.get_running_loop()
+        tasks = [loop.create_task(poll(asyncio.Queue())) for _ in range(n)]
+        used = await _cpu_share(window)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return used
+    import trio
+
+    async def trio_poll(receive: Any) -> None:
+        while True:
+            with trio.move_on_after(0.1):
+                await receive.receive()
+
+    async with trio.open_nursery() as nursery:
+        keep = []
+        for _ in range(n):
+            send, receive = trio.open_memory_channel[Any](0)
+            keep.append(send)
+            nursery.start_soon(trio_poll, receive)
+        used = await _cpu_share(window)
+        nursery.cancel_scope.cancel()
+    return used
 
 
 def _run(backend: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
@@ -325,8 +370,11 @@ def main() -> int:
     for backend in ("asyncio", "trio"):
         for timed, label in ((True, "receive(timeout=0.1)"), (False, "receive()")):
             used = _run(backend, _idle_cpu, n, timed, args.window)
-            rows.append([backend, label, f"{used:.1f}%"])
-    print(table(["backend", "kernel loop", "% of a core"], rows, "llr"))
+            rows.append([backend, f"seed kernels, {label}", f"{used:.1f}%"])
+        used = _run(backend, _idle_cpu_floor, n, args.window)
+        floor = "wait_for(queue.get(), 0.1)" if backend == "asyncio" else "move_on_after(0.1)"
+        rows.append([backend, f"plain tasks, {floor}", f"{used:.1f}%"])
+    print(table(["backend", "idle loop", "% of a core"], rows, "llr"))
     return 0
 
 

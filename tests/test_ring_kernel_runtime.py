@@ -579,3 +579,32 @@ def test_decorator_options_and_registry() -> None:
         ring_kernel(kernel_id="bad", queue_size=0)(some_kernel)
     with pytest.raises(ValueError, match="backpressure"):
         ring_kernel(kernel_id="bad", backpressure="maybe")(some_kernel)
+
+
+@pytest.mark.parametrize("seconds", [30, None])
+async def test_a_receive_woken_without_a_message_looks_again(seconds: float | None) -> None:
+    """A waiting receive (with a long timeout or none) is woken with nothing by
+    reactivation (messages were queued meanwhile) and by terminate (the queue is closed):
+    it then delivers what came, or ends the kernel, at once."""
+    got: list[Any] = []
+    waiting = anyio.Event()
+
+    async def patient(ctx: Any) -> None:
+        while True:  # no should_terminate check: terminate ends the receive itself
+            waiting.set()
+            got.append((await ctx.receive(timeout=seconds)).data)
+
+    with anyio.fail_after(LIMIT):
+        async with RingKernelRuntime() as runtime:
+            await runtime.launch("patient", patient)
+            await runtime.activate("patient")
+            await waiting.wait()
+            await runtime.deactivate("patient")
+            await runtime.send("patient", Request(data=1))
+            await anyio.wait_all_tasks_blocked()
+            assert got == []
+            await runtime.reactivate("patient")
+            await wait_until(lambda: got == [1])
+            await anyio.wait_all_tasks_blocked()  # waiting in receive() again
+            await runtime.terminate("patient", timeout=LIMIT)
+            assert runtime.get_kernel_state("patient") is KernelState.TERMINATED

@@ -361,18 +361,31 @@ class RingKernelContext:
             await self._checkpoint()
         item: Any = inbox.poll()  # the input mailbox carries no control: data or nothing
         if item is EMPTY:
-            # The common wait, without a coroutine frame: park as the inbox's taker.
-            waiter = inbox.park_taker() if timeout is None else None
-            if waiter is not None:
+            # The common wait, timed or not, without a coroutine frame of its own: park
+            # as the inbox's taker (an idle kernel's timed receive in the seeds' loop
+            # costs one such wake-up per timeout).
+            waiter = inbox.park_taker()
+            if waiter is None:
+                item = await self._wait(timeout, timeout)
+            else:
+                kit = self._kit
+                deadline = 0.0
+                if timeout is not None:
+                    deadline = kit.now() + timeout
+                    kit.arm(waiter, timeout)
                 try:
                     item = await waiter
                 except BaseException as exc:
                     self._abandon(inbox.release_taker(waiter), exc)
                     raise
-                if item is None:
-                    item = await self._wait(None)
-            else:
-                item = await self._wait(timeout)
+                if item is TIMED_OUT:
+                    inbox.release_taker(waiter)
+                    raise self._timed_out(timeout)
+                if item is None:  # woken to look again (resumed, closed)
+                    item = inbox.poll()
+                    if item is EMPTY:  # closed, or taken by another: wait on
+                        remaining = None if timeout is None else max(0.0, deadline - kit.now())
+                        item = await self._wait(remaining, timeout)
         message, enqueued_ns = item
         telemetry = self._telemetry
         telemetry.messages_processed += 1
@@ -400,15 +413,19 @@ class RingKernelContext:
         if not isinstance(exc, Exception):
             self._kernel._interrupted = True
 
-    async def _wait(self, timeout: float | None) -> Any:
-        """Wait for the next item as the inbox's taker (handed messages directly)."""
+    def _timed_out(self, timeout: float | None) -> MessageTimeout:
+        return MessageTimeout(
+            f"kernel {self._kernel._kernel_id!r} received nothing within {timeout} s"
+        )
+
+    async def _wait(self, timeout: float | None, given: float | None) -> Any:
+        """Wait up to ``timeout`` for the next item as the inbox's taker (or in line
+        behind it); ``given`` is the timeout the caller gave, for the error."""
         item = await self._inbox.take(timeout, self._abandon)
         if item is EMPTY:
             raise self._terminated()
         if item is TIMED_OUT:
-            raise MessageTimeout(
-                f"kernel {self._kernel._kernel_id!r} received nothing within {timeout} s"
-            )
+            raise self._timed_out(given)
         return item
 
     def receive_nowait(self) -> Any:
