@@ -25,8 +25,9 @@ duplicates a message. The waiting itself uses each event loop's cheapest primiti
 (an ``asyncio.Future``, or ``trio.lowlevel.wait_task_rescheduled``) rather than
 ``anyio`` streams, whose per-operation checkpoints would double the cost of a
 round trip. Operations that complete without waiting still yield to the scheduler
-once every 64 calls, so a busy producer or consumer cannot starve other tasks or
-ignore cancellation.
+once every 64 calls on the same mailbox, so a busy producer or consumer of one mailbox
+cannot starve other tasks or ignore cancellation. (The count is the mailbox's: a task
+that spreads fewer than 64 such calls over each of many mailboxes does not yield.)
 
 A mailbox belongs to the event loop that first waits on it.
 
@@ -102,8 +103,9 @@ _DROP_LOG_EVERY: Final = 1000
 _log = logging.getLogger("pdc.mailbox")
 #: What :meth:`Mailbox.poll` and :meth:`Mailbox.take` return when there is nothing.
 EMPTY: Final = object()
-#: The priorities of every mailbox that has never held data: shared, and never changed
-#: (a mailbox makes its own list with its first lane).
+#: The lanes and priorities of every mailbox that has never held data: shared, and
+#: never changed (a mailbox makes its own with its first lane).
+_NO_LANES: Final[list[Any]] = [None] * 256
 _NO_PRIORITIES: Final[list[int]] = []
 
 
@@ -304,7 +306,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         # An idle mailbox holds no queue at all: each lane (a deque per priority in
         # use) and each line of waiters is made when first needed, so that ten thousand
         # idle actors cost little memory and give the collector little to scan.
-        self._lanes: dict[int, deque[T]] = {}
+        self._lanes: list[deque[T] | None] = _NO_LANES  # a deque per priority in use
         self._prios: list[int] = _NO_PRIORITIES  # priorities with queued data, ascending
         self._size = 0
         self._ctrl: deque[Control] | None = None
@@ -399,7 +401,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     # -- internals ----------------------------------------------------------------------
 
     def _push(self, item: T, priority: int) -> None:
-        lane = self._lanes.get(priority)
+        lane = self._lanes[priority]
         if lane is None:
             lane = self._new_lane(priority)
         if not lane:
@@ -413,8 +415,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             self._wake_receiver()
 
     def _new_lane(self, priority: int) -> deque[T]:
-        if not self._lanes:
-            self._prios = []  # the mailbox's own list, from its first lane on
+        if self._lanes is _NO_LANES:  # the mailbox's own lists, from its first lane on
+            self._lanes = [None] * 256
+            self._prios = []
         lane: deque[T] = deque()
         self._lanes[priority] = lane
         return lane
@@ -423,7 +426,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         """Put back, first in its priority, an item whose receiver was cancelled after
         it was handed over (asyncio can cancel a task whose wake-up is pending). The
         mailbox may hold ``capacity + 1`` messages until it is received."""
-        lane = self._lanes.get(priority)
+        lane = self._lanes[priority]
         if lane is None:
             lane = self._new_lane(priority)
         if not lane:
@@ -447,6 +450,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             return EMPTY
         prios = self._prios
         lane = self._lanes[prios[-1]]
+        assert lane is not None
         item = lane.popleft()
         if not lane:
             prios.pop()
@@ -550,6 +554,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             self._drop(item, priority)
             return
         lane = self._lanes[lowest]
+        assert lane is not None
         victim = lane.popleft()
         if not lane:
             prios.pop(0)
@@ -736,7 +741,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if room <= 0 or start >= len(batch):
             return start
         stop = min(len(batch), start + room)
-        lane = self._lanes.get(priority)
+        lane = self._lanes[priority]
         if lane is None:
             lane = self._new_lane(priority)
         if not lane:
@@ -958,6 +963,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         want = max_items - len(out)
         while prios and taken < want:
             lane = lanes[prios[-1]]
+            assert lane is not None
             n = min(len(lane), want - taken)
             if n == len(lane):
                 out.extend(lane)
@@ -1075,6 +1081,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         out: list[T] = []
         for priority in reversed(self._prios):
             lane = self._lanes[priority]
+            assert lane is not None
             out.extend(lane)
             lane.clear()
         self._prios.clear()

@@ -11,7 +11,11 @@ Guarantees:
 
 * **Start is a handshake.** :meth:`ActorNursery.start_actor` returns once the actor
   has run its ``on_start`` and is receiving. If it fails to start, ``start_actor``
-  raises :class:`~pdc_core.ActorCrashed` and nothing is left running.
+  raises :class:`~pdc_core.ActorCrashed` and nothing is left running. An actor with
+  nothing to do first (an async handler, an :class:`Actor` instance without
+  ``on_start``) cannot fail to start: it is running, and receiving into its mailbox,
+  as soon as it exists, so ``start_actor`` returns at once, and its task first runs at
+  the event loop's next turn, with what was sent meanwhile queued in order.
 * **An actor lives no longer than its nursery.** When the ``async with`` body ends,
   every actor still running is stopped after it has handled the messages already in
   its mailbox (optionally bounded by ``shutdown_timeout``); when the body raises or
