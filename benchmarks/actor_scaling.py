@@ -81,6 +81,7 @@ async def floor(k: int, n: int) -> float:
         await asyncio.gather(*tasks, return_exceptions=True)
         return n / elapsed
     import trio
+    import trio.testing
 
     async def trio_consume(receive: Any) -> None:
         async for message in receive:
@@ -131,9 +132,6 @@ def main() -> int:
         ["anyio", "trio", "pdc-core"],
         f"Rounds: {args.rounds} x {args.n:,} messages; k = {', '.join(map(str, COUNTS))}.",
     )
-    if "trio" in backends:
-        import trio.testing  # noqa: F401 - wait_all_tasks_blocked, for the trio floor
-
     runners = {FLOOR: floor, TELL: tell}
     runs = [(b, c, k) for b in backends for c in (FLOOR, TELL) for k in COUNTS]
     rates: dict[tuple[str, str, int], list[float]] = {key: [] for key in runs}

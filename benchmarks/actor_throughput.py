@@ -37,96 +37,39 @@ A second table is one-way traffic, ``--tell-n`` messages per run, against its fl
 * ``pdc tell`` -- ``await ref.tell(msg)`` into an actor (capacity 4096) whose handler is
   that same ``async def handler(msg)``.
 
-Both count the messages in the handler and stop the clock when it has seen the last
-one; the target is ``tell`` at least the floor's rate (median of per-round ratios).
+These are ``benchmarks/actor_scaling.py``'s runs with one queue and one actor. Both
+count the messages in the handler; the clock starts once the consumer is waiting and
+stops when the handler has seen the last message; the target is ``tell`` at least the
+floor's rate (median of per-round ratios).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
-import time
-from typing import Any
+from collections.abc import Awaitable
 
-import anyio
+import actor_scaling  # beside this script: the round-robin runs, of which these are k = 1
 
-from pdc_core import Request, open_nursery
 from pdc_core._cli import _bench_paths as paths
 from pdc_core._cli._bench_stats import print_header, table
-from pdc_core._loop import current_library
 
 PYDOT = "PyDotCompute 0.2.0 streaming"
 TELL_FLOOR = "floor: asyncio.Queue (trio: memory channel)"
 TELL = "pdc tell"
-TELL_QUEUE = 4096
 
 
-class _Sink:
-    """The handler of the one-way runs: counts, and sets ``done`` at the last message."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.count = 0
-        self.done = anyio.Event()
-
-    async def handler(self, message: Any) -> None:
-        self.count += 1
-        if self.count == self.n:
-            self.done.set()
+def tell_floor(n: int) -> Awaitable[float]:
+    """Messages per second through the event loop's own queue, written the obvious way:
+    ``actor_scaling.floor`` with one queue and one consumer task."""
+    return actor_scaling.floor(1, n)
 
 
-async def tell_floor(n: int) -> float:
-    """Messages per second through the event loop's own queue, written the obvious way."""
-    messages = [Request(data=i) for i in range(n)]
-    sink = _Sink(n)
-    if current_library() == "asyncio":
-        queue: asyncio.Queue[Any] = asyncio.Queue(TELL_QUEUE)
-
-        async def consume() -> None:
-            while True:
-                await sink.handler(await queue.get())
-
-        consumer = asyncio.get_running_loop().create_task(consume())
-        begin = time.perf_counter()
-        for message in messages:
-            await queue.put(message)
-        await sink.done.wait()
-        elapsed = time.perf_counter() - begin
-        consumer.cancel()
-        return n / elapsed
-    import trio
-
-    send, receive = trio.open_memory_channel[Any](TELL_QUEUE)
-
-    async def trio_consume() -> None:
-        async for message in receive:
-            await sink.handler(message)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(trio_consume)
-        begin = time.perf_counter()
-        for message in messages:
-            await send.send(message)
-        await sink.done.wait()
-        elapsed = time.perf_counter() - begin
-        nursery.cancel_scope.cancel()
-    return n / elapsed
-
-
-async def tell(n: int) -> float:
-    """Messages per second of ``await ref.tell(msg)`` into one actor."""
-    messages = [Request(data=i) for i in range(n)]
-    sink = _Sink(n)
-    async with open_nursery() as nursery:
-        ref = await nursery.start_actor(sink.handler, capacity=TELL_QUEUE)
-        begin = time.perf_counter()
-        for message in messages:
-            await ref.tell(message)
-        await sink.done.wait()
-        elapsed = time.perf_counter() - begin
-    return n / elapsed
+def tell(n: int) -> Awaitable[float]:
+    """Messages per second of ``await ref.tell(msg)`` into one actor
+    (``actor_scaling.tell`` with one actor)."""
+    return actor_scaling.tell(1, n)
 
 
 def main() -> int:
