@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
+from placement_plugin import HERE_PLACEMENT
 from subprocess_support import StderrLines, start_interruptible
 
 import pdc_core
@@ -214,34 +215,16 @@ def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
 
 # -- --placement NAME: a placement a plugin registers (pdc_register_placements) ------------
 
-HERE_PLUGIN = """
-import contextlib
-from pdc_core.backend import hookimpl
-from pdc_core.lowlevel import runner_for
-
-EVENTS = []
-
-
-class Here:
-    def runner_for(self, target, /, args, options):
-        EVENTS.append(("placed", options.name))
-        return runner_for(target, args, options)
-
-
-@contextlib.asynccontextmanager
-async def open_here():
-    EVENTS.append("open")
-    try:
-        yield Here()
-    finally:
-        EVENTS.append("close")
-
+HERE_PLUGIN = (
+    HERE_PLACEMENT
+    + """
 
 @hookimpl
 def pdc_register_placements(register):
     register("here", open_here, "this process")
     register("broken", lambda: 42, "returns no context manager")
 """
+)
 
 
 @pytest.fixture

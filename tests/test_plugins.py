@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from placement_plugin import HERE_PLACEMENT
 
 import pdc_core
 from pdc_core import BackendUnavailable, get_backend, list_plugins
@@ -234,30 +235,9 @@ def test_import_never_loads_plugins():
 
 # -- placements and pdc info sections (pdc_register_placements, pdc_register_info) --------
 
-HERE = """
-import contextlib
-from pdc_core.backend import hookimpl
-from pdc_core.lowlevel import runner_for
-
-EVENTS = []
-
-
-class Here:
-    '''A placement that runs the actor in this process, as start_actor would.'''
-
-    def runner_for(self, target, /, args, options):
-        EVENTS.append(("placed", options.name))
-        return runner_for(target, args, options)
-
-
-@contextlib.asynccontextmanager
-async def open_here():
-    EVENTS.append("open")
-    try:
-        yield Here()
-    finally:
-        EVENTS.append("close")
-
+HERE = (
+    HERE_PLACEMENT
+    + """
 
 def report():
     return {"status": "fine", "nested": {"ratio": 1.5, "count": 2}, "items": ["a", "b"]}
@@ -272,6 +252,7 @@ def pdc_register_placements(register):
 def pdc_register_info(register):
     register("here", report, "Here and now")
 """
+)
 
 REPORT_RAISES = """
 from pdc_core.backend import hookimpl
