@@ -119,33 +119,17 @@ class PersistentRingKernel(KernelActorRef):
             sent, replied = statistics.sent, statistics.replied
             discarded = statistics.unprocessed
             unreceived = session.collected_replies
-        lat50, lat95, lat99 = recorder.latency.percentiles(50, 95, 99)
-        count = recorder.latency.count
-        return Telemetry(
-            kernel_id=self.kernel_id,
-            state=self.kernel_state.name,
-            messages_received=runner.handled_before + sent,
-            messages_processed=runner.handled_before + replied,
-            messages_sent=runner.handled_before + replied,
-            messages_dropped=0,
-            messages_rejected=0,
-            messages_discarded=discarded,
+        return recorder.snapshot(
+            self.kernel_state.name,
+            received=runner.handled_before + sent,
+            processed=runner.handled_before + replied,
+            sent=runner.handled_before + replied,
+            dropped=0,
+            rejected=0,
+            discarded=discarded,
             queue_depth=sent - replied - discarded,
             output_depth=unreceived,
             error_count=runner.errors,
-            last_error=recorder.last_error,
-            uptime_seconds=time.monotonic() - recorder.created,
-            active_seconds=recorder.active_seconds(),
-            latency_count=count,
-            avg_latency_ns=recorder.latency.total_ns / count if count else 0.0,
-            min_latency_ns=recorder.latency.min_ns,
-            max_latency_ns=recorder.latency.max_ns,
-            latency_p50_ns=lat50,
-            latency_p95_ns=lat95,
-            latency_p99_ns=lat99,
-            queue_wait_p50_ns=0.0,
-            queue_wait_p95_ns=0.0,
-            queue_wait_p99_ns=0.0,
         )
 
     # -- lifecycle ----------------------------------------------------------------------

@@ -612,34 +612,17 @@ class RingKernel(ActorRef[Any, Any]):
         """A snapshot of the kernel's telemetry (counts are kept even when disabled)."""
         t = self._telemetry
         inbox = self._inbox.statistics()
-        lat50, lat95, lat99 = t.latency.percentiles(50, 95, 99)
-        q50, q95, q99 = t.queue_wait.percentiles(50, 95, 99)
-        count = t.latency.count
-        return Telemetry(
-            kernel_id=self._kernel_id,
-            state=self._state.name,
-            messages_received=inbox.sent,
-            messages_processed=t.messages_processed,
-            messages_sent=t.messages_sent,
-            messages_dropped=inbox.dropped,
-            messages_rejected=inbox.rejected,
-            messages_discarded=inbox.discarded,
+        return t.snapshot(
+            self._state.name,
+            received=inbox.sent,
+            processed=t.messages_processed,
+            sent=t.messages_sent,
+            dropped=inbox.dropped,
+            rejected=inbox.rejected,
+            discarded=inbox.discarded,
             queue_depth=inbox.depth,
             output_depth=len(self._outbox),
             error_count=t.error_count,
-            last_error=t.last_error,
-            uptime_seconds=time.monotonic() - t.created,
-            active_seconds=t.active_seconds(),
-            latency_count=count,
-            avg_latency_ns=t.latency.total_ns / count if count else 0.0,
-            min_latency_ns=t.latency.min_ns,
-            max_latency_ns=t.latency.max_ns,
-            latency_p50_ns=lat50,
-            latency_p95_ns=lat95,
-            latency_p99_ns=lat99,
-            queue_wait_p50_ns=q50,
-            queue_wait_p95_ns=q95,
-            queue_wait_p99_ns=q99,
         )
 
     def statistics(self) -> ActorStatistics:

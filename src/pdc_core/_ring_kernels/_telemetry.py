@@ -174,6 +174,57 @@ class KernelTelemetry:
             total += time.monotonic() - self._active_since
         return total
 
+    def snapshot(
+        self,
+        state: str,
+        *,
+        received: int,
+        processed: int,
+        sent: int,
+        dropped: int,
+        rejected: int,
+        discarded: int,
+        queue_depth: int,
+        output_depth: int,
+        error_count: int,
+    ) -> Telemetry:
+        """A :class:`Telemetry` of the given counts and this recorder's times and windows.
+
+        The counts come from whoever owns the queues; uptime, active time, the last
+        error and the latency and queue-wait percentiles from this recorder (0.0 for a
+        window that holds no sample).
+        """
+        latency = self.latency
+        lat50, lat95, lat99 = latency.percentiles(50, 95, 99)
+        q50, q95, q99 = self.queue_wait.percentiles(50, 95, 99)
+        count = latency.count
+        return Telemetry(
+            kernel_id=self.kernel_id,
+            state=state,
+            messages_received=received,
+            messages_processed=processed,
+            messages_sent=sent,
+            messages_dropped=dropped,
+            messages_rejected=rejected,
+            messages_discarded=discarded,
+            queue_depth=queue_depth,
+            output_depth=output_depth,
+            error_count=error_count,
+            last_error=self.last_error,
+            uptime_seconds=time.monotonic() - self.created,
+            active_seconds=self.active_seconds(),
+            latency_count=count,
+            avg_latency_ns=latency.total_ns / count if count else 0.0,
+            min_latency_ns=latency.min_ns,
+            max_latency_ns=latency.max_ns,
+            latency_p50_ns=lat50,
+            latency_p95_ns=lat95,
+            latency_p99_ns=lat99,
+            queue_wait_p50_ns=q50,
+            queue_wait_p95_ns=q95,
+            queue_wait_p99_ns=q99,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Telemetry:
