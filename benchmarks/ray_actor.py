@@ -2,8 +2,9 @@
 
 Run from the repository root with pdc-ray installed (``pip install -e plugins/pdc_ray``)::
 
-    python benchmarks/ray_actor.py            # 7 rounds x 300 round trips, 20k batched
-    python benchmarks/ray_actor.py --quick    # 3 rounds x 100, 5k batched
+    python benchmarks/ray_actor.py            # 7 rounds x 300 round trips, 20k batched,
+                                              # kernel batches of 100k records
+    python benchmarks/ray_actor.py --quick    # 3 rounds x 100, 5k batched, 20k records
 
 It starts its own local Ray (``address="local"``, 2 CPUs, no dashboard, its own temp
 dir) and one pdc remote actor (``pdc_ray.on(num_cpus=0)``) whose handler returns its
@@ -18,6 +19,11 @@ process (the host of the pdc actor):
 * batched: ``await ref.ask_many(msgs)`` (batches of ``max_batch`` = 1024, a window of
   4 calls in flight) against per-message Ray calls (every ``echo.remote`` submitted
   at once, then all awaited: Ray pipelines them);
+* a remote persistent kernel (``start_actor(kernel, placement=pdc_ray.on(num_cpus=0,
+  backend="cpu"))``, resident in its own worker, a ring of 4096 slots): ``await
+  ref.ask_batch(records)`` (one structured array per Ray call, one ``request_batch``
+  there) against per-record Ray calls to that worker (``echo.remote(record)`` for each
+  record, all submitted at once, then all awaited);
 * failure paths: a remote crash to the nursery raising; a SIGKILLed worker to the
   nursery raising (found by the watch call failing); cancelling the nursery to its
   exit, which returns only once Ray reports the worker dead.
@@ -42,11 +48,26 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import numpy as np
+import numpy.typing as npt
 import pdc_ray
 import ray
 from pdc_ray._ray_engine import await_ref
 
-from pdc_core import Actor, ActorCrashed, open_nursery
+from pdc_core import Actor, ActorCrashed, PersistentKernel, open_nursery
+
+REQUEST = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+REPLY = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+
+
+def double(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    replies = np.empty(len(requests), REPLY)
+    replies["id"] = requests["id"]
+    replies["y"] = requests["x"] * 2
+    return replies
+
+
+KERNEL = PersistentKernel("double", REQUEST, REPLY, capacity=4096, bodies={"cpu": double})
 
 
 class Echo(Actor[Any, Any]):
@@ -120,6 +141,32 @@ async def latency_and_throughput(rounds: int, n: int, batch: int, backend: str) 
     return {"per_round": per_round, "pooled": pooled, "batched": batched, "per_msg": per_message}
 
 
+async def kernel_batches(rounds: int, batch: int, per_record: int) -> dict[str, list[float]]:
+    """Records per second: a remote kernel's ``ask_batch`` of ``batch`` records against
+    ``per_record`` per-record Ray calls to the same worker, interleaved per round."""
+    placement = pdc_ray.on(num_cpus=0, backend="cpu", heartbeat=120)  # see above: the flood
+    records = np.zeros(batch, REQUEST)
+    records["id"] = np.arange(batch)
+    records["x"] = np.arange(batch) * 0.5
+    out: dict[str, list[float]] = {"ask_batch": [], "per_record": []}
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(KERNEL, placement=placement)
+        assert isinstance(ref, pdc_ray.RemoteKernelRef)
+        handle: Any = ref._runner._actor  # the host's Ray handle
+        await ref.ask_batch(records[:1000])
+        for _ in range(rounds):
+            start = time.perf_counter()
+            replies = await ref.ask_batch(records)
+            out["ask_batch"].append(batch / (time.perf_counter() - start))
+            assert (replies["y"] == records["x"] * 2).all()
+            start = time.perf_counter()
+            refs = [handle.echo.remote(record) for record in records[:per_record]]
+            for object_ref in refs:
+                await await_ref(object_ref)
+            out["per_record"].append(per_record / (time.perf_counter() - start))
+    return out
+
+
 async def failure_paths(repeats: int) -> dict[str, list[float]]:
     out: dict[str, list[float]] = {"crash": [], "kill": [], "cancel": []}
     placement = pdc_ray.on(num_cpus=0)
@@ -176,12 +223,23 @@ def report(backend: str, result: dict[str, Any]) -> None:
     )
 
 
+def report_kernel(backend: str, result: dict[str, list[float]]) -> None:
+    batched, per_record = result["ask_batch"], result["per_record"]
+    ratios = [a / b for a, b in zip(batched, per_record, strict=True)]
+    print(
+        f"  remote kernel ask_batch {statistics.median(batched):,.0f} records/s vs per-record "
+        f"Ray calls {statistics.median(per_record):,.0f} records/s: "
+        f"{statistics.median(ratios):.0f}x (rounds {min(ratios):.0f}-{max(ratios):.0f}x)"
+    )
+
+
 def main() -> None:
     logging.getLogger("pdc").setLevel(logging.CRITICAL)  # the crashes below are on purpose
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     rounds, n, batch, repeats = (3, 100, 5_000, 1) if args.quick else (7, 300, 20_000, 3)
+    records, per_record = (20_000, 1_000) if args.quick else (100_000, 3_000)
     versions = ", ".join(
         f"{pkg} {importlib.metadata.version(pkg)}"
         for pkg in ("ray", "pdc-core", "pdc-ray", "anyio", "trio")
@@ -202,6 +260,10 @@ def main() -> None:
         for backend in ("asyncio", "trio"):
             result = anyio.run(latency_and_throughput, rounds, n, batch, backend, backend=backend)
             report(backend, result)
+            kernel = anyio.run(
+                kernel_batches, max(1, rounds // 2), records, per_record, backend=backend
+            )
+            report_kernel(backend, kernel)
             failures[backend] = anyio.run(failure_paths, repeats, backend=backend)
         print("\nfailure paths (ms, each a fresh remote actor):")
         for backend, paths in failures.items():

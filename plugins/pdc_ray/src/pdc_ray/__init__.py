@@ -10,6 +10,10 @@ The same actor code runs remotely with pdc's guarantees intact::
             ref = await nursery.start_actor(Detector, placement=pdc_ray.on(num_gpus=1))
             scores = await ref.ask_many(windows)
 
+A :class:`~pdc_core.PersistentKernel` placed the same way runs resident in the worker
+(on its GPU with ``num_gpus=1``); its :class:`RemoteKernelRef` ships a structured array
+per ``ask_batch`` in one Ray call.
+
 Ray places, owns and watches the processes; pdc keeps the bounded prioritised
 mailbox, supervision and the nursery's lifetime rules. See :mod:`pdc_ray._runner` for
 the guarantees, and :class:`Engine` for the seam between the runner and Ray
@@ -26,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from ._connect import RayCluster, connect, placement_group
 from ._engine import Engine, PlacementSpec
 from ._errors import PlacementTimeout, RemoteActorLost, RemoteError
+from ._kernel import RemoteKernelRef, RemoteKernelRunner
 from ._placement import RayPlacement, on
 from ._runner import RemoteActorRef, RemoteRunner
 from ._version import __version__
@@ -45,6 +50,8 @@ __all__ = [
     "RemoteActorLost",
     "RemoteActorRef",
     "RemoteError",
+    "RemoteKernelRef",
+    "RemoteKernelRunner",
     "RemoteRunner",
     "__version__",
     "connect",
@@ -52,7 +59,15 @@ __all__ = [
     "placement_group",
 ]
 
-for _name in ("Location", "PlacementSpec", "RemoteActorRef", "RemoteRunner", "RayPlacement"):
+for _name in (
+    "Location",
+    "PlacementSpec",
+    "RemoteActorRef",
+    "RemoteKernelRef",
+    "RemoteKernelRunner",
+    "RemoteRunner",
+    "RayPlacement",
+):
     globals()[_name].__module__ = __name__
 
 

@@ -7,18 +7,38 @@ deliver those calls in any order (Ray's async actors do); the host hands the bat
 to the actor strictly in the order of their sequence numbers, one batch at a time, so
 the order the runner's prioritised mailbox decided is the order of handling.
 
+A :class:`KernelHost` does the same for a :class:`~pdc_core.PersistentKernel`: it
+runs the kernel resident here as a :class:`~pdc_core.PersistentKernelActor` (on the
+backend the spec names, else this process's best available one), and a batch arrives
+as one structured array that goes into the kernel's ring with one
+``request_batch`` (one ring write when the ring has room for it); the replies go back
+as one structured array.
+
 Its methods never raise for the actor's sake: failures travel back as values (see
 :mod:`pdc_ray._wire`), and the host's ``watch`` reports how the actor ended.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
+import numpy as np
+import numpy.typing as npt
 
-from pdc_core import ActorCrashed, ActorRef, ActorStatistics, ActorStopped, open_nursery
+from pdc_core import (
+    ActorCrashed,
+    ActorNursery,
+    ActorRef,
+    ActorStatistics,
+    ActorStopped,
+    KernelActorRef,
+    PersistentKernel,
+    PersistentKernelActor,
+    open_nursery,
+)
 
 from ._wire import (
     CRASHED,
@@ -31,9 +51,11 @@ from ._wire import (
     portable_statistics,
 )
 
-__all__ = ["Host", "Item", "Outcome", "Spawn"]
+__all__ = ["Host", "Item", "KernelHost", "Outcome", "Spawn", "host_for"]
 
-#: One message of a batch: (request id, message, whether a reply is wanted).
+#: One message of a batch: (request id, message, whether a reply is wanted). For a
+#: persistent kernel the message is the number of records the request holds; the
+#: records of a whole batch travel beside the items as one structured array.
 Item = tuple[int, Any, bool]
 #: How a batch or the actor ended: (OK, replies), (CRASHED, Failure) or (STOPPED, None).
 Outcome = tuple[int, Any]
@@ -47,11 +69,12 @@ _IN_ORDER = 128
 class _Slot:
     """A delivered batch waiting for its turn, then for its replies."""
 
-    __slots__ = ("cancelled", "done", "items", "result", "scope", "seq")
+    __slots__ = ("cancelled", "done", "items", "records", "result", "scope", "seq")
 
-    def __init__(self, seq: int, items: Sequence[Item]) -> None:
+    def __init__(self, seq: int, items: Sequence[Item], records: Any) -> None:
         self.seq = seq
         self.items = items
+        self.records = records
         self.cancelled: set[int] = set()
         self.done = anyio.Event()
         self.result: Outcome = (STOPPED, None)
@@ -99,13 +122,17 @@ class Host:
             return CRASHED, self._start_failure
         return OK, self._locate()
 
-    async def deliver(self, seq: int, items: Sequence[Item]) -> Outcome:
+    async def deliver(self, seq: int, items: Sequence[Item], records: Any = None) -> Outcome:
         """Hand batch number ``seq`` to the actor after every batch before it; return
-        ``(OK, replies)`` aligned with ``items`` (``None`` for tells and cancelled
-        requests), ``(CRASHED, failure)`` or ``(STOPPED, None)``."""
+        ``(OK, replies)``, ``(CRASHED, failure)`` or ``(STOPPED, None)``.
+
+        The replies are aligned with ``items`` (``None`` for tells and cancelled
+        requests); a :class:`KernelHost` takes the batch's ``records`` too and answers
+        as :meth:`KernelHost.replies` says.
+        """
         if self._ended.is_set() or seq < self._next:
             return self._outcome if self._outcome[0] == CRASHED else (STOPPED, None)
-        slot = _Slot(seq, items)
+        slot = _Slot(seq, items, records)
         slot.cancelled = self._early.pop(seq, set())
         self._pending[seq] = slot
         self._wake.set()
@@ -182,14 +209,7 @@ class Host:
         try:
             async with open_nursery() as nursery:
                 try:
-                    self._ref = await nursery.start_actor(
-                        spec.target,
-                        *spec.args,
-                        name=spec.actor_id,
-                        capacity=max(spec.capacity, spec.max_batch),
-                        max_batch=spec.max_batch,
-                        paused=spec.paused,
-                    )
+                    self._ref = await self._open(nursery, spec)
                 except ActorCrashed as exc:
                     self._start_failure = pack_error(exc.cause)
                     outcome = (CRASHED, self._start_failure)
@@ -229,22 +249,93 @@ class Host:
             if not ref.alive:  # it stopped itself, or was stopped
                 return
 
+    async def _open(self, nursery: ActorNursery, spec: HostSpec) -> ActorRef[Any, Any]:
+        """Start the hosted actor in ``nursery``."""
+        return await nursery.start_actor(
+            spec.target,
+            *spec.args,
+            name=spec.actor_id,
+            capacity=max(spec.capacity, spec.max_batch),
+            max_batch=spec.max_batch,
+            paused=spec.paused,
+        )
+
     async def _hand_over(self, ref: ActorRef[Any, Any], slot: _Slot) -> None:
-        items = slot.items
-        live = [item for item in items if item[0] not in slot.cancelled]
-        replies: list[Any] = []
+        live = [item for item in slot.items if item[0] not in slot.cancelled]
+        answer: Any = None
         if live:
             with anyio.CancelScope() as scope:
                 slot.scope = scope
                 try:
-                    replies = await ref.ask_many([item[1] for item in live], priority=_IN_ORDER)
+                    answer = await self._ask(ref, slot, live)
                 except ActorCrashed:
                     raise  # the nursery reports the crash; _serve fails the slot with it
                 except ActorStopped:
                     slot.finish((STOPPED, None))
                     return
             slot.scope = None
-            if scope.cancelled_caught:
-                replies = []
-        answered = dict(zip((item[0] for item in live), replies, strict=False))
-        slot.finish((OK, [answered.get(item[0]) if item[2] else None for item in items]))
+            if scope.cancelled_caught:  # every request of the batch was cancelled
+                live, answer = [], None
+        slot.finish((OK, self.replies(slot.items, live, answer)))
+
+    async def _ask(self, ref: ActorRef[Any, Any], slot: _Slot, live: list[Item]) -> Any:
+        """Hand the ``live`` requests of ``slot`` to the actor; return its answer."""
+        return await ref.ask_many([item[1] for item in live], priority=_IN_ORDER)
+
+    def replies(self, items: Sequence[Item], live: list[Item], answer: Any) -> Any:
+        """What a delivered batch returns: one reply per item, ``None`` for tells and
+        for requests not handed over (``live`` are those handed over, ``answer`` the
+        actor's replies to them)."""
+        answered = dict(zip((item[0] for item in live), answer or (), strict=False))
+        return [answered.get(item[0]) if item[2] else None for item in items]
+
+
+class KernelHost(Host):
+    """Hosts a :class:`~pdc_core.PersistentKernel` resident in this process (see the
+    module documentation)."""
+
+    async def _open(self, nursery: ActorNursery, spec: HostSpec) -> ActorRef[Any, Any]:
+        kernel = spec.target
+        assert isinstance(kernel, PersistentKernel)
+        runner = PersistentKernelActor(kernel, spec.backend, name=spec.actor_id, paused=spec.paused)
+        return await nursery.start_actor(runner)
+
+    async def _ask(self, ref: ActorRef[Any, Any], slot: _Slot, live: list[Item]) -> Any:
+        assert isinstance(ref, KernelActorRef)
+        records: npt.NDArray[Any] = slot.records
+        if len(live) < len(slot.items):
+            handed = {item[0] for item in live}
+            records = np.concatenate(
+                [records[start:end] for item, start, end in _spans(slot.items) if item[0] in handed]
+            )
+        return await ref.ask_batch(records, priority=_IN_ORDER)
+
+    def replies(self, items: Sequence[Item], live: list[Item], answer: Any) -> Any:
+        """``(replies, skipped)``: one structured array holding, in order, the replies
+        of every request handed over that wants its replies, and the ids of the
+        requests not handed over (their callers gave up)."""
+        kernel = self._spec.target
+        assert isinstance(kernel, PersistentKernel)
+        handed = {item[0] for item in live}
+        skipped = [item[0] for item in items if item[0] not in handed]
+        if answer is None:
+            return np.empty(0, kernel.reply_dtype), skipped
+        wanted = [answer[start:end] for item, start, end in _spans(live) if item[2]]
+        if len(wanted) == len(live):
+            return answer, skipped
+        if not wanted:
+            return np.empty(0, kernel.reply_dtype), skipped
+        return np.concatenate(wanted), skipped
+
+
+def _spans(items: Sequence[Item]) -> list[tuple[Item, int, int]]:
+    """Each kernel item with the range its records take in the batch's array."""
+    ends = list(itertools.accumulate(item[1] for item in items))
+    return [(item, end - item[1], end) for item, end in zip(items, ends, strict=True)]
+
+
+def host_for(spec: HostSpec, locate: Callable[[], Location]) -> Host:
+    """The host for ``spec``: a :class:`KernelHost` for a persistent kernel."""
+    if isinstance(spec.target, PersistentKernel):
+        return KernelHost(spec, locate)
+    return Host(spec, locate)

@@ -12,6 +12,7 @@ from pdc_core import Actor, PersistentKernel
 from pdc_core.lowlevel import ActorRunner, StartOptions
 
 from ._engine import Engine, PlacementSpec
+from ._kernel import RemoteKernelRunner
 from ._runner import RemoteRunner
 from ._wire import HostSpec
 
@@ -41,6 +42,7 @@ class RayPlacement:
     heartbeat: float = 3.0
     kill_timeout: float = 10.0
     engine: Engine | None = None
+    backend: str | None = None
 
     def runner_for(
         self, target: object, /, args: tuple[Any, ...], options: StartOptions
@@ -49,25 +51,37 @@ class RayPlacement:
 
         ``target`` is anything ``start_actor`` runs as a mailbox actor (an ``Actor``
         subclass, instance or factory, or an ``async def`` handler), or a
-        :class:`~pdc_core.PersistentKernel`; it and ``args`` must pickle. Raises
-        :class:`TypeError` for anything else (an ``ActorRunner`` cannot be shipped).
+        :class:`~pdc_core.PersistentKernel` (run resident in the remote process, by a
+        :class:`~pdc_ray.RemoteKernelRunner`); it and ``args`` must pickle. Raises
+        :class:`TypeError` for anything else (an ``ActorRunner`` cannot be shipped),
+        for ``args`` given to a kernel and for ``backend`` given to anything but a
+        kernel; :class:`ValueError` for a kernel on a fraction of a GPU.
         """
         if isinstance(target, ActorRunner):
             raise TypeError(
                 f"cannot place {target!r}: an ActorRunner runs in this process; place the "
-                "actor (an Actor subclass, instance, factory or async handler) instead"
+                "actor (an Actor subclass, instance, factory or async handler) or the "
+                "PersistentKernel instead (pdc_ray.on(backend=...) picks a kernel's backend)"
             )
-        if isinstance(target, PersistentKernel):
+        kernel = isinstance(target, PersistentKernel)
+        if kernel:
             gpus = self.spec.num_gpus
             if gpus is not None and gpus != int(gpus):
                 raise ValueError(
                     f"a persistent kernel stays resident on its GPU: it needs whole GPUs, "
                     f"not num_gpus={gpus:g}"
                 )
+            if args:
+                raise TypeError("positional arguments do not apply to a PersistentKernel")
         elif not (isinstance(target, Actor) or callable(target)):
             raise TypeError(
                 f"cannot place {target!r}: pdc_ray.on() runs an Actor subclass, instance or "
                 "factory, an async handler function, or a PersistentKernel"
+            )
+        elif self.backend is not None:
+            raise TypeError(
+                f"pdc_ray.on(backend={self.backend!r}) applies to a PersistentKernel only, "
+                f"not to {target!r}"
             )
         engine = self.engine
         if engine is None:
@@ -76,7 +90,11 @@ class RayPlacement:
             engine = RayEngine()
         actor_id = options.name
         if actor_id is None:
-            label = getattr(target, "__name__", None) or type(target).__name__
+            label = (
+                target.name
+                if isinstance(target, PersistentKernel)
+                else getattr(target, "__name__", None) or type(target).__name__
+            )
             actor_id = f"{label}@{engine.name}-{next(_ids)}"
         spec = HostSpec(
             actor_id=actor_id,
@@ -85,8 +103,10 @@ class RayPlacement:
             capacity=options.capacity,
             max_batch=options.max_batch,
             paused=options.paused,
+            backend=self.backend,
         )
-        return RemoteRunner(
+        runner = RemoteKernelRunner if kernel else RemoteRunner
+        return runner(
             engine,
             spec,
             self.spec,
@@ -112,6 +132,7 @@ def on(
     heartbeat: float = 3.0,
     kill_timeout: float = 10.0,
     engine: Engine | None = None,
+    backend: str | None = None,
 ) -> RayPlacement:
     """Run an actor in a Ray worker: ``start_actor(Target, placement=pdc_ray.on(...))``.
 
@@ -128,6 +149,11 @@ def on(
     itself takes about 15 s). ``kill_timeout`` bounds the wait for Ray to report the
     worker dead after the actor ends. ``engine`` replaces Ray (tests use
     :class:`pdc_ray.testing.FakeEngine`).
+
+    A :class:`~pdc_core.PersistentKernel` runs resident in the worker, on the backend
+    ``backend`` names (``"cuda"``, ``"cpu"``, ...; default: the worker's best available
+    backend, which is ``cuda`` on a node where Ray gave the actor a GPU). It needs whole
+    GPUs: a fractional ``num_gpus`` is refused when it is started.
     """
     cpus = None if num_cpus is None else _number("num_cpus", num_cpus)
     gpus = None if num_gpus is None else _number("num_gpus", num_gpus)
@@ -152,6 +178,8 @@ def on(
         raise ValueError("give node or placement_group, not both")
     if engine is not None and not isinstance(engine, Engine):
         raise TypeError(f"engine must be a pdc_ray.Engine, not {engine!r}")
+    if backend is not None and (not isinstance(backend, str) or not backend):
+        raise TypeError(f"backend must be a backend name such as 'cuda', not {backend!r}")
     spec = PlacementSpec(
         num_cpus=cpus,
         num_gpus=gpus,
@@ -168,4 +196,5 @@ def on(
         heartbeat=_number("heartbeat", heartbeat, positive=True),
         kill_timeout=_number("kill_timeout", kill_timeout, positive=True),
         engine=engine,
+        backend=backend,
     )

@@ -28,7 +28,7 @@ from ray.util.scheduling_strategies import (
 from ._bridge import await_future
 from ._engine import Engine, PlacementSpec
 from ._errors import RemoteActorLost
-from ._host import Host, Item, Outcome
+from ._host import Host, Item, Outcome, host_for
 from ._wire import Failure, HostSpec, Location
 
 __all__ = ["RayEngine", "await_ref"]
@@ -100,16 +100,16 @@ class RayHost:
     async def start(self) -> tuple[int, Location | Failure]:
         if self._host is None:
             self._loop = asyncio.get_running_loop()
-            self._host = Host(self._spec, _locate)
+            self._host = host_for(self._spec, _locate)
         return await self._host.start(self._spawn)
 
     async def echo(self, value: Any) -> Any:
         """Return ``value``: a bare call to this actor, for benchmarks and diagnostics."""
         return value
 
-    async def deliver(self, seq: int, items: list[Item]) -> Outcome:
+    async def deliver(self, seq: int, items: list[Item], records: Any = None) -> Outcome:
         assert self._host is not None, "deliver before start"
-        return await self._host.deliver(seq, items)
+        return await self._host.deliver(seq, items, records)
 
     @ray.method(concurrency_group="control")
     async def cancel(self, requests: list[tuple[int, int]]) -> None:

@@ -188,7 +188,12 @@ class RemoteActorRef(ActorRef[M, R]):
         prio = _check_priority(
             getattr(message, "priority", _DEFAULT_PRIORITY) if priority is None else priority
         )
-        await self._runner.enqueue(_Request(self._runner.next_id(), message, None, 0), prio)
+        await self._post(message, prio)
+
+    async def _post(self, message: Any, priority: int) -> None:
+        """Queue ``message`` as one request whose reply is not wanted."""
+        runner = self._runner
+        await runner.enqueue(_Request(runner.next_id(), message, None, 0), priority)
 
     async def ask(
         self, message: M, *, priority: int | None = None, timeout: float | None = None
@@ -197,13 +202,17 @@ class RemoteActorRef(ActorRef[M, R]):
         prio = _check_priority(
             getattr(message, "priority", _DEFAULT_PRIORITY) if priority is None else priority
         )
+        return cast(R, await self._request(message, prio, timeout))
+
+    async def _request(self, message: Any, priority: int, timeout: float | None) -> Any:
+        """Queue ``message`` as one request and return its reply."""
         runner = self._runner
         reply = _Reply(1)
         request = _Request(runner.next_id(), message, reply, 0)
         reply.requests.append(request)
-        await runner.enqueue(request, prio)
+        await runner.enqueue(request, priority)
         values = await runner.wait_reply(reply, timeout, 1)
-        return cast(R, values[0])
+        return values[0]
 
     async def ask_many(
         self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
@@ -260,6 +269,9 @@ class RemoteActorRef(ActorRef[M, R]):
 class RemoteRunner(ActorRunner):
     """Runs one remote actor for its nursery (see the module documentation)."""
 
+    #: The handle class :attr:`ref` is made from.
+    ref_type: type[RemoteActorRef[Any, Any]] = RemoteActorRef
+
     def __init__(
         self,
         engine: Engine,
@@ -289,7 +301,7 @@ class RemoteRunner(ActorRunner):
         )
         if options.paused:
             self._mailbox.pause()
-        self._ref: RemoteActorRef[Any, Any] = RemoteActorRef(self)
+        self._ref = self.ref_type(self)
         self._ids = itertools.count()
         self.state = ActorState.STARTING
         self.location: Location | None = None
@@ -322,6 +334,11 @@ class RemoteRunner(ActorRunner):
     @property
     def ref(self) -> RemoteActorRef[Any, Any]:
         return self._ref
+
+    @property
+    def spec(self) -> HostSpec:
+        """What the host of each incarnation is created from."""
+        return self._spec
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -671,11 +688,10 @@ class RemoteRunner(ActorRunner):
                 self._shipped_all.set()
 
     async def _deliver(self, actor: object, seq: int, batch: list[_Request]) -> None:
-        items = [(r.id, r.message, r.reply is not None) for r in batch]
         engine = self._engine
         try:
             try:
-                code, payload = await engine.call(actor, "deliver", seq, items)
+                code, payload = await engine.call(actor, "deliver", seq, *self._pack(batch))
             except TypeError as exc:
                 # The batch could not be sent (a message does not pickle): fail it, and
                 # fill its place in the sequence so that the batches after it go on.
@@ -687,10 +703,7 @@ class RemoteRunner(ActorRunner):
             return  # the batch stays in flight: run() fails it with the loss
         self._delivered(seq)
         if code == OK:
-            for request, value in zip(batch, payload, strict=True):
-                if request.reply is not None:
-                    request.reply.set(request.index, value)
-            self.handled += len(batch)
+            self.handled += self._distribute(batch, payload)
         elif code == CRASHED:
             cause = self._unpack(payload)
             for request in batch:
@@ -704,6 +717,19 @@ class RemoteRunner(ActorRunner):
             for request in batch:
                 if request.reply is not None:
                     request.reply.fail(error)
+
+    def _pack(self, batch: list[_Request]) -> tuple[Any, ...]:
+        """The arguments of the ``deliver`` call that ships ``batch`` (after its
+        sequence number): its items (see ``pdc_ray._host.Item``)."""
+        return ([(r.id, r.message, r.reply is not None) for r in batch],)
+
+    def _distribute(self, batch: list[_Request], payload: Any) -> int:
+        """Hand the replies of a delivered ``batch`` to their callers; return how many
+        messages the remote actor handled."""
+        for request, value in zip(batch, payload, strict=True):
+            if request.reply is not None:
+                request.reply.set(request.index, value)
+        return len(batch)
 
     def _refuse(self, batch: list[_Request], exc: Exception) -> None:
         detail = f"{type(exc).__name__}: {exc}"

@@ -37,7 +37,11 @@ STOPPED: Final = 2
 
 @dataclass(frozen=True, slots=True)
 class HostSpec:
-    """What a host needs to start the user's actor in its own nursery."""
+    """What a host needs to start the user's actor in its own nursery.
+
+    ``backend`` names the backend a persistent kernel runs on there (``None``: that
+    process's best available one); it does not apply to other targets.
+    """
 
     actor_id: str
     target: object
@@ -45,6 +49,7 @@ class HostSpec:
     capacity: int
     max_batch: int
     paused: bool
+    backend: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ import anyio.lowlevel
 
 from ._engine import Engine, PlacementSpec
 from ._errors import RemoteActorLost
-from ._host import Host
+from ._host import Host, host_for
 from ._wire import HostSpec, Location
 
 __all__ = ["FakeEngine", "FakeProcess"]
@@ -220,7 +220,7 @@ class FakeEngine(Engine):
         try:
             async with anyio.create_task_group() as tg:
                 process.tg = tg
-                process.host = Host(process.spec, lambda: process.location)
+                process.host = host_for(process.spec, lambda: process.location)
                 process.up.set()
                 await process.dead.wait()
                 tg.cancel_scope.cancel()
