@@ -24,10 +24,15 @@ with anyio cancel scopes, and a cancelled ``send`` or ``receive`` neither loses 
 duplicates a message. The waiting itself uses each event loop's cheapest primitive
 (an ``asyncio.Future``, or ``trio.lowlevel.wait_task_rescheduled``) rather than
 ``anyio`` streams, whose per-operation checkpoints would double the cost of a
-round trip. Operations that complete without waiting still yield to the scheduler
-once every 64 calls on the same mailbox, so a busy producer or consumer of one mailbox
-cannot starve other tasks or ignore cancellation. (The count is the mailbox's: a task
-that spreads fewer than 64 such calls over each of many mailboxes does not yield.)
+round trip. Operations that complete without waiting (a ``send`` that finds room, a
+``receive`` that finds a message, an actor's ``tell``) still yield to the scheduler
+once the task has run them for about a millisecond without waiting: the event loop
+counts them, whichever mailboxes they touch, and reads the clock once every 64. So a
+busy producer or consumer cannot starve other tasks or ignore cancellation for much
+longer than a millisecond, however it spreads its messages over mailboxes. Besides, a
+``send`` or ``tell`` that finds 63 messages queued (127, 191, ...) yields first, so that
+a receiver that has fallen behind catches up in runs of 64 instead of the sender
+filling the whole mailbox first.
 
 A mailbox belongs to the event loop that first waits on it.
 
@@ -74,12 +79,21 @@ from anyio import BrokenResourceError, WouldBlock
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
 from .._exceptions import MailboxClosed, MailboxFull, MessageTimeout
-from .._loop import TIMED_OUT, Kit, Waiter, check_timeout, current_kit, woken_value
+from .._loop import (
+    TIMED_OUT,
+    TURN_CHECK_EVERY,
+    Kit,
+    Waiter,
+    check_timeout,
+    current_kit,
+    woken_value,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
+    "CATCH_UP_EVERY",
     "DEFAULT_CAPACITY",
     "DEFAULT_PRIORITY",
     "EMPTY",
@@ -96,8 +110,9 @@ T = TypeVar("T")
 DEFAULT_PRIORITY: Final = 128
 #: Capacity of a mailbox that does not say otherwise.
 DEFAULT_CAPACITY: Final = 1024
-#: Operations that complete without waiting yield to the scheduler once every this many.
-_CHECKPOINT_EVERY: Final = 64
+#: A sender that finds this many messages queued, or a multiple of it, minus one, yields
+#: first: a receiver that has fallen behind catches up in runs of this many.
+CATCH_UP_EVERY: Final = 64
 #: Drops under the drop_oldest policy are logged once, then once per this many.
 _DROP_LOG_EVERY: Final = 1000
 _log = logging.getLogger("pdc.mailbox")
@@ -273,7 +288,6 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         "_name",
         "_on_drop",
         "_on_starved",
-        "_ops",
         "_paused",
         "_peak",
         "_prios",
@@ -322,7 +336,6 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._drops_logged_at = 0.0
         self._sealed = False
         self._on_starved: Callable[[], None] | None = None
-        self._ops = 0
         # The counters of statistics(): sent == received + dropped + discarded + depth.
         self._sent = 0
         self._received = 0
@@ -617,8 +630,10 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if type(priority) is not int or not 0 <= priority <= 255:
             priority = check_priority(priority)
         kit = self._kit or self._bind()
-        ops = self._ops = self._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        ops = kit.ops = kit.ops + 1
+        if (
+            not ops % TURN_CHECK_EVERY and kit.turn_is_over()
+        ) or self._size % CATCH_UP_EVERY == CATCH_UP_EVERY - 1:
             await kit.checkpoint()
         if self._closed:
             raise self._closed_error()
@@ -803,8 +818,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if timeout is not None:
             timeout = check_timeout(timeout)
         kit = self._kit or self._bind()
-        ops = self._ops = self._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        ops = kit.ops = kit.ops + 1
+        if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
             await kit.checkpoint()
         item = self.poll()
         if item is EMPTY:
@@ -993,8 +1008,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if timeout is not None:
             timeout = check_timeout(timeout)
         kit = self._kit or self._bind()
-        ops = self._ops = self._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        ops = kit.ops = kit.ops + 1
+        if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
             await kit.checkpoint()
         if not self._deliverable():
             first = await self._wait_receive(kit, timeout)

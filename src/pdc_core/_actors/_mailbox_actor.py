@@ -28,6 +28,7 @@ from .._exceptions import (
 )
 from .._loop import (
     TIMED_OUT,
+    TURN_CHECK_EVERY,
     Kit,
     check_timeout,
     current_kit,
@@ -35,7 +36,14 @@ from .._loop import (
     wake,
     woken_value,
 )
-from ._mailbox import DEFAULT_PRIORITY, EMPTY, Control, Mailbox, check_priority
+from ._mailbox import (
+    CATCH_UP_EVERY,
+    DEFAULT_PRIORITY,
+    EMPTY,
+    Control,
+    Mailbox,
+    check_priority,
+)
 from ._refs import (
     ActorRef,
     ActorRunner,
@@ -205,10 +213,14 @@ class MailboxActorRef(ActorRef[M, R]):
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
         mailbox = self._mailbox
-        ops = mailbox._ops = mailbox._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
-            # Yield now and then, before enqueueing: a cancelled tell sends nothing.
-            await self._kit.checkpoint()
+        kit = self._kit
+        ops = kit.ops = kit.ops + 1
+        if (
+            not ops % TURN_CHECK_EVERY and kit.turn_is_over()
+        ) or mailbox._size % CATCH_UP_EVERY == CATCH_UP_EVERY - 1:
+            # Yield at the end of a turn, or to let the actor catch up, before
+            # enqueueing: a cancelled tell sends nothing.
+            await kit.checkpoint()
         if (
             mailbox._size < mailbox._capacity
             and not mailbox._closed

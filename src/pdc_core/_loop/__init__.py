@@ -17,18 +17,29 @@ from __future__ import annotations
 import asyncio
 import math
 import sys
+import threading
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from ._asyncio import AsyncioKit
 from ._asyncio import woken_value as _asyncio_woken_value
-from ._common import TIMED_OUT, IncarnationScope, Kit, TaskHost, Waiter, fail, wake
+from ._common import (
+    TIMED_OUT,
+    TURN_CHECK_EVERY,
+    IncarnationScope,
+    Kit,
+    TaskHost,
+    Waiter,
+    fail,
+    wake,
+)
 from ._trio import TrioKit, TrioWaiter
 from ._trio import woken_value as _trio_woken_value
 
 __all__ = [
     "TIMED_OUT",
+    "TURN_CHECK_EVERY",
     "IncarnationScope",
     "Kit",
     "TaskHost",
@@ -43,7 +54,8 @@ __all__ = [
     "woken_value",
 ]
 
-_trio_kit: TrioKit | None = None
+#: The trio kit of each thread running trio (a thread runs one trio loop at a time).
+_trio_kits = threading.local()
 _asyncio_kits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioKit] = (
     weakref.WeakKeyDictionary()
 )
@@ -73,8 +85,8 @@ def current_library() -> Literal["asyncio", "trio"]:
 
 
 def current_kit() -> Kit:
-    """Return the event-loop operations of the running loop (asyncio or trio)."""
-    global _trio_kit
+    """Return the event-loop operations of the running loop (asyncio or trio): one
+    kit per asyncio loop, one per thread running trio."""
     loop = asyncio._get_running_loop()
     if loop is not None:
         kit = _asyncio_kits.get(loop)
@@ -82,9 +94,10 @@ def current_kit() -> Kit:
             kit = _asyncio_kits[loop] = AsyncioKit(loop)
         return kit
     if current_library() == "trio":
-        if _trio_kit is None:
-            _trio_kit = TrioKit()
-        return _trio_kit
+        trio_kit: TrioKit | None = getattr(_trio_kits, "kit", None)
+        if trio_kit is None:
+            trio_kit = _trio_kits.kit = TrioKit()
+        return trio_kit
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import anyio
 
-from ._common import TIMED_OUT, Timer, Waiter
+from ._common import TIMED_OUT, Timer, Turns, Waiter
 
 __all__ = [
     "AsyncioIncarnationScope",
@@ -169,12 +169,13 @@ class AsyncioIncarnationScope:
         return False
 
 
-class AsyncioKit:
+class AsyncioKit(Turns):
     """Waiters are plain ``asyncio.Future`` objects of one loop, awaited directly."""
 
     name = "asyncio"
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__()
         self.waiter: Callable[[], Waiter] = loop.create_future
         self.now: Callable[[], float] = loop.time
         self._loop = loop

@@ -5,14 +5,34 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+import time
 from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Final, Protocol
 
-__all__ = ["TIMED_OUT", "IncarnationScope", "Kit", "TaskHost", "Timer", "Waiter", "fail", "wake"]
+__all__ = [
+    "TIMED_OUT",
+    "TURN_CHECK_EVERY",
+    "TURN_SECONDS",
+    "IncarnationScope",
+    "Kit",
+    "TaskHost",
+    "Timer",
+    "Turns",
+    "Waiter",
+    "fail",
+    "wake",
+]
 
 #: Value a waiter resolves to when its timeout expires.
 TIMED_OUT: Final = object()
+#: A task whose operations complete without waiting yields once its turn, this many
+#: seconds of them, is over (see :class:`Turns`).
+TURN_SECONDS: Final = 0.001
+#: Such operations read the clock once every this many, counted per event loop.
+TURN_CHECK_EVERY: Final = 64
+
+_monotonic = time.monotonic
 
 
 class Waiter(Protocol):
@@ -55,6 +75,44 @@ def fail(waiter: Waiter, error: BaseException) -> bool:
     return True
 
 
+class Turns:
+    """Fair turns for operations that complete without waiting (a ``tell`` or a
+    mailbox ``send``/``receive`` that finds room or a message), whatever objects they
+    touch.
+
+    Such an operation does not yield to the scheduler by itself, so a task doing
+    nothing else would starve every other task of its event loop and never see a
+    cancellation. Each one adds one to :attr:`ops`, which counts them for the whole
+    event loop; every :data:`TURN_CHECK_EVERY`-th calls :meth:`turn_is_over`, which
+    reads the clock and says whether :data:`TURN_SECONDS` have passed since a turn
+    last ended this way; if so the caller yields (``await kit.checkpoint()``).
+
+    The guarantee: a task that runs such operations without waiting yields within
+    :data:`TURN_SECONDS` (plus :data:`TURN_CHECK_EVERY` operations) of starting to,
+    however it spreads them over mailboxes and actors, because while it runs every
+    counted operation of the loop is its own. The cost: the clock once per
+    :data:`TURN_CHECK_EVERY` operations, and at most one extra yield per
+    :data:`TURN_SECONDS` for the whole loop (a task that has just been scheduled may
+    be the one asked to yield). The count is the loop's rather than the task's
+    because a task-keyed count would cost a lookup per operation, and the turn is
+    time rather than a count because a count that makes a task yield every few
+    operations makes every message to another idle actor a wake-up of its own.
+    """
+
+    def __init__(self) -> None:
+        #: Operations that completed without waiting, on this event loop.
+        self.ops = 0
+        self._turn_ends = 0.0
+
+    def turn_is_over(self) -> bool:
+        """Whether the running task must yield now (ends the turn if so)."""
+        now = _monotonic()
+        if now < self._turn_ends:
+            return False
+        self._turn_ends = now + TURN_SECONDS
+        return True
+
+
 class Kit(Protocol):
     """The few event-loop operations the mailbox and actors need, per event loop.
 
@@ -62,11 +120,15 @@ class Kit(Protocol):
     ``TIMED_OUT`` after ``timeout`` seconds unless resolved before (it is then
     awaited as usual; nothing needs undoing if it is resolved first).
     ``woken(waiter)`` says whether a waiter that ended with an exception had been
-    resolved with a value first (so the wake-up can be passed on).
+    resolved with a value first (so the wake-up can be passed on). ``ops`` and
+    ``turn_is_over()`` are the loop's :class:`Turns`.
     """
 
     name: str
     waiter: Callable[[], Waiter]
+    ops: int
+
+    def turn_is_over(self) -> bool: ...
 
     def arm(self, waiter: Waiter, timeout: float) -> None: ...
 

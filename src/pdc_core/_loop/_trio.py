@@ -9,7 +9,7 @@ from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Final, cast
 
-from ._common import TIMED_OUT, Timer, Waiter
+from ._common import TIMED_OUT, Timer, Turns, Waiter
 
 __all__ = [
     "TrioIncarnationScope",
@@ -190,13 +190,17 @@ class TrioIncarnationScope:
         return bool(self._scope.__exit__(exc_type, exc, tb))
 
 
-class TrioKit:
-    """Waiters park the task with ``trio.lowlevel.wait_task_rescheduled``."""
+class TrioKit(Turns):
+    """Waiters park the task with ``trio.lowlevel.wait_task_rescheduled``.
+
+    One per thread that runs trio (its :class:`Turns` are that thread's loop's).
+    """
 
     name = "trio"
     waiter: Callable[[], Waiter] = TrioWaiter
 
     def __init__(self) -> None:
+        super().__init__()
         global _trio_reschedule, _trio_current_task, _trio_wait_rescheduled
         global _trio_abort_succeeded, _Value, _Error
         import outcome
