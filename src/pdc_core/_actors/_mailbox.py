@@ -29,10 +29,10 @@ round trip. Operations that complete without waiting (a ``send`` that finds room
 once the task has run them for about a millisecond without waiting: the event loop
 counts them, whichever mailboxes they touch, and reads the clock once every 64. So a
 busy producer or consumer cannot starve other tasks or ignore cancellation for much
-longer than a millisecond, however it spreads its messages over mailboxes. Besides, a
-``send`` or ``tell`` that finds 63 messages queued (127, 191, ...) yields first, so that
-a receiver that has fallen behind catches up in runs of 64 instead of the sender
-filling the whole mailbox first.
+longer than a millisecond, however it spreads its messages over mailboxes. At those
+looks a ``send`` or ``tell`` also yields when the mailbox it sends to holds 32 messages
+or more, so that a receiver that has fallen behind catches up in runs of about 64
+instead of after the sender has filled the whole mailbox.
 
 A mailbox belongs to the event loop that first waits on it.
 
@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
 __all__ = [
-    "CATCH_UP_EVERY",
+    "CATCH_UP_AT",
     "DEFAULT_CAPACITY",
     "DEFAULT_PRIORITY",
     "EMPTY",
@@ -110,9 +110,9 @@ T = TypeVar("T")
 DEFAULT_PRIORITY: Final = 128
 #: Capacity of a mailbox that does not say otherwise.
 DEFAULT_CAPACITY: Final = 1024
-#: A sender that finds this many messages queued, or a multiple of it, minus one, yields
-#: first: a receiver that has fallen behind catches up in runs of this many.
-CATCH_UP_EVERY: Final = 64
+#: A sender checking its turn (see :class:`~pdc_core._loop.Turns`) also yields when the
+#: mailbox it sends to holds this many messages: its receiver has fallen behind.
+CATCH_UP_AT: Final = 32
 #: Drops under the drop_oldest policy are logged once, then once per this many.
 _DROP_LOG_EVERY: Final = 1000
 _log = logging.getLogger("pdc.mailbox")
@@ -631,9 +631,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             priority = check_priority(priority)
         kit = self._kit or self._bind()
         ops = kit.ops = kit.ops + 1
-        if (
-            not ops % TURN_CHECK_EVERY and kit.turn_is_over()
-        ) or self._size % CATCH_UP_EVERY == CATCH_UP_EVERY - 1:
+        if not ops % TURN_CHECK_EVERY and (self._size >= CATCH_UP_AT or kit.turn_is_over()):
             await kit.checkpoint()
         if self._closed:
             raise self._closed_error()

@@ -37,7 +37,7 @@ from .._loop import (
     woken_value,
 )
 from ._mailbox import (
-    CATCH_UP_EVERY,
+    CATCH_UP_AT,
     DEFAULT_PRIORITY,
     EMPTY,
     Control,
@@ -215,9 +215,7 @@ class MailboxActorRef(ActorRef[M, R]):
         mailbox = self._mailbox
         kit = self._kit
         ops = kit.ops = kit.ops + 1
-        if (
-            not ops % TURN_CHECK_EVERY and kit.turn_is_over()
-        ) or mailbox._size % CATCH_UP_EVERY == CATCH_UP_EVERY - 1:
+        if not ops % TURN_CHECK_EVERY and (mailbox._size >= CATCH_UP_AT or kit.turn_is_over()):
             # Yield at the end of a turn, or to let the actor catch up, before
             # enqueueing: a cancelled tell sends nothing.
             await kit.checkpoint()

@@ -105,9 +105,10 @@ class ActorRef(ABC, Generic[M, R]):
 
         Waits only for mailbox room under the ``"block"`` policy. A mailbox actor's
         tell, like a mailbox's ``send``, still yields to other tasks about once a
-        millisecond, however a task spreads its tells over actors, and before adding
-        to a backlog of 63 (127, ...) messages (see :class:`~pdc_core.Mailbox`); a tell
-        cancelled there sends nothing. Raises :class:`~pdc_core.ActorStopped` if the actor is not running.
+        millisecond, however a task spreads its tells over actors, and now and then
+        when the actor has fallen behind (see :class:`~pdc_core.Mailbox`); a tell
+        cancelled there sends nothing. Raises :class:`~pdc_core.ActorStopped` if the
+        actor is not running.
         """
 
     @abstractmethod
