@@ -1,8 +1,9 @@
 """A 3-stage pipeline through kernel-to-kernel links against the same stages chained by
-the host, on the CPU backend.
+the host, on the cpu backend or on a CUDA GPU.
 
 * ``links``: ``PersistentPipeline(a, b, c)``: the host writes stage a's ring and reads
-  stage c's; records go a -> b -> c through links, never through the event loop.
+  stage c's; records go a -> b -> c through links, never through the event loop (on
+  CUDA: rings in device memory between three resident blocks).
 * ``host``: the same three kernels as three sessions; the host makes three
   ``request`` round trips per record (latency), and three ``request_batch`` calls per
   batch (throughput).
@@ -13,12 +14,17 @@ interleave the two paths (alternating which goes first); the table reports media
 over rounds and the median of the per-round ratios links/host.
 
     .venv/bin/python benchmarks/k2k_pipeline.py --rounds 7
+    .venv/bin/python benchmarks/k2k_pipeline.py --backend cuda --rounds 7
+
+``--backend cuda`` needs a GPU: without one it prints why the backend is unavailable
+and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -38,9 +44,30 @@ from pdc_core import (
 
 REC = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 
+#: Each stage's work, as a NumPy function (cpu body) and a C expression of ``x`` (cuda body).
+STAGES: dict[str, tuple[Callable[[Any], Any], str]] = {
+    "a": (lambda x: x + 1, "x + 1.0"),
+    "b": (lambda x: x * 2, "x * 2.0"),
+    "c": (lambda x: x - 1, "x - 1.0"),
+}
 
-def stage(name: str, fn: Callable[[Any], Any], capacity: int) -> PersistentKernel:
+
+def cuda_body(expression: str) -> str:
+    """The stage's CUDA body: ``reply.x = <expression of request.x>``."""
+    return (
+        "__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {\n"
+        "    const double x = request.x;\n"
+        "    reply.id = request.id;\n"
+        f"    reply.x = {expression};\n"
+        "    return 0;\n"
+        "}\n"
+    )
+
+
+def stage(name: str, capacity: int) -> PersistentKernel:
+    fn, expression = STAGES[name]
     kernel = PersistentKernel(name, REC, REC, capacity=capacity)
+    kernel.add_body("cuda", cuda_body(expression))
 
     @kernel.body("cpu")
     def body(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -53,11 +80,7 @@ def stage(name: str, fn: Callable[[Any], Any], capacity: int) -> PersistentKerne
 
 
 def kernels(capacity: int) -> list[PersistentKernel]:
-    return [
-        stage("a", lambda x: x + 1, capacity),
-        stage("b", lambda x: x * 2, capacity),
-        stage("c", lambda x: x - 1, capacity),
-    ]
+    return [stage(name, capacity) for name in STAGES]
 
 
 async def latency(call: Callable[[Any], Awaitable[Any]], count: int) -> list[float]:
@@ -85,10 +108,10 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]
     batch["x"] = np.arange(args.batch, dtype=np.float64)
     async with AsyncExitStack() as stack:
         pipe = await stack.enter_async_context(
-            open_persistent_pipeline(PersistentPipeline(*kernels(args.capacity)), "cpu")
+            open_persistent_pipeline(PersistentPipeline(*kernels(args.capacity)), args.backend)
         )
         chain = [
-            await stack.enter_async_context(open_persistent_kernel(kernel, "cpu"))
+            await stack.enter_async_context(open_persistent_kernel(kernel, args.backend))
             for kernel in kernels(args.capacity)
         ]
 
@@ -141,8 +164,20 @@ def report(loop: str, results: dict[str, dict[str, list[float]]]) -> list[str]:
     return rows
 
 
+def backend_description(name: str) -> str:
+    """The backend that will run, in words; exits with status 2 if it cannot run here."""
+    try:
+        backend = pdc_core.get_backend(name)
+    except pdc_core.BackendUnavailable as exc:
+        print(f"k2k_pipeline: cannot measure on the {name} backend: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    info = backend.device_info
+    return f"{backend.qualified_name} ({info.name})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=500, help="round trips per round")
     parser.add_argument("--batch", type=int, default=16384, help="records per batch")
@@ -150,7 +185,8 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1024, help="slots per ring and link")
     parser.add_argument("--loops", default="asyncio,trio")
     args = parser.parse_args()
-    print(f"pdc-core {pdc_core.__version__}, numpy {np.__version__}, {args}")
+    device = backend_description(args.backend)
+    print(f"pdc-core {pdc_core.__version__}, numpy {np.__version__}, {device}, {args}")
     print("| loop | path | round trip p50 (us) | p99 (us) | request_batch (M records/s) |")
     print("|---|---|---:|---:|---:|")
     for loop in args.loops.split(","):

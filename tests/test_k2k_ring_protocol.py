@@ -10,7 +10,7 @@ every stage, and a drain stop must finish stage by stage with nothing left behin
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
@@ -18,14 +18,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdc_core import PersistentKernel, PersistentPipeline
+from pdc_core import Backend, CapabilityError, PersistentKernel, PersistentPipeline
 from pdc_core.backend import (
+    Availability,
+    Capability,
+    DeviceInfo,
     LinkedDevice,
+    MemoryKind,
+    MemoryStatistics,
     Offset,
+    ResidentKernel,
     RingHost,
     RingMemory,
     StageLink,
     StopMode,
+    launch_pipeline,
 )
 
 REC = np.dtype([("id", "<u8"), ("hops", "<u4")], align=True)
@@ -224,3 +231,86 @@ def test_stop_now_passes_down_and_done_comes_back_up() -> None:
     assert pipe.done == [True, True, True]
     assert [region.load32(Offset.STOP) for region in pipe.regions] == [1, 1, 1]
     assert pipe.all_received().size == 0 or pipe.host.done
+
+
+# -- backends that cannot run a pipeline ---------------------------------------------------
+
+
+class _HostMemoryBackend(Backend):
+    """Host memory for rings; persistent kernels only as its subclasses say."""
+
+    name: ClassVar[str] = "nolinks"
+    distribution: ClassVar[str] = "none"
+
+    @classmethod
+    def availability(cls) -> Availability:
+        return Availability.yes()
+
+    @classmethod
+    def devices(cls) -> list[DeviceInfo]:
+        return [DeviceInfo(backend=cls.name, index=0, name="host", kind="cpu")]
+
+    def allocate(self, shape: Any, dtype: Any, kind: MemoryKind = MemoryKind.DEVICE) -> Any:
+        return np.zeros(shape, dtype)
+
+    def to_device(self, host: Any, out: Any = None, stream: Any = None) -> Any:
+        return np.array(host)
+
+    def to_host(self, device: Any, out: Any = None, stream: Any = None) -> Any:
+        return np.array(device)
+
+    def memory_statistics(self) -> MemoryStatistics:
+        return MemoryStatistics()
+
+    def create_stream(self) -> Any:
+        raise NotImplementedError
+
+    def create_event(self) -> Any:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _KernelsWithoutLinks(_HostMemoryBackend):
+    """Runs persistent kernels but knows no launch option (``link`` included)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.PERSISTENT_KERNELS})
+
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> ResidentKernel:
+        if options:
+            raise TypeError(f"unknown launch option(s) {', '.join(sorted(options))}")
+        raise AssertionError("a stage of a pipeline is always launched with link=")
+
+
+def _launch_on(backend: Backend) -> None:
+    pipeline = Pipeline3((2, 2, 2)).pipeline
+    launch_pipeline(backend, pipeline, RingMemory.from_buffer(pipeline.kernel.layout))
+
+
+def test_a_backend_that_does_not_take_links_cannot_run_a_pipeline() -> None:
+    with pytest.raises(CapabilityError, match="the nolinks backend cannot link persistent"):
+        _launch_on(_KernelsWithoutLinks())
+
+
+def test_a_backend_without_persistent_kernels_cannot_run_a_pipeline() -> None:
+    with pytest.raises(CapabilityError, match="no persistent_kernels capability"):
+        _launch_on(_HostMemoryBackend())
+
+
+def test_a_backend_launching_pipelines_itself_must_return_their_resident() -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    class OwnLaunch(_KernelsWithoutLinks):
+        def launch_pipeline(self, pipeline: Any, memory: Any, **options: Any) -> Any:
+            calls.append((pipeline, memory, options))
+            return object()
+
+    with pytest.raises(TypeError, match="returned object, not a PipelineResident"):
+        _launch_on(OwnLaunch())
+    ((pipeline, memory, options),) = calls
+    assert isinstance(pipeline, PersistentPipeline)
+    assert memory.layout == pipeline.kernel.layout
+    assert options == {}

@@ -9,10 +9,7 @@ by ``test_cuda_gpu_sources.py``.
 
 from __future__ import annotations
 
-import faulthandler
 import importlib.util
-import os
-from collections.abc import Iterator
 
 import anyio
 import numpy as np
@@ -26,7 +23,6 @@ from cuda_test_support import (
     REQUEST,
     SCALE,
     STATE,
-    real_stderr,
     requires_gpu,
 )
 from pdc_cuda import CudaCompileError, CudaRingBody
@@ -39,23 +35,12 @@ from pdc_core.testing.pytest_plugin import anyio_backend  # noqa: F401 - asyncio
 
 # anyio runs the async tests under asyncio and trio even when this directory is run
 # alone (the pdc pytest plugin is loaded by the top-level tests/conftest.py only).
-pytestmark = [pytest.mark.cuda, requires_gpu(), pytest.mark.anyio]
-
-
-@pytest.fixture(autouse=True)
-def _watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
-    """End the run, with every thread's stack, if a test hangs on the device."""
-    timeout = float(os.environ.get("PDC_CUDA_TEST_TIMEOUT", "120"))
-    faulthandler.dump_traceback_later(timeout, exit=True, file=real_stderr(request.config))
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture
-def cuda():
-    return pdc_core.get_backend("cuda")
+pytestmark = [
+    pytest.mark.cuda,
+    requires_gpu(),
+    pytest.mark.anyio,
+    pytest.mark.usefixtures("gpu_watchdog"),
+]
 
 
 class TestCudaConformance(BackendConformance):

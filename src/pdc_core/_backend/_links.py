@@ -41,6 +41,7 @@ that the ordinary host session drives as if the pipeline were one kernel.
 from __future__ import annotations
 
 import itertools
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -436,6 +437,16 @@ class LinkedDevice(RingDevice):
         self._link.wake_producer()
 
 
+_STAGE_PREFIX = re.compile(r"stage (\d+) \(")
+
+
+def _stage_of(message: str, count: int) -> int:
+    """The stage an error message names (stage 0 when it names none in range)."""
+    match = _STAGE_PREFIX.match(message)
+    index = int(match.group(1)) if match else 0
+    return index if index < count else 0
+
+
 class PipelineResident(ResidentKernel):
     """A launched pipeline as one :class:`ResidentKernel` on the host region.
 
@@ -478,15 +489,12 @@ class PipelineResident(ResidentKernel):
         return None
 
     def _origin(self) -> int | None:
-        """The stage whose error stage 0 reports (the last one holding that message)."""
+        """The stage whose error stage 0 reports: the index its message begins with
+        (``stage <index> (``, which every stage's own error carries and a stage that
+        adopts the next one's error keeps). Only the host region is read."""
         if not self.memory.load32(Offset.ERROR_CODE):
             return None
-        message = self.memory.error_message()
-        origin = 0
-        for index, region in enumerate(self.regions):
-            if region.load32(Offset.ERROR_CODE) and region.error_message() == message:
-                origin = index
-        return origin
+        return _stage_of(self.memory.error_message(), len(self.stages))
 
     @property
     def error_cause(self) -> BaseException | None:
@@ -542,6 +550,11 @@ def launch_pipeline(
     ``options`` go to every stage's ``launch_persistent_kernel``, with ``link=``. A
     backend that does not take links raises :class:`~pdc_core.CapabilityError`. If a
     launch fails, the stages already launched are stopped before the error propagates.
+
+    A backend that launches pipelines its own way -- a GPU backend that places the
+    links in device memory and launches every stage at once -- defines
+    ``launch_pipeline(pipeline, memory, **options)``, returning a
+    :class:`PipelineResident`; it is called instead, after the same checks.
     """
     if not isinstance(pipeline, PersistentPipeline):
         raise TypeError(f"expected a PersistentPipeline, not {type(pipeline).__name__}")
@@ -549,6 +562,15 @@ def launch_pipeline(
         raise TypeError("memory must be a RingMemory allocated for the pipeline's host region")
     if "link" in options:
         raise TypeError("the launch option 'link' is set by the pipeline itself")
+    own_launch = getattr(backend, "launch_pipeline", None)
+    if own_launch is not None:
+        resident = own_launch(pipeline, memory, **options)
+        if not isinstance(resident, PipelineResident):
+            raise TypeError(
+                f"{type(backend).__name__}.launch_pipeline returned "
+                f"{type(resident).__name__}, not a PipelineResident"
+            )
+        return resident
     stages = pipeline.stages
     count = len(stages)
     regions = [memory] + [

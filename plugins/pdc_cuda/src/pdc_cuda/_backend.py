@@ -32,10 +32,11 @@ from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
 from ._streams import CudaEvent, CudaStream, synchronize_stream
 
 if TYPE_CHECKING:
-    from pdc_core import PersistentKernel
+    from pdc_core import PersistentKernel, PersistentPipeline
     from pdc_core.backend import RingMemory
 
     from ._persistent import CudaResidentKernel
+    from ._pipeline import CudaPipelineResident
 
 __all__ = ["CudaBackend"]
 
@@ -546,3 +547,21 @@ class CudaBackend(Backend):
         from ._persistent import launch_persistent_kernel
 
         return launch_persistent_kernel(self, kernel, rings, **options)
+
+    def launch_pipeline(
+        self, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
+    ) -> CudaPipelineResident:
+        """Launch every stage of ``pipeline`` as a resident block on its own non-blocking
+        stream, joined by links in this device's memory (``docs/ring-protocol.md``
+        section 11); :func:`pdc_core.backend.launch_pipeline` calls it.
+
+        ``memory`` is the host region (mapped), initialised by the core. Options are
+        those of :meth:`launch_persistent_kernel`, for every stage. Everything is
+        compiled and allocated before the first stage is launched. Raises
+        :class:`~pdc_core.CapabilityError` when the stages cannot all be resident at
+        once (see :func:`pdc_cuda._pipeline.resident_capacity`), and
+        :class:`~pdc_cuda.CudaCompileError` naming the stage whose body does not compile.
+        """
+        from ._pipeline import launch_pipeline
+
+        return launch_pipeline(self, pipeline, memory, **options)

@@ -257,7 +257,8 @@ def launch_persistent_kernel(
     state_arg = state if state is not None else np.uint64(0)
     try:
         backend._register_resident(resident)
-        compiled.launch((1,), (threads,), (np.uint64(address), state_arg), stream=stream)
+        region = np.uint64(address)  # its own input and output region
+        compiled.launch((1,), (threads,), (region, region, state_arg), stream=stream)
     except BaseException:
         # Interrupted or failed: should the launch have been queued after all, the
         # kernel finds STOP = NOW at its first poll, and the rings stay alive until

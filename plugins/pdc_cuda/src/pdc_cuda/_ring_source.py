@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import importlib.resources
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -40,15 +40,80 @@ from ._nvrtc import DEFAULT_ARCH, compile_to_ptx
 __all__ = [
     "KERNEL_NAME",
     "CudaRingBody",
+    "RingWiring",
     "compile_ring_kernel_ptx",
     "render_ring_kernel",
     "ring_template",
+    "stage_error_prefix",
 ]
 
 #: The ``extern "C"`` name of the resident kernel in the rendered source.
 KERNEL_NAME = "pdc_ring_kernel"
 
 _TEMPLATE_LINE_MARKER = '#line @@TEMPLATE_LINE@@ "pdc_ring_kernel.cu"'
+
+#: The scope of a region's ordered accesses: ``system`` where the other side is the
+#: host or another device (mapped host memory), ``device`` where it is a kernel on the
+#: same device (a link in device memory).
+Scope = Literal["system", "device"]
+
+_SCOPES: dict[str, str] = {
+    "system": "cuda::thread_scope_system",
+    "device": "cuda::thread_scope_device",
+}
+
+
+def stage_error_prefix(index: int, name: str) -> str:
+    """How a pipeline stage's error message begins (``docs/ring-protocol.md`` section 11):
+    ``stage <index> ('<kernel name>'): ``, the name as Python's ``repr`` writes it."""
+    return f"stage {index} ({name!r}): "
+
+
+def _c_string(text: str) -> str:
+    """``text`` as a C string literal of its UTF-8 bytes (octal escapes outside
+    printable ASCII, and for quotes and backslashes)."""
+    out = []
+    for byte in text.encode("utf-8"):
+        char = chr(byte)
+        if 0x20 <= byte < 0x7F and char not in '"\\?':
+            out.append(char)
+        else:
+            out.append(f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
+@dataclass(frozen=True)
+class RingWiring:
+    """Where a resident kernel's rings are and whom it answers to.
+
+    A kernel of its own reads its region's input ring and writes the same region's
+    output ring, both in mapped host memory (the default). A stage of a pipeline
+    (``docs/ring-protocol.md`` section 11) reads its input region, whose words it
+    accesses at ``input_scope``, and writes into an output ring at ``output_scope``:
+    the next stage's input ring when ``output_link`` (the kernel is that link's host:
+    it stores ``IN_HEAD``, ``STOP`` and ``PAUSE`` there and passes control down), else
+    the host region's output ring. ``stage`` is ``(index, kernel name)`` for a stage,
+    whose error messages then begin with :func:`stage_error_prefix`.
+    """
+
+    input_scope: Scope = "system"
+    output_scope: Scope = "system"
+    output_link: bool = False
+    stage: tuple[int, str] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("input_scope", "output_scope"):
+            if getattr(self, name) not in _SCOPES:
+                raise ValueError(
+                    f"{name} must be 'system' or 'device', not {getattr(self, name)!r}"
+                )
+        if self.output_link and self.stage is None:
+            raise ValueError("a kernel whose output ring is a link must be a pipeline stage")
+
+    @property
+    def prefix(self) -> str:
+        """What every error message of this kernel begins with."""
+        return "" if self.stage is None else stage_error_prefix(*self.stage)
 
 
 @dataclass(frozen=True)
@@ -121,16 +186,23 @@ def render_ring_kernel(
     request_dtype: npt.DTypeLike,
     reply_dtype: npt.DTypeLike,
     state_dtype: npt.DTypeLike | None = None,
+    wiring: RingWiring | None = None,
 ) -> str:
     """The complete CUDA C source of the resident kernel for ``body`` and two record dtypes.
 
     With ``state_dtype`` the body takes a third argument, ``pdc_state* state``.
+    ``wiring`` says where the rings are (default: a kernel of its own, both rings in
+    mapped host memory). The kernel is ``pdc_ring_kernel(unsigned char* in_region,
+    unsigned char* out_region, pdc_state* state)``; a kernel of its own gets its region
+    twice.
 
     Raises ``TypeError`` when a dtype has no exact C layout (see
     :func:`pdc_cuda._codegen.c_struct`) and ``ValueError`` for a malformed body.
     """
     if isinstance(body, str):
         body = CudaRingBody(body)
+    if wiring is None:
+        wiring = RingWiring()
     request = c_struct(np.dtype(request_dtype), "pdc_request")
     reply = c_struct(np.dtype(reply_dtype), "pdc_reply")
     if state_dtype is None:
@@ -153,6 +225,10 @@ def render_ring_kernel(
         "@@MAX_BATCH@@": str(body.max_batch),
         "@@BODY@@": body.body_name,
         "@@BODY_FILENAME@@": body.filename,
+        "@@IN_SCOPE@@": _SCOPES[wiring.input_scope],
+        "@@OUT_SCOPE@@": _SCOPES[wiring.output_scope],
+        "@@OUT_LINK@@": "1" if wiring.output_link else "0",
+        "@@STAGE_PREFIX@@": _c_string(wiring.prefix),
     }
     text = ring_template()
     for marker, value in replacements.items():
@@ -178,6 +254,7 @@ def compile_ring_kernel_ptx(
     reply_dtype: npt.DTypeLike,
     state_dtype: npt.DTypeLike | None = None,
     *,
+    wiring: RingWiring | None = None,
     arch: str = DEFAULT_ARCH,
     options: tuple[str, ...] = ("-std=c++17",),
 ) -> str:
@@ -186,7 +263,7 @@ def compile_ring_kernel_ptx(
     Raises :class:`~pdc_cuda.CudaCompileError` (with NVRTC's log, line numbers of the
     body's own file) and :class:`~pdc_cuda.NvrtcUnavailable`.
     """
-    source = render_ring_kernel(body, request_dtype, reply_dtype, state_dtype)
+    source = render_ring_kernel(body, request_dtype, reply_dtype, state_dtype, wiring)
     return compile_to_ptx(
         source,
         options=options,

@@ -4,12 +4,17 @@
 // between double at-signs) is replaced before NVRTC sees the source. The offsets come from
 // pdc_core.backend.Offset, so the layout has one source of truth (docs/ring-protocol.md).
 //
-// One thread block serves one ring region. Thread 0 polls the host-written words with
-// system-scope acquire loads (ld.acquire.sys), backing off with __nanosleep while
-// idle; the block processes a run of requests in parallel (one request per thread,
-// strided); every thread fences its reply stores at system scope, the block meets at
-// a barrier, and thread 0 publishes OUT_HEAD then IN_TAIL with system-scope release
-// stores (st.release.sys). No read-modify-write ever touches the mapped region.
+// One thread block serves one ring region (its *input region*) and writes its replies
+// into an *output ring*: the same region's output ring for a kernel of its own, or, for
+// a stage of a pipeline (ring-protocol.md section 11), the next stage's input ring (a
+// link: this kernel is that ring's host) or the host region's output ring (the last
+// stage). Thread 0 polls the words of the other side with acquire loads, backing off
+// with __nanosleep while idle; the block processes a run of requests in parallel (one
+// request per thread, strided); the block meets at a barrier, and thread 0 publishes
+// the replies' head, then the input ring's IN_TAIL, with release stores. The scope of
+// every ordered access is the scope of the region it touches: system for regions in
+// mapped host memory (the host, or a stage on another device, is the other side),
+// device for links in this device's memory. No read-modify-write ever touches a region.
 
 #include <cuda/atomic>
 
@@ -31,6 +36,15 @@ typedef unsigned int pdc_u32;
 #define PDC_BACKOFF_MAX_NS @@BACKOFF_MAX_NS@@
 #define PDC_MAX_BATCH @@MAX_BATCH@@ull
 
+// ---- how this kernel is wired (generated from pdc_cuda._ring_source.RingWiring) -----
+// Scope of the words of the input region, and of the region the output ring is in.
+#define PDC_IN_SCOPE @@IN_SCOPE@@
+#define PDC_OUT_SCOPE @@OUT_SCOPE@@
+// 1: the output ring is the next stage's input ring (a link; this kernel is its host).
+#define PDC_OUT_LINK @@OUT_LINK@@
+// Every error message starts with this (a pipeline stage's "stage <i> ('<name>'): ").
+#define PDC_STAGE_PREFIX @@STAGE_PREFIX@@
+
 // ---- the user's device function ------------------------------------------------------
 // Contract: __device__ int @@BODY@@(const pdc_request& request, pdc_reply& reply);
 // or, for a kernel with state, ...(const pdc_request&, pdc_reply&, pdc_state* state),
@@ -45,36 +59,65 @@ typedef unsigned int pdc_u32;
 
 namespace pdc {
 
-typedef cuda::atomic_ref<pdc_u64, cuda::thread_scope_system> sys_u64;
-typedef cuda::atomic_ref<pdc_u32, cuda::thread_scope_system> sys_u32;
+// The words of one region, accessed at one scope.
+template <cuda::thread_scope Scope>
+struct Words {
+    unsigned char* base;
 
-__device__ __forceinline__ pdc_u64* word64(unsigned char* region, pdc_u64 offset) {
-    return reinterpret_cast<pdc_u64*>(region + offset);
-}
+    __device__ pdc_u64& word64(pdc_u64 offset) const {
+        return *reinterpret_cast<pdc_u64*>(base + offset);
+    }
+    __device__ pdc_u32& word32(pdc_u64 offset) const {
+        return *reinterpret_cast<pdc_u32*>(base + offset);
+    }
+    __device__ pdc_u64 acquire64(pdc_u64 offset) const {
+        return cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).load(cuda::memory_order_acquire);
+    }
+    __device__ pdc_u32 acquire32(pdc_u64 offset) const {
+        return cuda::atomic_ref<pdc_u32, Scope>(word32(offset)).load(cuda::memory_order_acquire);
+    }
+    __device__ pdc_u32 relaxed32(pdc_u64 offset) const {
+        return cuda::atomic_ref<pdc_u32, Scope>(word32(offset)).load(cuda::memory_order_relaxed);
+    }
+    __device__ void release64(pdc_u64 offset, pdc_u64 value) const {
+        cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).store(value, cuda::memory_order_release);
+    }
+    __device__ void release32(pdc_u64 offset, pdc_u32 value) const {
+        cuda::atomic_ref<pdc_u32, Scope>(word32(offset)).store(value, cuda::memory_order_release);
+    }
+    __device__ void relaxed64(pdc_u64 offset, pdc_u64 value) const {
+        cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).store(value, cuda::memory_order_relaxed);
+    }
+};
 
-__device__ __forceinline__ pdc_u32* word32(unsigned char* region, pdc_u64 offset) {
-    return reinterpret_cast<pdc_u32*>(region + offset);
-}
+typedef Words<PDC_IN_SCOPE> InWords;
+typedef Words<PDC_OUT_SCOPE> OutWords;
 
-__device__ __forceinline__ pdc_u64 load_acquire64(unsigned char* region, pdc_u64 offset) {
-    return sys_u64(*word64(region, offset)).load(cuda::memory_order_acquire);
-}
-
-__device__ __forceinline__ pdc_u32 load_acquire32(unsigned char* region, pdc_u64 offset) {
-    return sys_u32(*word32(region, offset)).load(cuda::memory_order_acquire);
-}
-
-__device__ __forceinline__ void store_release64(unsigned char* region, pdc_u64 offset,
-                                                pdc_u64 value) {
-    sys_u64(*word64(region, offset)).store(value, cuda::memory_order_release);
-}
-
-__device__ __forceinline__ void store_release32(unsigned char* region, pdc_u64 offset,
-                                                pdc_u32 value) {
-    sys_u32(*word32(region, offset)).store(value, cuda::memory_order_release);
-}
+// The output ring's words: a link is the next stage's input ring, of which this kernel
+// is the host (IN_HEAD is ours, IN_TAIL theirs); otherwise it is an output ring, of
+// which this kernel is the device (OUT_HEAD ours, OUT_TAIL the host's).
+#if PDC_OUT_LINK
+#define PDC_OUT_HEAD_WORD PDC_OFF_IN_HEAD
+#define PDC_OUT_TAIL_WORD PDC_OFF_IN_TAIL
+#define PDC_OUT_CAPACITY_WORD PDC_OFF_IN_CAPACITY
+#define PDC_OUT_SLOT_WORD PDC_OFF_IN_SLOT_SIZE
+#define PDC_OUT_RING_WORD PDC_OFF_IN_RING
+#else
+#define PDC_OUT_HEAD_WORD PDC_OFF_OUT_HEAD
+#define PDC_OUT_TAIL_WORD PDC_OFF_OUT_TAIL
+#define PDC_OUT_CAPACITY_WORD PDC_OFF_OUT_CAPACITY
+#define PDC_OUT_SLOT_WORD PDC_OFF_OUT_SLOT_SIZE
+#define PDC_OUT_RING_WORD PDC_OFF_OUT_RING
+#endif
 
 __device__ __forceinline__ pdc_u64 min64(pdc_u64 a, pdc_u64 b) { return a < b ? a : b; }
+
+// Sleep with a doubling back-off between min and max; returns the next delay.
+__device__ __forceinline__ pdc_u32 back_off(pdc_u32 delay) {
+    if (delay) __nanosleep(delay);
+    const pdc_u32 next = delay * 2 > PDC_BACKOFF_MAX_NS ? PDC_BACKOFF_MAX_NS : delay * 2;
+    return next ? next : PDC_BACKOFF_MIN_NS;
+}
 
 // Append text (and optionally a decimal number) to the error message being built.
 __device__ pdc_u32 put_text(unsigned char* dst, pdc_u32 at, const char* text) {
@@ -93,122 +136,200 @@ __device__ pdc_u32 put_number(unsigned char* dst, pdc_u32 at, pdc_u64 value) {
     return at;
 }
 
+// The length of text[0:length] without a UTF-8 character cut at its end.
+__device__ pdc_u32 whole_characters(const unsigned char* text, pdc_u32 length) {
+    pdc_u32 start = length;
+    int continuation = 0;
+    while (start > 0 && continuation < 3 && (text[start - 1] & 0xC0u) == 0x80u) {
+        --start;
+        ++continuation;
+    }
+    if (start == 0) return length;
+    const unsigned char lead = text[start - 1];
+    const int needed = lead >= 0xF0u ? 3 : lead >= 0xE0u ? 2 : lead >= 0xC0u ? 1 : 0;
+    return needed > continuation ? start - 1 : length;
+}
+
 // Message and length first (plain stores), then the code with a release store: a host
 // that sees the code also sees the message.
-__device__ void report_error(unsigned char* region, pdc_u32 code, const char* text,
+__device__ void report_error(const InWords& in, pdc_u32 code, const char* text,
                              const char* text2, pdc_u64 number, bool with_number) {
-    unsigned char* message = region + PDC_OFF_ERROR_MESSAGE;
-    pdc_u32 length = put_text(message, 0, text);
+    unsigned char* message = in.base + PDC_OFF_ERROR_MESSAGE;
+    pdc_u32 length = put_text(message, 0, PDC_STAGE_PREFIX);
+    length = put_text(message, length, text);
     if (with_number) length = put_number(message, length, number);
     if (text2) length = put_text(message, length, text2);
-    *word32(region, PDC_OFF_ERROR_LENGTH) = length;
-    store_release32(region, PDC_OFF_ERROR_CODE, code);
+    in.word32(PDC_OFF_ERROR_LENGTH) = whole_characters(message, length);
+    in.release32(PDC_OFF_ERROR_CODE, code);
 }
+
+#if PDC_OUT_LINK
+// The next stage failed first: its error words (which already name it) become ours.
+// Called after an acquire load of its DONE, which its error words precede.
+__device__ void adopt_error(const InWords& in, const OutWords& out) {
+    const pdc_u32 code = out.word32(PDC_OFF_ERROR_CODE);
+    if (code == 0u) return;
+    pdc_u32 length = out.word32(PDC_OFF_ERROR_LENGTH);
+    if (length > PDC_ERROR_MESSAGE_SIZE) length = PDC_ERROR_MESSAGE_SIZE;
+    for (pdc_u32 i = 0; i < length; ++i) {
+        in.base[PDC_OFF_ERROR_MESSAGE + i] = out.base[PDC_OFF_ERROR_MESSAGE + i];
+    }
+    in.word32(PDC_OFF_ERROR_LENGTH) = length;
+    in.release32(PDC_OFF_ERROR_CODE, code);
+}
+#endif
 
 enum Command : pdc_u32 { WORK = 0, EXIT = 1 };
 
+// Check both regions' headers against what this kernel was compiled for; on a
+// mismatch report it (PROTOCOL) and return false.
+__device__ bool check_headers(const InWords& in, const OutWords& out) {
+    const pdc_u32 bad_request = pdc_request_layout_mismatch();
+    const pdc_u32 bad_reply = pdc_reply_layout_mismatch();
+    const pdc_u32 in_version = in.word32(PDC_OFF_VERSION);
+    const pdc_u32 out_version = out.word32(PDC_OFF_VERSION);
+    if (in.word32(PDC_OFF_MAGIC) != PDC_RING_MAGIC || in_version != PDC_RING_VERSION ||
+        out.word32(PDC_OFF_MAGIC) != PDC_RING_MAGIC || out_version != PDC_RING_VERSION) {
+        report_error(in, PDC_ERROR_PROTOCOL, "bad ring header: magic or version ", 0,
+                     in_version != PDC_RING_VERSION ? in_version : out_version, true);
+        return false;
+    }
+    const pdc_u64 in_slot = in.word64(PDC_OFF_IN_SLOT_SIZE);
+    if (in_slot != sizeof(pdc_request)) {
+        report_error(in, PDC_ERROR_PROTOCOL,
+                     "slot sizes in the ring header do not match the compiled records; "
+                     "input slot bytes ", 0, in_slot, true);
+        return false;
+    }
+    const pdc_u64 out_slot = out.word64(PDC_OUT_SLOT_WORD);
+    if (out_slot != sizeof(pdc_reply)) {
+        report_error(in, PDC_ERROR_PROTOCOL,
+                     "slot sizes in the ring header do not match the compiled records; "
+                     "output slot bytes ", 0, out_slot, true);
+        return false;
+    }
+    if (in.word64(PDC_OFF_IN_CAPACITY) == 0 || out.word64(PDC_OUT_CAPACITY_WORD) == 0) {
+        report_error(in, PDC_ERROR_PROTOCOL, "a ring has zero capacity", 0, 0, false);
+        return false;
+    }
+    if (bad_request || bad_reply) {
+        report_error(in, PDC_ERROR_PROTOCOL,
+                     "the compiled record layout differs from the NumPy dtype at field #",
+                     bad_request ? " of the request" : " of the reply",
+                     bad_request ? bad_request : bad_reply, true);
+        return false;
+    }
+    return true;
+}
+
 }  // namespace pdc
 
-extern "C" __global__ void __launch_bounds__(1024) pdc_ring_kernel(unsigned char* region,
-                                                                  pdc_state* state) {
+extern "C" __global__ void __launch_bounds__(1024)
+pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* state) {
     using namespace pdc;
+    const InWords in{in_region};
+    const OutWords out{out_region};
     // Written by thread 0 only while the rest of the block waits at a barrier; read by
     // everyone between the two barriers of an iteration.
     __shared__ pdc_u64 s_first;     // index of the first request of the run
     __shared__ pdc_u64 s_count;     // requests in the run
-    __shared__ pdc_u64 s_out;       // out_head when the run started
-    __shared__ pdc_u64 s_in_cap, s_out_cap, s_in_ring, s_out_ring;  // the header
+    __shared__ pdc_u64 s_out;       // head of the output ring when the run started
+    __shared__ pdc_u64 s_in_cap, s_out_cap, s_in_ring, s_out_ring;  // the headers
     __shared__ pdc_u32 s_command;   // WORK or EXIT
     __shared__ pdc_u32 s_error;     // first body error code of the run (0: none)
     __shared__ pdc_u64 s_error_at;  // request index of that error
 
-    // Indices this kernel owns, and its cache of OUT_TAIL: thread 0 only.
+    // Indices this kernel owns, and its cache of the output ring's tail: thread 0 only.
     pdc_u64 in_tail = 0, out_head = 0, out_tail = 0, batches = 0;
     pdc_u32 backoff = PDC_BACKOFF_MIN_NS;
     bool paused = false;
 
     if (threadIdx.x == 0) {
         s_command = WORK;
-        const pdc_u32 magic = *word32(region, PDC_OFF_MAGIC);
-        const pdc_u32 version = *word32(region, PDC_OFF_VERSION);
-        s_in_cap = *word64(region, PDC_OFF_IN_CAPACITY);
-        s_out_cap = *word64(region, PDC_OFF_OUT_CAPACITY);
-        s_in_ring = *word64(region, PDC_OFF_IN_RING);
-        s_out_ring = *word64(region, PDC_OFF_OUT_RING);
-        const pdc_u64 in_slot = *word64(region, PDC_OFF_IN_SLOT_SIZE);
-        const pdc_u64 out_slot = *word64(region, PDC_OFF_OUT_SLOT_SIZE);
-        const pdc_u32 bad_request = pdc_request_layout_mismatch();
-        const pdc_u32 bad_reply = pdc_reply_layout_mismatch();
-        if (magic != PDC_RING_MAGIC || version != PDC_RING_VERSION) {
-            report_error(region, PDC_ERROR_PROTOCOL, "bad ring header: magic or version ", 0,
-                         version, true);
-            s_command = EXIT;
-        } else if (in_slot != sizeof(pdc_request) || out_slot != sizeof(pdc_reply)) {
-            report_error(region, PDC_ERROR_PROTOCOL,
-                         "slot sizes in the ring header do not match the compiled records; "
-                         "input slot bytes ", 0, in_slot, true);
-            s_command = EXIT;
-        } else if (s_in_cap == 0 || s_out_cap == 0) {
-            report_error(region, PDC_ERROR_PROTOCOL, "a ring has zero capacity", 0, 0, false);
-            s_command = EXIT;
-        } else if (bad_request || bad_reply) {
-            report_error(region, PDC_ERROR_PROTOCOL,
-                         "the compiled record layout differs from the NumPy dtype at field #",
-                         bad_request ? " of the request" : " of the reply",
-                         bad_request ? bad_request : bad_reply, true);
+        if (!check_headers(in, out)) {
             s_command = EXIT;
         } else {
-            in_tail = *word64(region, PDC_OFF_IN_TAIL);
-            out_head = *word64(region, PDC_OFF_OUT_HEAD);
-            out_tail = *word64(region, PDC_OFF_OUT_TAIL);
-            batches = *word64(region, PDC_OFF_BATCHES);
-            store_release32(region, PDC_OFF_STARTED, 1u);
+            s_in_cap = in.word64(PDC_OFF_IN_CAPACITY);
+            s_out_cap = out.word64(PDC_OUT_CAPACITY_WORD);
+            s_in_ring = in.word64(PDC_OFF_IN_RING);
+            s_out_ring = out.word64(PDC_OUT_RING_WORD);
+            in_tail = in.word64(PDC_OFF_IN_TAIL);
+            out_head = out.word64(PDC_OUT_HEAD_WORD);
+            out_tail = out.word64(PDC_OUT_TAIL_WORD);
+            batches = in.word64(PDC_OFF_BATCHES);
+#if PDC_OUT_LINK
+            // STARTED only once the next stage is resident (or has given up, or a stop
+            // NOW came): stage 0's STARTED then means every stage is.
+            pdc_u32 delay = PDC_BACKOFF_MIN_NS;
+            while (out.acquire32(PDC_OFF_STARTED) == 0u && out.acquire32(PDC_OFF_DONE) == 0u &&
+                   in.relaxed32(PDC_OFF_STOP) != PDC_STOP_NOW) {
+                delay = back_off(delay);
+            }
+#endif
+            in.release32(PDC_OFF_STARTED, 1u);
         }
     }
 
     for (;;) {
         if (threadIdx.x == 0 && s_command == WORK) {
-            // Wait for work, a stop or a pause; only thread 0 touches the control block.
-            // STOP and PAUSE are loaded relaxed *before* the acquire load of IN_HEAD, so
-            // the three loads cross PCIe together: one round trip per poll.
+            // Wait for work, a stop or a pause; only thread 0 touches the control words.
+            // STOP and PAUSE (and the next stage's DONE) are loaded relaxed *before* the
+            // acquire load of IN_HEAD, so the loads are in flight together: one round
+            // trip per poll.
             for (;;) {
-                const pdc_u32 stop = sys_u32(*word32(region, PDC_OFF_STOP))
-                                         .load(cuda::memory_order_relaxed);
-                const pdc_u32 pause_word = sys_u32(*word32(region, PDC_OFF_PAUSE))
-                                               .load(cuda::memory_order_relaxed);
-                const pdc_u64 in_head = load_acquire64(region, PDC_OFF_IN_HEAD);
+                const pdc_u32 stop = in.relaxed32(PDC_OFF_STOP);
+                const pdc_u32 pause_word = in.relaxed32(PDC_OFF_PAUSE);
+#if PDC_OUT_LINK
+                const pdc_u32 next_done = out.relaxed32(PDC_OFF_DONE);
+#endif
+                const pdc_u64 in_head = in.acquire64(PDC_OFF_IN_HEAD);
                 if (stop == PDC_STOP_NOW) {
                     s_command = EXIT;
                     break;
                 }
+#if PDC_OUT_LINK
+                if (next_done != 0u) {  // the next stage finished unasked: a broken link
+                    s_command = EXIT;
+                    break;
+                }
+#endif
                 if (stop != PDC_STOP_RUN && stop != PDC_STOP_DRAIN) {
-                    report_error(region, PDC_ERROR_PROTOCOL, "the STOP word holds ", 0, stop,
-                                 true);
+                    report_error(in, PDC_ERROR_PROTOCOL, "the STOP word holds ", 0, stop, true);
                     s_command = EXIT;
                     break;
                 }
                 const bool pause = stop == PDC_STOP_RUN && pause_word != 0u;
                 if (pause != paused) {
+#if PDC_OUT_LINK
+                    // Pass the pause on and wait for the next stage's answer first.
+                    out.release32(PDC_OFF_PAUSE, pause ? 1u : 0u);
+                    pdc_u32 delay = PDC_BACKOFF_MIN_NS;
+                    while (out.acquire32(PDC_OFF_PAUSED) != (pause ? 1u : 0u) &&
+                           out.acquire32(PDC_OFF_DONE) == 0u &&
+                           in.relaxed32(PDC_OFF_STOP) == PDC_STOP_RUN) {
+                        delay = back_off(delay);
+                    }
+#endif
                     paused = pause;
-                    store_release32(region, PDC_OFF_PAUSED, pause ? 1u : 0u);
+                    in.release32(PDC_OFF_PAUSED, pause ? 1u : 0u);
                 }
                 if (paused) {
                     __nanosleep(PDC_BACKOFF_MAX_NS);
                     continue;
                 }
                 if (in_head < in_tail || in_head - in_tail > s_in_cap) {
-                    report_error(region, PDC_ERROR_PROTOCOL, "in_head moved to ",
+                    report_error(in, PDC_ERROR_PROTOCOL, "in_head moved to ",
                                  " outside [in_tail, in_tail + capacity]", in_head, true);
                     s_command = EXIT;
                     break;
                 }
                 pdc_u64 count = in_head - in_tail;
                 pdc_u64 space = s_out_cap - (out_head - out_tail);
-                if (count != 0 && space == 0) {  // reload the host's OUT_TAIL only now
-                    out_tail = load_acquire64(region, PDC_OFF_OUT_TAIL);
+                if (count != 0 && space == 0) {  // reload the output ring's tail only now
+                    out_tail = out.acquire64(PDC_OUT_TAIL_WORD);
                     if (out_tail > out_head || out_head - out_tail > s_out_cap) {
-                        report_error(region, PDC_ERROR_PROTOCOL, "out_tail moved to ",
-                                     " outside [out_head - capacity, out_head]", out_tail, true);
+                        report_error(in, PDC_ERROR_PROTOCOL, "the output ring's tail moved to ",
+                                     " outside [head - capacity, head]", out_tail, true);
                         s_command = EXIT;
                         break;
                     }
@@ -217,20 +338,17 @@ extern "C" __global__ void __launch_bounds__(1024) pdc_ring_kernel(unsigned char
                 if (count == 0 || space == 0) {
                     if (count == 0 && stop == PDC_STOP_DRAIN && in_tail == out_head) {
                         // STOP was loaded (relaxed) before IN_HEAD, so this IN_HEAD may
-                        // predate requests the host published before storing DRAIN. The
-                        // fence orders the STOP load before a fresh acquire of IN_HEAD;
-                        // exit only if that one shows nothing new either.
-                        cuda::atomic_thread_fence(cuda::memory_order_acquire,
-                                                  cuda::thread_scope_system);
-                        if (load_acquire64(region, PDC_OFF_IN_HEAD) == in_tail) {
+                        // predate requests published before DRAIN was stored. The fence
+                        // orders the STOP load before a fresh acquire of IN_HEAD; leave
+                        // only if that one shows nothing new either.
+                        cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
+                        if (in.acquire64(PDC_OFF_IN_HEAD) == in_tail) {
                             s_command = EXIT;  // every published request answered
                             break;
                         }
                         continue;
                     }
-                    if (backoff) __nanosleep(backoff);
-                    backoff = backoff * 2 > PDC_BACKOFF_MAX_NS ? PDC_BACKOFF_MAX_NS : backoff * 2;
-                    if (backoff == 0) backoff = PDC_BACKOFF_MIN_NS;
+                    backoff = back_off(backoff);
                     continue;
                 }
                 count = min64(count, space);
@@ -249,43 +367,64 @@ extern "C" __global__ void __launch_bounds__(1024) pdc_ring_kernel(unsigned char
         if (s_command != WORK) break;
 
         // Every thread: order its slot loads after thread 0's acquire of IN_HEAD.
-        cuda::atomic_thread_fence(cuda::memory_order_acquire, cuda::thread_scope_system);
+        cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
         const pdc_u64 first = s_first, count = s_count;
         const pdc_request* requests =
-            reinterpret_cast<const pdc_request*>(region + s_in_ring) + first % s_in_cap;
-        pdc_reply* replies = reinterpret_cast<pdc_reply*>(region + s_out_ring) + s_out % s_out_cap;
+            reinterpret_cast<const pdc_request*>(in_region + s_in_ring) + first % s_in_cap;
+        pdc_reply* replies =
+            reinterpret_cast<pdc_reply*>(out_region + s_out_ring) + s_out % s_out_cap;
         for (pdc_u64 i = threadIdx.x; i < count; i += blockDim.x) {
             const int code = @@BODY@@(requests[i], replies[i]@@STATE_ARG@@);
             if (code != 0) {
-                // Shared-memory CAS (block scope): never on the mapped region.
+                // Shared-memory CAS (block scope): never on a region.
                 if (atomicCAS(&s_error, 0u, static_cast<pdc_u32>(code)) == 0u) {
                     s_error_at = first + i;
                 }
             }
         }
-        // Every thread: its reply stores become visible system-wide before the barrier.
-        cuda::atomic_thread_fence(cuda::memory_order_release, cuda::thread_scope_system);
+        // Every thread: its reply stores become visible at the output ring's scope
+        // before the barrier.
+        cuda::atomic_thread_fence(cuda::memory_order_release, PDC_OUT_SCOPE);
         __syncthreads();  // barrier 2: every reply of the run is written and fenced
 
         if (threadIdx.x == 0) {
             if (s_error != 0u) {
-                report_error(region, s_error, "the kernel body returned an error for request #",
-                             0, s_error_at, true);
+                report_error(in, s_error, "the kernel body returned an error for request #", 0,
+                             s_error_at, true);
                 s_command = EXIT;  // seen by everyone after the next barrier 1
             } else {
                 out_head += count;
                 in_tail += count;
                 batches += 1;
-                store_release64(region, PDC_OFF_OUT_HEAD, out_head);  // replies first
-                store_release64(region, PDC_OFF_IN_TAIL, in_tail);    // then free the slots
-                sys_u64(*word64(region, PDC_OFF_BATCHES))
-                    .store(batches, cuda::memory_order_relaxed);
+                out.release64(PDC_OUT_HEAD_WORD, out_head);  // replies first
+                in.release64(PDC_OFF_IN_TAIL, in_tail);      // then free the requests' slots
+                in.relaxed64(PDC_OFF_BATCHES, batches);
             }
         }
     }
 
     if (threadIdx.x == 0) {
-        if (paused) store_release32(region, PDC_OFF_PAUSED, 0u);
-        store_release32(region, PDC_OFF_DONE, 1u);  // the last store to the region
+#if PDC_OUT_LINK
+        // Stop the next stage -- a drain if this one drained (asked to, without an
+        // error, everything published consumed and forwarded), else now -- and wait for
+        // its DONE (passing on a NOW that comes meanwhile), so that DONE comes back up
+        // stage by stage.
+        const bool drain = in.relaxed32(PDC_OFF_STOP) == PDC_STOP_DRAIN &&
+                           in.word32(PDC_OFF_ERROR_CODE) == 0u &&
+                           in.acquire64(PDC_OFF_IN_HEAD) == in_tail;
+        out.release32(PDC_OFF_STOP, drain ? PDC_STOP_DRAIN : PDC_STOP_NOW);
+        bool now_passed = !drain;
+        pdc_u32 delay = PDC_BACKOFF_MIN_NS;
+        while (out.acquire32(PDC_OFF_DONE) == 0u) {
+            if (!now_passed && in.relaxed32(PDC_OFF_STOP) == PDC_STOP_NOW) {
+                out.release32(PDC_OFF_STOP, PDC_STOP_NOW);  // NOW wins
+                now_passed = true;
+            }
+            delay = back_off(delay);
+        }
+        if (in.word32(PDC_OFF_ERROR_CODE) == 0u) adopt_error(in, out);
+#endif
+        if (paused) in.release32(PDC_OFF_PAUSED, 0u);
+        in.release32(PDC_OFF_DONE, 1u);  // the last store to the region
     }
 }

@@ -1,0 +1,370 @@
+"""Kernel-to-kernel pipelines on CUDA: every stage a resident block, links in device memory.
+
+``CudaBackend.launch_pipeline(pipeline, memory, **options)`` is what
+:func:`pdc_core.backend.launch_pipeline` calls on the cuda backend. It runs each stage
+of a :class:`~pdc_core.PersistentPipeline` as a resident ring kernel (one thread block,
+the stage's own body, ``ring_kernel.cu`` wired as a stage) on a non-blocking stream of
+its own, and joins neighbours with *links*: ring regions of the ring protocol whose
+words follow ``docs/ring-protocol.md`` section 11 (control passes down, status comes
+back up, a stage's error words name it, a drain goes stage by stage, a stop NOW wins).
+
+Where a link lives follows where its two stages run (:func:`link_placement`): two
+stages on one device share a link in that device's memory, whose words they access
+with device-scope acquire/release; stages on different devices would share mapped
+pinned host memory at system scope. The host region (stage 0's requests, the last
+stage's replies) is mapped pinned memory at system scope, as for a single kernel, so
+the host side is the ordinary session.
+
+Everything is prepared before any stage is launched -- every stage compiled and
+loaded, every link allocated and initialised, device state copied -- and then the
+stages are launched back to back, the last first. Nothing that allocates device or
+pinned memory, loads a module or copies memory is issued between two launches (the
+CUDA Programming Guide's "implicit synchronization" between streams).
+
+Stages wait for each other (a stage's ``STARTED`` waits for the next stage's), so they
+must all be resident at once: a pipeline needs one free SM-slot per stage. It is
+refused with :class:`~pdc_core.CapabilityError` when its stages plus the kernels
+already resident on the device exceed :func:`resident_capacity` (the device's SMs,
+and at most 128 resident grids), or when the device cannot run kernels concurrently.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from pdc_core import CapabilityError, PersistentKernel, PersistentPipeline
+from pdc_core.backend import (
+    MemoryKind,
+    Offset,
+    PipelineResident,
+    RingLayout,
+    RingMemory,
+    StopMode,
+)
+
+from ._exceptions import CudaCompileError
+from ._persistent import (
+    CudaResidentKernel,
+    check_device,
+    region_device_address,
+    ring_body,
+)
+from ._ring_source import KERNEL_NAME, RingWiring, Scope, render_ring_kernel
+
+if TYPE_CHECKING:
+    from ._backend import CudaBackend
+
+__all__ = [
+    "MAX_RESIDENT_GRIDS",
+    "CudaLink",
+    "CudaPipelineResident",
+    "LinkPlacement",
+    "launch_pipeline",
+    "link_placement",
+    "resident_capacity",
+]
+
+#: Grids a device keeps resident at once, from compute capability 7.0 on (CUDA C++
+#: Programming Guide, "Features and Technical Specifications": maximum number of
+#: resident grids per device).
+MAX_RESIDENT_GRIDS = 128
+
+
+@dataclass(frozen=True)
+class LinkPlacement:
+    """Where a link's region lives and at what scope its two stages order their accesses."""
+
+    memory: MemoryKind
+    scope: Scope
+
+
+def link_placement(producer_device: int, consumer_device: int) -> LinkPlacement:
+    """The memory of the link from a stage on ``producer_device`` to one on
+    ``consumer_device``: the device's own memory at device scope when both run on one
+    device (neither side crosses a bus), mapped pinned host memory at system scope when
+    they do not (the only memory both can address without peer mappings)."""
+    if producer_device == consumer_device:
+        return LinkPlacement(MemoryKind.DEVICE, "device")
+    return LinkPlacement(MemoryKind.MAPPED, "system")
+
+
+def resident_capacity(backend: CudaBackend) -> int:
+    """How many one-block resident kernels the device is guaranteed to hold at once:
+    one per SM (a block that fits an SM alone always finds one free), and no more than
+    :data:`MAX_RESIDENT_GRIDS`."""
+    multiprocessors = backend.properties.multiprocessor_count or 1
+    return min(multiprocessors, MAX_RESIDENT_GRIDS)
+
+
+def check_co_residency(backend: CudaBackend, stages: int) -> None:
+    """Refuse, with :class:`CapabilityError`, a pipeline whose stages cannot all be
+    resident beside the kernels already resident on the device."""
+    props = backend.properties
+    where = f"{backend.qualified_name} ({props.name})"
+    if props.extra.get("concurrentKernels") == 0:
+        raise CapabilityError(
+            f"{where} cannot run kernels concurrently (concurrentKernels=0): the stages of a "
+            "pipeline must all be resident at once"
+        )
+    resident = len(backend.resident_kernels())
+    capacity = resident_capacity(backend)
+    if stages + resident > capacity:
+        raise CapabilityError(
+            f"a pipeline of {stages} stages cannot be resident on {where}: every stage is a "
+            f"resident block and they wait for each other, so all must run at once, but the "
+            f"device holds at most {capacity} resident kernels (one per SM, "
+            f"{props.multiprocessor_count} SMs, at most {MAX_RESIDENT_GRIDS} grids) and "
+            f"{resident} are resident already"
+        )
+
+
+class CudaLink:
+    """The region of one link: ``layout`` (the consumer's input ring, one unused output
+    slot) in the memory :func:`link_placement` chose, initialised before any stage runs.
+
+    :attr:`image` is a host :class:`~pdc_core.backend.RingMemory` of the region: the
+    region itself in mapped memory, else a host copy that :meth:`refresh` brings up to
+    date (the host never reads device memory otherwise).
+    """
+
+    def __init__(self, backend: CudaBackend, layout: RingLayout, placement: LinkPlacement) -> None:
+        self.backend = backend
+        self.layout = layout
+        self.placement = placement
+        self.device_array: Any = None
+        if placement.memory is MemoryKind.MAPPED:
+            self.image = RingMemory.allocate(backend, layout)
+            self.address = region_device_address(backend, self.image)
+            return
+        self.image = RingMemory.from_buffer(layout)  # zeroes and the header
+        array = backend.allocate((layout.total_size,), np.dtype(np.uint8), MemoryKind.DEVICE)
+        backend.to_device(self.image.base, out=array)
+        self.device_array = array
+        self.address = int(array.data.ptr)
+
+    @property
+    def scope(self) -> Scope:
+        return self.placement.scope
+
+    def store_stop_now(self) -> None:
+        """Store ``STOP = NOW`` into the region, as its producer would: only for a
+        stage whose producer never ran (a launch that failed half way)."""
+        if self.device_array is None:
+            self.image.words32[Offset.STOP >> 2] = int(StopMode.NOW)
+            return
+        word = np.array([int(StopMode.NOW)], dtype="<u4").view(np.uint8)
+        self._with_side_stream(
+            lambda stream: self.device_array[Offset.STOP : Offset.STOP + 4].set(word, stream=stream)
+        )
+
+    def refresh(self) -> RingMemory:
+        """:attr:`image` with the region's current bytes (copied on a side stream, never
+        waiting for the device); returns it."""
+        if self.device_array is not None:
+            base = self.image.base
+            self._with_side_stream(lambda stream: self.device_array.get(stream=stream, out=base))
+        return self.image
+
+    def _with_side_stream(self, copy: Any) -> None:
+        backend = self.backend
+        side = backend.create_stream()
+        try:
+            with backend.device_context():
+                copy(side.cupy)
+            side.synchronize()
+        finally:
+            side.close()
+
+    def free(self) -> None:
+        """Let go of the region (after every stage has exited). While other kernels are
+        resident the memory goes to :meth:`CudaBackend.defer_free`: ``cudaFree`` and
+        ``cudaFreeHost`` may wait for the whole device."""
+        held = (self.device_array, self.image.owner)
+        self.image.detach()
+        self.device_array = None
+        if self.backend.resident_kernels():
+            self.backend.defer_free(held)
+
+
+class CudaPipelineResident(PipelineResident):
+    """A pipeline resident on a CUDA device: a :class:`~pdc_core.backend.PipelineResident`
+    whose stages are :class:`~pdc_cuda.CudaResidentKernel` blocks, each on its own stream.
+
+    :attr:`links` are the link regions; :attr:`regions` holds the host region and each
+    link's host :attr:`CudaLink.image`. Call :meth:`read_links` for a snapshot of the
+    links' words (device-memory links are copied on a side stream).
+    """
+
+    def __init__(
+        self,
+        backend: CudaBackend,
+        pipeline: PersistentPipeline,
+        memory: RingMemory,
+        stages: Sequence[CudaResidentKernel],
+        links: Sequence[CudaLink],
+    ) -> None:
+        images = [link.image for link in links]
+        super().__init__(backend, pipeline, memory, stages, [memory, *images])
+        self.links: tuple[CudaLink, ...] = tuple(links)
+
+    def read_links(self) -> list[RingMemory]:
+        """Every link region's current bytes, as host ring regions (stage 1 first)."""
+        return [link.refresh() for link in self.links]
+
+    def release(self) -> None:
+        """Release every stage, then the links' memory (deferred while kernels are
+        resident). Called once, after every stage has exited."""
+        for stage in self.stages:
+            stage.release()
+        for link in self.links:
+            link.refresh()  # the last words, for a status read after the stop
+            link.free()
+
+
+@dataclass
+class _Stage:
+    """One stage, prepared: compiled, its state on the device, its stream; not launched."""
+
+    resident: CudaResidentKernel
+    threads: int
+    input_address: int
+    output_address: int
+
+
+def _prepare_stage(
+    backend: CudaBackend,
+    pipeline: PersistentPipeline,
+    index: int,
+    options: dict[str, Any],
+    wiring: RingWiring,
+    memory: RingMemory,
+    input_address: int,
+    output_address: int,
+) -> _Stage:
+    kernel: PersistentKernel = pipeline.stages[index]
+    body, compile_options = ring_body(kernel, options)
+    state_dtype = kernel.state.dtype if kernel.state is not None else None
+    source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype, wiring)
+    try:
+        compiled = backend.compile_kernel(source, KERNEL_NAME, compile_options)
+    except CudaCompileError as exc:
+        raise CudaCompileError(
+            exc.name,
+            exc.log,
+            exc.source,
+            exc.options,
+            what=f"stage {index} ({kernel.name!r}) of pipeline {pipeline.name!r}",
+        ) from exc
+    threads = min(body.threads, compiled.max_threads_per_block)  # loads the module now
+    state = None
+    if kernel.state is not None:
+        state = backend.to_device(np.ascontiguousarray(kernel.state))
+    stream = backend.create_stream()
+    resident = CudaResidentKernel(backend, kernel, memory, compiled, stream, state, body)
+    return _Stage(resident, threads, input_address, output_address)
+
+
+def launch_pipeline(
+    backend: CudaBackend, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
+) -> CudaPipelineResident:
+    """Prepare every stage and link of ``pipeline``, then launch the stages back to back;
+    see the module documentation. ``memory`` is the host region the core allocated
+    (mapped) and initialised. ``options`` are the single kernel's (``threads``, back-off,
+    ``allow_watchdog``, ``compile_options``), applied to every stage.
+
+    Raises :class:`~pdc_core.CapabilityError` before anything is allocated when the
+    device cannot hold every stage resident, :class:`~pdc_cuda.CudaCompileError` naming
+    the stage whose body does not compile, and, if a launch fails, stops the stages
+    already launched (and waits for their streams) before re-raising.
+    """
+    if "link" in options:
+        raise TypeError("the launch option 'link' is set by the pipeline itself")
+    count = len(pipeline.stages)
+    check_device(backend, bool(options.get("allow_watchdog", False)))
+    check_co_residency(backend, count)
+    devices = [backend.device] * count  # every stage on this backend's device
+    links = [
+        CudaLink(
+            backend,
+            pipeline.link_layout(index),
+            link_placement(devices[index - 1], devices[index]),
+        )
+        for index in range(1, count)
+    ]
+    host_address = region_device_address(backend, memory)
+    stages: list[_Stage] = []
+    try:
+        for index in range(count):
+            first, last = index == 0, index == count - 1
+            wiring = RingWiring(
+                input_scope="system" if first else links[index - 1].scope,
+                output_scope="system" if last else links[index].scope,
+                output_link=not last,
+                stage=(index, pipeline.stages[index].name),
+            )
+            stages.append(
+                _prepare_stage(
+                    backend,
+                    pipeline,
+                    index,
+                    dict(options),
+                    wiring,
+                    memory if first else links[index - 1].image,
+                    host_address if first else links[index - 1].address,
+                    host_address if last else links[index].address,
+                )
+            )
+        _launch_all(backend, stages, memory, links)
+    except BaseException:
+        for stage in stages:
+            stage.resident.stream.discard()
+        for link in links:
+            link.free()
+        raise
+    return CudaPipelineResident(
+        backend, pipeline, memory, [stage.resident for stage in stages], links
+    )
+
+
+def _launch_all(
+    backend: CudaBackend, stages: Sequence[_Stage], memory: RingMemory, links: Sequence[CudaLink]
+) -> None:
+    """Launch the prepared stages, the last first, with nothing in between. If a launch
+    raises, every stage that may have been queued is stopped -- ``STOP = NOW`` into its
+    input region, which no running producer owns -- and its stream waited for."""
+    launched: list[int] = []
+    try:
+        for index in reversed(range(len(stages))):
+            stage = stages[index]
+            resident = stage.resident
+            state = resident.state_array
+            backend._register_resident(resident)
+            launched.append(index)
+            resident.compiled.launch(
+                (1,),
+                (stage.threads,),
+                (
+                    np.uint64(stage.input_address),
+                    np.uint64(stage.output_address),
+                    state if state is not None else np.uint64(0),
+                ),
+                stream=resident.stream,
+            )
+    except BaseException:
+        for index in launched:
+            if index == 0:
+                memory.words32[Offset.STOP >> 2] = int(StopMode.NOW)
+            else:
+                with contextlib.suppress(Exception):
+                    links[index - 1].store_stop_now()
+        for index in launched:
+            resident = stages[index].resident
+            with contextlib.suppress(Exception):
+                resident.stream.synchronize()
+            backend._forget_resident(resident)
+        raise
