@@ -13,9 +13,13 @@ process (the host of the pdc actor):
 
 * ``bare Ray call`` -- ``RayHost.echo``, a method of the same host actor that returns
   its argument: ``await handle.echo.remote(i)`` under asyncio (Ray's own awaitable),
-  and through pdc-ray's ``ObjectRef`` bridge (``await_ref``) under both loops;
-* ``pdc ask`` -- ``await ref.ask(i)``: local mailbox, shipper, one Ray call, the
-  remote nursery's mailbox actor, the reply back;
+  and through pdc-ray's ``ObjectRef`` bridge (``await_ref``) under both loops; and
+  ``bytes``: the message pickled by the caller and unpickled from the reply, as pdc-ray's
+  Ray engine ships its calls (Ray ships ``bytes`` with less work than an ``int``), the
+  floor of any call through Ray;
+* ``pdc ask`` -- ``await ref.ask(i)``: with nothing queued or in flight the caller
+  ships it itself (else the local mailbox and a shipper), one Ray call, the host hands
+  it to the remote nursery's mailbox actor, the reply back;
 * batched: ``await ref.ask_many(msgs)`` (batches of ``max_batch`` = 1024, a window of
   4 calls in flight) against per-message Ray calls (every ``echo.remote`` submitted
   at once, then all awaited: Ray pipelines them);
@@ -38,6 +42,7 @@ import argparse
 import importlib.metadata
 import logging
 import os
+import pickle
 import platform
 import signal
 import statistics
@@ -107,9 +112,13 @@ async def latency_and_throughput(rounds: int, n: int, batch: int, backend: str) 
         async def bare_native(i: int) -> Any:
             return await handle.echo.remote(i)
 
+        async def bare_bytes(i: int) -> Any:
+            return pickle.loads(await await_ref(handle.echo.remote(pickle.dumps(i))))
+
         contenders: dict[str, Callable[[int], Awaitable[Any]]] = {
             "bare Ray call (bridge)": bare_bridge,
             "pdc ask": ref.ask,
+            "bare Ray call, bytes (bridge)": bare_bytes,
         }
         if backend == "asyncio":
             contenders["bare Ray call (await ref)"] = bare_native

@@ -58,7 +58,7 @@ WHERE = PersistentKernel("where", REQ, REP, capacity=64, bodies={"cpu": on_host,
 
 async def start(nursery: ActorNursery, placement: pdc_ray.RayPlacement) -> pdc_ray.RemoteKernelRef:
     """Start :data:`WHERE` at ``placement``; its handle, typed."""
-    ref = await start(nursery, placement)
+    ref = await nursery.start_actor(WHERE, placement=placement)
     assert isinstance(ref, pdc_ray.RemoteKernelRef)
     return ref
 

@@ -6,6 +6,7 @@ remote cancellation of shipped requests, control calls beside a busy data path."
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Any, ClassVar
@@ -22,6 +23,7 @@ from pdc_core import (
     ActorStopped,
     MailboxFull,
     MessageDropped,
+    MessageTimeout,
     open_nursery,
 )
 
@@ -350,4 +352,108 @@ async def test_control_calls_are_answered_while_the_data_path_is_busy(
                 recorder.gate.set()  # type: ignore[union-attr]
             await ref.stop(drain=True)
             assert recorder.log == ["block", *range(10)]
+        assert engine.alive() == []
+
+
+# -- a lone ask, shipped by its caller ----------------------------------------------------
+
+
+async def test_a_lone_ask_is_shipped_by_its_caller_and_counted_as_passing_the_mailbox(
+    recorder: type[Recorder],
+) -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(seed=2) as engine, open_nursery() as nursery:
+            ref: Any = await nursery.start_actor(recorder, placement=pdc_ray.on(engine=engine))
+            for i in range(5):
+                assert await ref.ask(i) == i
+            stats = ref.statistics()
+            assert stats.handled == 5
+            assert stats.mailbox.sent == stats.mailbox.received == 5
+            assert stats.mailbox.peak_depth == 0  # none of them waited in the mailbox
+            assert engine.calls["deliver"] == 5
+            assert ref._runner._direct == 5  # shipped by the askers themselves
+        assert recorder.log == [0, 1, 2, 3, 4]
+
+
+async def test_a_direct_ask_whose_caller_gives_up_is_collected_and_cancelled_remotely(
+    recorder: type[Recorder],
+) -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(seed=3) as engine, open_nursery() as nursery:
+            ref: Any = await nursery.start_actor(recorder, placement=pdc_ray.on(engine=engine))
+            blocked = anyio.CancelScope()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_ask_in, ref, "block", blocked)
+                await recorder.entered.wait()  # type: ignore[union-attr]
+                assert ref._runner._direct == 1  # in flight from its caller
+                blocked.cancel()
+            with pytest.raises(MessageTimeout):
+                await ref.ask(1, timeout=0.05)  # queued behind the batch in flight
+            await anyio.wait_all_tasks_blocked()
+            assert engine.calls["cancel"] >= 1
+            recorder.gate.set()  # type: ignore[union-attr]
+            assert await ref.ask("after") == "after"  # the adopted answer came in
+            assert ref._runner._inflight == {}
+            await ref.stop(drain=True)
+        assert recorder.log == ["block", "after"]
+        assert engine.alive() == []
+
+
+async def test_a_direct_ask_that_times_out_leaves_the_actor_going_on(
+    recorder: type[Recorder],
+) -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine() as engine, open_nursery() as nursery:
+            ref: Any = await nursery.start_actor(recorder, placement=pdc_ray.on(engine=engine))
+            with pytest.raises(MessageTimeout):
+                await ref.ask("block", timeout=0.05)
+            assert ref._runner._direct == 1
+            recorder.gate.set()  # type: ignore[union-attr]
+            assert await ref.ask(2) == 2
+        assert recorder.log == ["block", 2]
+        assert engine.alive() == []
+
+
+@pytest.mark.parametrize("window", [1, 2])
+async def test_a_direct_call_counts_in_the_window_of_calls_on_the_wire(
+    recorder: type[Recorder], window: int
+) -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(seed=4) as engine, open_nursery() as nursery:
+            ref: Any = await nursery.start_actor(
+                recorder, placement=pdc_ray.on(engine=engine, window=window), max_batch=1
+            )
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ref.ask, "block")
+                await recorder.entered.wait()  # type: ignore[union-attr]
+                for i in range(5):
+                    await ref.tell(i)
+                await anyio.wait_all_tasks_blocked()
+                assert ref._runner._calls == window  # the direct call holds one place
+                assert engine.calls["deliver"] == window
+                recorder.gate.set()  # type: ignore[union-attr]
+            await ref.stop(drain=True)
+        assert recorder.log == ["block", *range(5)]
+
+
+async def test_a_draining_stop_waits_for_the_answer_to_a_direct_call(
+    recorder: type[Recorder],
+) -> None:
+    replies: list[Any] = []
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine() as engine, open_nursery() as nursery:
+            ref: Any = await nursery.start_actor(recorder, placement=pdc_ray.on(engine=engine))
+
+            async def ask_block() -> None:
+                replies.append(await ref.ask("block"))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask_block)
+                await recorder.entered.wait()  # type: ignore[union-attr]
+                tg.start_soon(functools.partial(ref.stop, drain=True))
+                await anyio.wait_all_tasks_blocked()
+                assert ref.state is ActorState.STOPPING
+                assert engine.calls["stop"] == 0  # not before the direct call is answered
+                recorder.gate.set()  # type: ignore[union-attr]
+        assert replies == ["block"]
         assert engine.alive() == []

@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._connect import RayCluster, connect, placement_group
-from ._engine import Engine, PlacementSpec
+from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import PlacementTimeout, RemoteActorLost, RemoteError
 from ._kernel import RemoteKernelRef, RemoteKernelRunner
 from ._placement import RayPlacement, on
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Engine",
     "Location",
+    "PendingCall",
     "PlacementSpec",
     "PlacementTimeout",
     "RayCluster",
@@ -61,6 +62,7 @@ __all__ = [
 
 for _name in (
     "Location",
+    "PendingCall",
     "PlacementSpec",
     "RemoteActorRef",
     "RemoteKernelRef",

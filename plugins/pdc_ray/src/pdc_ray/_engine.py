@@ -22,7 +22,7 @@ from typing import Any
 
 from ._wire import Failure, HostSpec, Location
 
-__all__ = ["Engine", "PlacementSpec"]
+__all__ = ["Engine", "PendingCall", "PlacementSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +38,18 @@ class PlacementSpec:
     bundle_index: int = -1
 
 
+class PendingCall(ABC):
+    """A host method call an :class:`Engine` has sent (see :meth:`Engine.submit`)."""
+
+    __slots__ = ()
+
+    @abstractmethod
+    async def result(self) -> Any:
+        """Wait for the call's result and return it (or raise what :meth:`Engine.call`
+        raises). Any task may wait, and a wait that was cancelled may be taken up again
+        by another task: the call itself goes on."""
+
+
 class Engine(ABC):
     """What runs the host processes of remote actors (the seam between pdc and Ray).
 
@@ -47,12 +59,16 @@ class Engine(ABC):
       process to be scheduled (a placement nobody can satisfy makes the first
       :meth:`call` wait, which the runner bounds by its start timeout). Cancelling it
       leaves nothing behind.
-    * :meth:`call` runs a host method and returns its result. It raises
-      :class:`~pdc_ray.RemoteActorLost` once the host process is gone, including for
-      calls in flight when it died; it never hangs on a dead process. Calls may
-      complete in any order; ``control=True`` calls run in their own concurrency
-      group, never queued behind data calls. Cancelling the caller abandons the call
-      (the engine keeps no callback into the caller's event loop).
+    * :meth:`submit` sends a call of a host method at once, without waiting, and
+      returns its :class:`PendingCall`; it raises :class:`TypeError` when the
+      arguments cannot be sent (and may raise :class:`~pdc_ray.RemoteActorLost` for a
+      host known to be gone). :meth:`call` is ``submit`` and waiting for the result.
+      A result raises :class:`~pdc_ray.RemoteActorLost` once the host process is
+      gone, including for calls in flight when it died; it never hangs on a dead
+      process. Calls may complete in any order; ``control=True`` calls run in their
+      own concurrency group, never queued behind data calls. Cancelling a wait
+      abandons the wait, not the call (the engine keeps no callback into the
+      waiter's event loop).
     * :meth:`kill` kills the process, whatever it is doing, and returns once the
       engine reports it dead (the runner bounds the wait by its kill timeout).
     * :meth:`watch` returns the host's outcome once the hosted actor has ended,
@@ -68,8 +84,12 @@ class Engine(ABC):
         """Create the host process of one actor and return the engine's handle."""
 
     @abstractmethod
+    def submit(self, actor: object, method: str, *args: Any, control: bool = False) -> PendingCall:
+        """Send a call of ``method`` of the host with ``args``; return it, pending."""
+
     async def call(self, actor: object, method: str, *args: Any, control: bool = False) -> Any:
         """Call ``method`` of the host with ``args`` and return its result."""
+        return await self.submit(actor, method, *args, control=control).result()
 
     @abstractmethod
     async def kill(self, actor: object) -> None:

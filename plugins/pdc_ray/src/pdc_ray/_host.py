@@ -108,6 +108,8 @@ class Host:
         self._wake = anyio.Event()
         self._stopping = False
         self._spawned = False
+        #: A failure of a hand-over made by a ``deliver`` call, for the feeder to raise.
+        self._failure: Exception | None = None
 
     # -- data calls ---------------------------------------------------------------------
 
@@ -134,9 +136,29 @@ class Host:
             return self._outcome if self._outcome[0] == CRASHED else (STOPPED, None)
         slot = _Slot(seq, items, records)
         slot.cancelled = self._early.pop(seq, set())
-        self._pending[seq] = slot
-        self._wake.set()
-        await slot.done.wait()
+        ref = self._ref
+        if (
+            seq == self._next
+            and self._current is None
+            and ref is not None
+            and ref.alive
+            and self._failure is None
+        ):
+            # Next in sequence and the feeder idle: this call hands it over itself,
+            # without waking the feeder (a lone ask crosses one task switch less).
+            try:
+                await self._take_turn(ref, slot)
+            except ActorCrashed:
+                pass  # the nursery reports the crash; _serve fails the slot with it
+            except Exception as exc:
+                self._failure = exc  # the feeder raises it: the host ends with it
+            if self._pending or self._stopping or self._failure or not ref.alive:
+                self._wake.set()  # the feeder's turn
+        else:
+            self._pending[seq] = slot
+            self._wake.set()
+        if not slot.done.is_set():
+            await slot.done.wait()
         return slot.result
 
     # -- control calls ------------------------------------------------------------------
@@ -233,21 +255,30 @@ class Host:
             self._ended.set()
 
     async def _feed(self, ref: ActorRef[Any, Any]) -> None:
-        """Hand the batches to the actor in sequence order until stopped."""
+        """Hand the batches to the actor in sequence order until stopped (a batch that
+        arrives next in sequence while the feeder is idle is handed over by its own
+        ``deliver`` call instead: one at a time either way)."""
         while True:
-            slot = self._pending.pop(self._next, None)
+            if self._failure is not None:
+                raise self._failure
+            slot = None if self._current else self._pending.pop(self._next, None)
             if slot is None:
-                if self._stopping or not ref.alive:
+                if not self._current and (self._stopping or not ref.alive):
                     return
                 self._wake = anyio.Event()
                 await self._wake.wait()
                 continue
-            self._next += 1
-            self._current = slot
-            await self._hand_over(ref, slot)  # if this raises, _serve fails the slot
-            self._current = None
+            await self._take_turn(ref, slot)
             if not ref.alive:  # it stopped itself, or was stopped
                 return
+
+    async def _take_turn(self, ref: ActorRef[Any, Any], slot: _Slot) -> None:
+        """Hand ``slot``, next in sequence, to the actor. If this raises, the slot stays
+        the current one, and _serve fails it with the host's outcome."""
+        self._next += 1
+        self._current = slot
+        await self._hand_over(ref, slot)
+        self._current = None
 
     async def _open(self, nursery: ActorNursery, spec: HostSpec) -> ActorRef[Any, Any]:
         """Start the hosted actor in ``nursery``."""
@@ -280,6 +311,8 @@ class Host:
 
     async def _ask(self, ref: ActorRef[Any, Any], slot: _Slot, live: list[Item]) -> Any:
         """Hand the ``live`` requests of ``slot`` to the actor; return its answer."""
+        if len(live) == 1:
+            return [await ref.ask(live[0][1], priority=_IN_ORDER)]
         return await ref.ask_many([item[1] for item in live], priority=_IN_ORDER)
 
     def replies(self, items: Sequence[Item], live: list[Item], answer: Any) -> Any:

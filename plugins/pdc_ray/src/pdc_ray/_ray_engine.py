@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pickle
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, cast
 
@@ -26,10 +27,10 @@ from ray.util.scheduling_strategies import (
 )
 
 from ._bridge import await_future
-from ._engine import Engine, PlacementSpec
+from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import RemoteActorLost
-from ._host import Host, Item, Outcome, host_for
-from ._wire import Failure, HostSpec, Location
+from ._host import Host, host_for
+from ._wire import HostSpec, Location
 
 __all__ = ["RayEngine", "await_ref"]
 
@@ -37,6 +38,8 @@ T = TypeVar("T")
 
 #: Ray, for the parts of its API its type hints do not cover.
 _untyped_ray: Any = ray
+#: Ray's copy of cloudpickle (untyped).
+_cloudpickle: Any = ray.cloudpickle
 
 #: Concurrent control calls a host takes (watch holds one for the actor's life).
 _CONTROL_CONCURRENCY = 16
@@ -62,8 +65,23 @@ def _locate() -> Location:
     )
 
 
+def _dumps(value: Any) -> bytes:
+    """``value`` pickled as Ray pickles it (by value where it must: classes of a
+    script's ``__main__``, lambdas)."""
+    return cast(bytes, _cloudpickle.dumps(value, protocol=5))
+
+
+_loads = pickle.loads
+_NOTHING = _dumps(None)
+
+
 class RayHost:
     """The Ray actor class around a :class:`~pdc_ray._host.Host` (one per remote actor).
+
+    Its methods (but ``echo``) take their arguments and return their result pickled
+    by pdc-ray, as one ``bytes`` each: Ray ships ``bytes`` with less work than any
+    other argument, so a call with several arguments costs less than one with a
+    single ``int`` (measured in docs/benchmarks.md, "pdc-ray").
 
     Ray runs each concurrency group of an async actor in an event loop (and thread) of
     its own. The Host, its nursery and the user's actor live in the default group's
@@ -97,51 +115,55 @@ class RayHost:
 
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), loop))
 
-    async def start(self) -> tuple[int, Location | Failure]:
+    async def _control(self, args: bytes, method: Callable[..., Awaitable[Any]]) -> bytes:
+        arguments = _loads(args)
+        return _dumps(await self._on_host_loop(lambda host: method(host, *arguments)))
+
+    async def start(self, args: bytes) -> bytes:
         if self._host is None:
             self._loop = asyncio.get_running_loop()
             self._host = host_for(self._spec, _locate)
-        return await self._host.start(self._spawn)
+        return _dumps(await self._host.start(self._spawn))
 
     async def echo(self, value: Any) -> Any:
         """Return ``value``: a bare call to this actor, for benchmarks and diagnostics."""
         return value
 
-    async def deliver(self, seq: int, items: list[Item], records: Any = None) -> Outcome:
+    async def deliver(self, args: bytes) -> bytes:
         assert self._host is not None, "deliver before start"
-        return await self._host.deliver(seq, items, records)
+        return _dumps(await self._host.deliver(*_loads(args)))
 
     @ray.method(concurrency_group="control")
-    async def cancel(self, requests: list[tuple[int, int]]) -> None:
-        await self._on_host_loop(lambda host: host.cancel(requests))
+    async def cancel(self, args: bytes) -> bytes:
+        return await self._control(args, Host.cancel)
 
     @ray.method(concurrency_group="control")
-    async def stop(self, drain: bool) -> None:
-        await self._on_host_loop(lambda host: host.stop(drain))
+    async def stop(self, args: bytes) -> bytes:
+        return await self._control(args, Host.stop)
 
     @ray.method(concurrency_group="control")
-    async def pause(self) -> None:
-        await self._on_host_loop(lambda host: host.pause())
+    async def pause(self, args: bytes) -> bytes:
+        return await self._control(args, Host.pause)
 
     @ray.method(concurrency_group="control")
-    async def resume(self) -> None:
-        await self._on_host_loop(lambda host: host.resume())
+    async def resume(self, args: bytes) -> bytes:
+        return await self._control(args, Host.resume)
 
     @ray.method(concurrency_group="control")
-    async def statistics(self) -> Any:
-        return await self._on_host_loop(lambda host: host.statistics())
+    async def statistics(self, args: bytes) -> bytes:
+        return await self._control(args, Host.statistics)
 
     @ray.method(concurrency_group="control")
-    async def ping(self) -> None:
-        return None
+    async def ping(self, args: bytes) -> bytes:
+        return _NOTHING
 
     @ray.method(concurrency_group="control")
-    async def watch(self) -> Outcome:
-        return await self._on_host_loop(lambda host: host.watch())
+    async def watch(self, args: bytes) -> bytes:
+        return await self._control(args, Host.watch)
 
     @ray.method(concurrency_group="control")
-    async def locate(self) -> Location:
-        return _locate()
+    async def locate(self, args: bytes) -> bytes:
+        return _dumps(_locate())
 
 
 _remote_host: Any = None
@@ -167,6 +189,18 @@ async def await_ref(ref: Any) -> Any:
         raise RemoteActorLost(f"{type(exc).__name__}: {exc}") from exc
     except ray.exceptions.RayTaskError as exc:
         raise cast(Any, exc).as_instanceof_cause() from None
+
+
+class _RayCall(PendingCall):
+    """A call to a Ray actor: its ``ObjectRef``, awaited through :func:`await_ref`."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, ref: Any) -> None:
+        self._ref = ref
+
+    async def result(self) -> Any:
+        return _loads(await await_ref(self._ref))
 
 
 def _options(spec: HostSpec, placement: PlacementSpec) -> dict[str, Any]:
@@ -210,14 +244,14 @@ class RayEngine(Engine):
         await anyio.lowlevel.checkpoint()
         return handle
 
-    async def call(self, actor: object, method: str, *args: Any, control: bool = False) -> Any:
+    def submit(self, actor: object, method: str, *args: Any, control: bool = False) -> PendingCall:
         try:
-            ref = getattr(actor, method).remote(*args)
-        except TypeError:
-            raise
-        except Exception as exc:  # Ray's serialization errors
-            raise TypeError(f"the arguments of {method}() could not be sent: {exc}") from exc
-        return await await_ref(ref)
+            blob = _dumps(args)
+        except Exception as exc:
+            raise TypeError(
+                f"the arguments of {method}() could not be sent: {type(exc).__name__}: {exc}"
+            ) from exc
+        return _RayCall(getattr(actor, method).remote(blob))
 
     async def kill(self, actor: object) -> None:
         ray.kill(cast(Any, actor), no_restart=True)
@@ -225,7 +259,7 @@ class RayEngine(Engine):
         delay = 0.005
         while True:
             try:
-                await await_ref(actor.ping.remote())  # type: ignore[attr-defined]
+                await await_ref(actor.ping.remote(_NOTHING))  # type: ignore[attr-defined]
             except RemoteActorLost:
                 return
             await anyio.sleep(delay)

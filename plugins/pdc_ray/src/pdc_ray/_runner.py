@@ -11,8 +11,12 @@ backpressure policy and counters). ``window`` shipper tasks each take what is wa
 in priority order (FIFO within a priority), give it the next sequence number and ship
 it as one engine call; the host hands batches to the actor in sequence order, so the
 order decided here holds across a wire that reorders calls. A shipper takes from the
-mailbox only when it has no call in flight, so at most ``window`` batches are in
-flight and everything else waits here, in priority order. Control calls (stop, pause,
+mailbox only when it has no call in flight, and at most ``window`` calls are on the
+wire at once, so everything else waits here, in priority order. A lone ``ask`` made
+while the feeder is idle (nothing queued here, nothing in flight) skips the mailbox
+and the shipper: its caller ships it as the next batch and waits for the answer
+itself, one task switch less on each way (it still counts in the window, and in the
+mailbox's ``sent`` and ``received`` as a hand-off does). Control calls (stop, pause,
 statistics, ping, cancel) go in their own concurrency group.
 
 Guarantees:
@@ -48,6 +52,7 @@ Guarantees:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import math
@@ -71,7 +76,7 @@ from pdc_core import (
 )
 from pdc_core.lowlevel import ActorRunner, StartOptions, cancellation_first
 
-from ._engine import Engine, PlacementSpec
+from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import PlacementTimeout, RemoteActorLost
 from ._wire import CRASHED, OK, Failure, HostSpec, Location, unpack_error
 
@@ -205,14 +210,8 @@ class RemoteActorRef(ActorRef[M, R]):
         return cast(R, await self._request(message, prio, timeout))
 
     async def _request(self, message: Any, priority: int, timeout: float | None) -> Any:
-        """Queue ``message`` as one request and return its reply."""
-        runner = self._runner
-        reply = _Reply(1)
-        request = _Request(runner.next_id(), message, reply, 0)
-        reply.requests.append(request)
-        await runner.enqueue(request, priority)
-        values = await runner.wait_reply(reply, timeout, 1)
-        return values[0]
+        """Send ``message`` as one request and return its reply."""
+        return await self._runner.request(message, priority, timeout)
 
     async def ask_many(
         self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
@@ -321,6 +320,14 @@ class RemoteRunner(ActorRunner):
         self._cancel_wake = anyio.Event()
         self._shippers = 0
         self._shipped_all = anyio.Event()
+        self._calls = 0  # deliver calls on the wire (at most window)
+        self._room = anyio.Event()  # set when a call on the wire completes
+        #: A direct call whose caller stopped waiting (at most one: no direct call is
+        #: made while another batch is in flight).
+        self._orphan: tuple[int, list[_Request], PendingCall] | None = None
+        self._orphan_wake = anyio.Event()
+        #: Requests shipped straight from their callers, past the mailbox.
+        self._direct = 0
         # Stop requests, across incarnations:
         self._stop: bool | None = None  # None: not requested; else whether to drain
         self._stop_wake = anyio.Event()
@@ -384,27 +391,96 @@ class RemoteRunner(ActorRunner):
             and self._is_member(_current_task())
         )
 
+    async def request(self, message: Any, priority: int, timeout: float | None) -> Any:
+        """Send ``message`` as one request and return its reply.
+
+        When the feeder is idle (nothing queued here, nothing in flight, not paused,
+        stopping or draining) the request does not wait for a shipper: this task ships
+        it at once as the next batch in sequence and waits for the host's answer
+        itself. Otherwise it is queued and shipped in turn.
+        """
+        reply = _Reply(1)
+        request = _Request(self.next_id(), message, reply, 0)
+        reply.requests.append(request)
+        if self._ships_directly():
+            request.priority = priority
+            if not await self._ship_directly(request, timeout):
+                raise self._timed_out(reply, timeout, 1)
+        else:
+            await self.enqueue(request, priority)
+        values = await self.wait_reply(reply, timeout, 1)
+        return values[0]
+
+    def _ships_directly(self) -> bool:
+        """Whether the feeder is idle: an incarnation is running with nothing queued
+        here or in flight, and its mailbox takes messages (not paused, closed or
+        sealed). A request shipped now takes the next sequence number without
+        overtaking anything and without passing ``window`` calls on the wire."""
+        mailbox = self._mailbox
+        return (
+            not self._inflight
+            and self._tg is not None
+            and not len(mailbox)
+            and not mailbox.paused
+            and not mailbox.closed
+            and not mailbox.sealed
+            and not self._ending.is_set()
+        )
+
+    async def _ship_directly(self, request: _Request, timeout: float | None) -> bool:
+        """Ship ``request`` alone from the calling task and hand out the answer; False
+        when ``timeout`` passed first. If the wait for the answer ends early (timeout
+        or cancellation), the incarnation's adopter task takes it over: the call goes
+        on, and its answer is collected as any other."""
+        actor = self._actor
+        assert actor is not None
+        self._direct += 1
+        batch = [request]
+        seq = self._sequence(batch)
+        sent = self._submit(actor, seq, batch)
+        if sent is None:
+            return True  # lost: the incarnation ends and run() fails the request
+        collected = False
+        try:
+            if timeout is None:
+                await self._collect(seq, *sent)
+                collected = True
+            else:
+                with anyio.move_on_after(timeout):
+                    await self._collect(seq, *sent)
+                    collected = True
+        finally:
+            if not collected:  # the incarnation's adopter collects the answer
+                self._orphan = (seq, *sent)
+                self._orphan_wake.set()
+        return collected
+
     async def wait_reply(self, reply: _Reply, timeout: float | None, n: int) -> list[Any]:
         """Wait for every reply of ``reply``; on timeout or cancellation, give up on it
         (here, and remotely for requests already shipped)."""
-        try:
-            if timeout is None:
-                await reply.event.wait()
-            else:
-                with anyio.move_on_after(timeout):
-                    await reply.event.wait()
-        except BaseException:
-            self.abandon(reply)
-            raise
         if not reply.event.is_set():
-            self.abandon(reply)
-            what = "a reply" if n == 1 else f"the replies to a batch of {n}"
-            raise MessageTimeout(f"actor {self.actor_id!r} did not send {what} within {timeout} s")
+            try:
+                if timeout is None:
+                    await reply.event.wait()
+                else:
+                    with anyio.move_on_after(timeout):
+                        await reply.event.wait()
+            except BaseException:
+                self.abandon(reply)
+                raise
+        if not reply.event.is_set():
+            raise self._timed_out(reply, timeout, n)
         if reply.error is not None:
             if isinstance(reply.error, ActorStopped):
                 await cancellation_first()
             raise reply.error
         return reply.values
+
+    def _timed_out(self, reply: _Reply, timeout: float | None, n: int) -> MessageTimeout:
+        """Give up on ``reply`` after ``timeout``; the error to raise."""
+        self.abandon(reply)
+        what = "a reply" if n == 1 else f"the replies to a batch of {n}"
+        return MessageTimeout(f"actor {self.actor_id!r} did not send {what} within {timeout} s")
 
     def abandon(self, reply: _Reply) -> None:
         """The caller gave up on ``reply``: skip its requests here, cancel them there."""
@@ -484,6 +560,11 @@ class RemoteRunner(ActorRunner):
             await self.finished.wait()
 
     def statistics(self) -> ActorStatistics:
+        mailbox = self._mailbox.statistics()
+        if self._direct:  # passed straight through, as a mailbox counts a hand-off
+            mailbox = dataclasses.replace(
+                mailbox, sent=mailbox.sent + self._direct, received=mailbox.received + self._direct
+            )
         return ActorStatistics(
             actor_id=self.actor_id,
             state=self.state,
@@ -491,7 +572,7 @@ class RemoteRunner(ActorRunner):
             errors=self.errors,
             restarts=self.restarts,
             skipped=self.skipped,
-            mailbox=self._mailbox.statistics(),
+            mailbox=mailbox,
         )
 
     async def remote_statistics(self) -> ActorStatistics:
@@ -518,6 +599,7 @@ class RemoteRunner(ActorRunner):
                 tg.start_soon(self._beat, actor)
                 tg.start_soon(self._cancels, actor)
                 tg.start_soon(self._stopper, actor)
+                tg.start_soon(self._adopt)
                 self._shippers = self._window
                 for _ in range(self._window):
                     tg.start_soon(self._ship, actor)
@@ -541,6 +623,10 @@ class RemoteRunner(ActorRunner):
         self._to_cancel = []
         self._cancel_wake = anyio.Event()
         self._shipped_all = anyio.Event()
+        self._calls = 0
+        self._room = anyio.Event()
+        self._orphan = None
+        self._orphan_wake = anyio.Event()
 
     async def _start(self) -> None:
         """Create the host and complete the handshake, within ``start_timeout``."""
@@ -637,6 +723,15 @@ class RemoteRunner(ActorRunner):
                 except RemoteActorLost:
                     return  # the watch reports it
 
+    async def _adopt(self) -> None:
+        """Collect the answers to direct calls whose callers stopped waiting."""
+        while True:
+            await self._orphan_wake.wait()
+            self._orphan_wake = anyio.Event()
+            orphan, self._orphan = self._orphan, None
+            if orphan is not None:
+                await self._collect(*orphan)
+
     async def _stopper(self, actor: object) -> None:
         """Carry a stop request to the host: a draining one once everything queued
         here has been shipped and answered."""
@@ -647,6 +742,7 @@ class RemoteRunner(ActorRunner):
             if self._stop:
                 await self._engine.call(actor, "resume", control=True)  # draining resumes
                 await self._shipped_all.wait()
+                await self._wait_for_room(1)  # and the answers to direct calls are in
             await self._engine.call(actor, "stop", bool(self._stop), control=True)
         except RemoteActorLost:
             return  # the watch reports it
@@ -676,31 +772,63 @@ class RemoteRunner(ActorRunner):
                         batch.append(request)
                 if not batch:
                     continue
-                seq = self._seq
-                self._seq += 1
-                self._inflight[seq] = batch
-                for request in batch:
-                    request.seq = seq
-                await self._deliver(actor, seq, batch)
+                seq = self._sequence(batch)
+                await self._wait_for_room(self._window)  # a caller's direct call holds one
+                sent = self._submit(actor, seq, batch)
+                if sent is None:
+                    return
+                await self._collect(seq, *sent)
         finally:
             self._shippers -= 1
             if not self._shippers:
                 self._shipped_all.set()
 
-    async def _deliver(self, actor: object, seq: int, batch: list[_Request]) -> None:
+    def _sequence(self, batch: list[_Request]) -> int:
+        """Give ``batch`` the next sequence number: from now on it is in flight."""
+        seq = self._seq
+        self._seq += 1
+        self._inflight[seq] = batch
+        for request in batch:
+            request.seq = seq
+        return seq
+
+    async def _wait_for_room(self, limit: int) -> None:
+        """Wait until fewer than ``limit`` deliver calls are on the wire."""
+        while self._calls >= limit:
+            if self._room.is_set():
+                self._room = anyio.Event()
+            await self._room.wait()
+
+    def _submit(
+        self, actor: object, seq: int, batch: list[_Request]
+    ) -> tuple[list[_Request], PendingCall] | None:
+        """Send batch number ``seq``; return the requests it carries and the pending
+        call, or ``None`` when the host is gone (this incarnation ends)."""
         engine = self._engine
         try:
             try:
-                code, payload = await engine.call(actor, "deliver", seq, *self._pack(batch))
+                pending = engine.submit(actor, "deliver", seq, *self._pack(batch))
             except TypeError as exc:
                 # The batch could not be sent (a message does not pickle): fail it, and
                 # fill its place in the sequence so that the batches after it go on.
                 self._refuse(batch, exc)
-                batch = []
-                code, payload = await engine.call(actor, "deliver", seq, [])
+                batch = self._inflight[seq] = []
+                pending = engine.submit(actor, "deliver", seq, [])
+        except RemoteActorLost as exc:
+            self._end(exc, lost=True)
+            return None
+        self._calls += 1
+        return batch, pending
+
+    async def _collect(self, seq: int, batch: list[_Request], pending: PendingCall) -> None:
+        """Wait for the host's answer to batch ``seq`` and hand it out."""
+        try:
+            code, payload = await pending.result()
         except RemoteActorLost as exc:
             self._end(exc, lost=True)
             return  # the batch stays in flight: run() fails it with the loss
+        self._calls -= 1
+        self._room.set()
         self._delivered(seq)
         if code == OK:
             self.handled += self._distribute(batch, payload)

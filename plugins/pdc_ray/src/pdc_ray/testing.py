@@ -35,7 +35,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from ._engine import Engine, PlacementSpec
+from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import RemoteActorLost
 from ._host import Host, host_for
 from ._wire import HostSpec, Location
@@ -43,13 +43,25 @@ from ._wire import HostSpec, Location
 __all__ = ["FakeEngine", "FakeProcess"]
 
 
-class _Call:
+class _Call(PendingCall):
+    """A call of a fake process: done once answered, or failed by the process's death."""
+
     __slots__ = ("done", "error", "value")
 
     def __init__(self) -> None:
         self.done = anyio.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+
+    def answer(self, process: FakeProcess) -> None:
+        process.pending.discard(self)
+        self.done.set()
+
+    async def result(self) -> Any:
+        await self.done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 class FakeProcess:
@@ -235,7 +247,7 @@ class FakeEngine(Engine):
                     if amount:
                         self._free[name] = self._free.get(name, 0.0) + amount
 
-    async def call(self, actor: object, method: str, *args: Any, control: bool = False) -> Any:
+    def submit(self, actor: object, method: str, *args: Any, control: bool = False) -> PendingCall:
         process = self._process(actor)
         self.calls[method] += 1
         if self.serialize:
@@ -246,13 +258,7 @@ class FakeEngine(Engine):
         process.pending.add(call)
         assert self._tg is not None
         self._tg.start_soon(self._execute, process, method, args, call)
-        try:
-            await call.done.wait()
-        finally:
-            process.pending.discard(call)
-        if call.error is not None:
-            raise call.error
-        return call.value
+        return call
 
     async def _execute(
         self, process: FakeProcess, method: str, args: tuple[Any, ...], call: _Call
@@ -290,7 +296,7 @@ class FakeEngine(Engine):
         if process.hung:
             await process.dead.wait()  # a hung process answers nothing
             return
-        call.done.set()
+        call.answer(process)
 
     async def kill(self, actor: object) -> None:
         process = self._process(actor)
