@@ -276,3 +276,33 @@ async def test_device_state_is_shared_and_read_back(cuda):
         await session.resume()
         await session.request((0, 0.0))
     assert int(session.read_state()["count"][0]) == 101  # the copy taken at the stop
+
+
+async def test_the_kernel_takes_a_request_by_its_sequence_word_alone(cuda):
+    """ring-protocol.md section 12: on CUDA the input ring has sequenced slots, and the
+    kernel answers a request whose payload and sequence word are stored, IN_HEAD not."""
+    from pdc_core.backend import Offset, RingMemory
+
+    kernel = _double_kernel()
+    memory = RingMemory.allocate(cuda, kernel.layout)
+    assert memory.layout.sequenced_input
+    assert memory.in_sequences is not None
+    resident = cuda.launch_persistent_kernel(kernel, memory)
+    try:
+        with anyio.fail_after(30):
+            while not resident.started:  # noqa: ASYNC110 - the device stores it
+                await anyio.sleep(0.001)
+        memory.in_slots[0] = (5, 2.5)  # the payload, then its sequence word: request 0
+        memory.in_sequences[0] = 1
+        with anyio.fail_after(30):
+            while memory.load64(Offset.OUT_HEAD) != 1:  # noqa: ASYNC110 - the device's
+                await anyio.sleep(0.001)
+        assert memory.load64(Offset.IN_HEAD) == 0  # never published by IN_HEAD
+        assert memory.load64(Offset.IN_TAIL) == 1
+        assert (int(memory.out_slots[0]["id"]), float(memory.out_slots[0]["y"])) == (5, 5.0)
+        memory.words64[Offset.IN_HEAD >> 3] = 1  # what the host stores next
+    finally:
+        await resident.stop(10)
+        resident.release()
+    assert resident.error is None
+    assert not cuda.resident_kernels()

@@ -216,6 +216,17 @@ def test_each_stage_is_compiled_for_its_place_in_the_pipeline():
         assert f'#define PDC_STAGE_PREFIX "{prefix}"\n' in source
 
 
+def test_stage_0_polls_the_sequence_words_of_a_sequenced_host_region():
+    device = Device()
+    pipeline = abc()
+    memory = RingMemory.from_buffer(pipeline.kernel.layout.with_sequenced_input())
+    resident = launch_pipeline(device.backend, pipeline, memory)
+    sequenced = [
+        "#define PDC_IN_SEQUENCED 1\n" in stage.compiled.source for stage in resident.stages
+    ]
+    assert sequenced == [True, False, False]  # links carry no sequence words
+
+
 def test_a_launch_that_fails_half_way_stops_the_stages_already_launched():
     device = Device(fail_launch_of="1")
     pipeline = abc()

@@ -37,7 +37,8 @@ BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "k2k_pipeline.p
 
 #: (name, wiring) for every place a stage can hold.
 PLACES = [
-    ("first", RingWiring("system", "device", True, (0, "a"))),
+    ("first", RingWiring("system", "device", True, (0, "a"), sequenced_input=True)),
+    ("first, host region without sequence words", RingWiring("system", "device", True, (0, "a"))),
     ("middle", RingWiring("device", "device", True, (1, "b"))),
     ("last", RingWiring("device", "system", False, (2, "c"))),
     ("first, link across devices", RingWiring("system", "system", True, (0, "a"))),
@@ -124,7 +125,7 @@ def test_every_place_compiles_with_the_scope_of_each_region(place, wiring):
 
 # A body is the same code in every place (the places differ in the template only, compiled
 # above), so each body is compiled once, as a middle stage.
-MIDDLE = PLACES[1][1]
+MIDDLE = PLACES[2][1]
 
 
 @needs_nvrtc

@@ -24,7 +24,8 @@ from pdc_cuda import (
     render_ring_kernel,
 )
 from pdc_cuda._codegen import PRELUDE, c_struct
-from pdc_cuda._nvrtc import find_nvrtc, min_compute_capability
+from pdc_cuda._nvrtc import cccl_include_options, find_nvrtc, min_compute_capability
+from pdc_cuda._ring_source import RingWiring
 
 from pdc_core.backend import ERROR_MESSAGE_SIZE, RING_MAGIC, ErrorCode, Offset, StopMode
 
@@ -58,7 +59,7 @@ def test_every_marker_is_filled_and_constants_come_from_the_protocol():
     assert "struct pdc_request {" in source
     assert "struct pdc_reply {" in source
     assert 'extern "C" __global__' in source
-    assert "pdc_body(requests[i], replies[i])" in source
+    assert "pdc_body(request, replies[i])" in source
 
 
 def test_line_directives_point_at_the_body_and_the_template():
@@ -82,7 +83,7 @@ def test_state_adds_a_third_argument():
         state,
     )
     assert "struct pdc_state {" in source
-    assert "pdc_body(requests[i], replies[i], state)" in source
+    assert "pdc_body(request, replies[i], state)" in source
 
 
 def test_body_options_reach_the_source():
@@ -97,7 +98,7 @@ def test_body_options_reach_the_source():
     assert "#define PDC_MAX_BATCH 7ull" in source
     assert "#define PDC_BACKOFF_MIN_NS 0u" in source
     assert "#define PDC_BACKOFF_MAX_NS 1024u" in source
-    assert "echo(requests[i], replies[i])" in source
+    assert "echo(request, replies[i])" in source
 
 
 @pytest.mark.parametrize(
@@ -250,3 +251,50 @@ def test_plain_kernels_compile_and_errors_carry_the_log():
     assert ".entry k(" in ptx
     with pytest.raises(CudaCompileError, match="expected a"):
         compile_to_ptx('extern "C" __global__ void k() { int x = ; }')
+
+
+# -- sequenced input slots (ring-protocol.md section 12) ------------------------------------
+
+
+def test_the_input_layout_comes_from_the_ring_layout():
+    from pdc_core.backend import RingLayout
+
+    layout = RingLayout(REQUEST, REPLY, 1, sequenced_input=True)
+    source = render_ring_kernel(ECHO, REQUEST, REPLY, wiring=RingWiring(sequenced_input=True))
+    assert "#define PDC_IN_SEQUENCED 1\n" in source
+    assert f"#define PDC_IN_SLOT_SIZE {layout.in_slot_size}ull\n" in source
+    assert f"#define PDC_IN_SEQUENCE_OFFSET {layout.in_sequence_offset}ull\n" in source
+    assert f"#define PDC_IN_FEATURES {int(layout.features)}u\n" in source
+    plain = render_ring_kernel(ECHO, REQUEST, REPLY)
+    assert "#define PDC_IN_SEQUENCED 0\n" in plain
+    assert f"#define PDC_IN_SLOT_SIZE {REQUEST.itemsize}ull\n" in plain
+    assert "#define PDC_IN_FEATURES 0u\n" in plain
+
+
+@needs_nvrtc
+def test_a_sequenced_ring_kernel_acquires_the_sequence_word():
+    plain = compile_ring_kernel_ptx(ECHO, REQUEST, REPLY)
+    sequenced = compile_ring_kernel_ptx(
+        ECHO, REQUEST, REPLY, wiring=RingWiring(sequenced_input=True)
+    )
+    assert ".entry pdc_ring_kernel(" in sequenced
+    # IN_HEAD is loaded relaxed in the sequenced poll (and acquired again only when a
+    # drain is about to finish); the sequence words are acquired.
+    assert "ld.relaxed.sys.b64" not in plain
+    assert "ld.relaxed.sys.b64" in sequenced
+    assert sequenced.count("ld.acquire.sys.b64") > plain.count("ld.acquire.sys.b64")
+    assert not re.search(r"\batom\.[a-z.]*sys", sequenced)
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("sequenced", [False, True])
+@pytest.mark.parametrize("link", [False, True])
+def test_every_variant_compiles_without_a_warning(sequenced, link):
+    wiring = RingWiring(
+        "system", "device" if link else "system", link, (0, "a") if link else None, sequenced
+    )
+    source = render_ring_kernel(ECHO, REQUEST, REPLY, wiring=wiring)
+    options = ("-arch=compute_90", "-std=c++17", *cccl_include_options())
+    ok, _, log = find_nvrtc().compile(source, "pdc_ring_kernel.cu", options)
+    assert ok
+    assert "warning" not in log, log

@@ -353,7 +353,7 @@ class LinkedDevice(RingDevice):
         ``limit``, and the end of either ring."""
         index = self.in_tail
         count = self.load_in_head() - index
-        if count == 0:
+        if count <= 0:  # nothing published (IN_HEAD may lag with sequenced input slots)
             return index, 0
         out = self._out
         count = min(count, self._in_cap - index % self._in_cap)
@@ -558,7 +558,7 @@ def launch_pipeline(
     """
     if not isinstance(pipeline, PersistentPipeline):
         raise TypeError(f"expected a PersistentPipeline, not {type(pipeline).__name__}")
-    if memory.layout != pipeline.kernel.layout:
+    if memory.layout.with_sequenced_input(False) != pipeline.kernel.layout:
         raise TypeError("memory must be a RingMemory allocated for the pipeline's host region")
     if "link" in options:
         raise TypeError("the launch option 'link' is set by the pipeline itself")
@@ -574,7 +574,8 @@ def launch_pipeline(
     stages = pipeline.stages
     count = len(stages)
     regions = [memory] + [
-        RingMemory.allocate(backend, pipeline.link_layout(index)) for index in range(1, count)
+        RingMemory.allocate(backend, pipeline.link_layout(index), exact=True)
+        for index in range(1, count)
     ]
     links = [
         StageLink(pipeline, index, memory, regions[index + 1] if index + 1 < count else memory)

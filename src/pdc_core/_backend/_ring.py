@@ -16,6 +16,12 @@ and the two endpoints: :class:`RingHost`, used by the host side, and
 :class:`RingDevice`, a reference implementation of the device side in Python that
 the CPU backend runs in its worker thread and the protocol tests drive step by step.
 
+A layout may ask for *sequenced input slots* (``RingLayout(..., sequenced_input=True)``,
+the ``FEATURES`` word): each input slot then carries, in the record's own cache line, a
+sequence word the host stores after the record, so a device across a bus can see that
+a request is there, and read it, with one read of one line. The host still publishes
+``IN_HEAD``; a device may poll either.
+
 Neither endpoint blocks or waits: they report what is possible now, and the callers
 (the async host session, a backend's worker) decide how to wait.
 """
@@ -45,6 +51,7 @@ __all__ = [
     "RING_VERSION",
     "ErrorCode",
     "Offset",
+    "RingFeature",
     "RingDevice",
     "RingHost",
     "RingLayout",
@@ -56,6 +63,7 @@ __all__ = [
     "record_dtype",
     "records_copy",
     "record_from_mapping",
+    "sequenced_slot_size",
 ]
 
 #: Size of one line of the control block: each line is written by one side only.
@@ -65,7 +73,7 @@ CONTROL_BLOCK_SIZE: Final = 1024
 #: The first four bytes of the region, ``b"PDCR"`` read as a little-endian u32.
 RING_MAGIC: Final = 0x52434450
 #: Version of the layout described here; the device side refuses any other.
-RING_VERSION: Final = 1
+RING_VERSION: Final = 2
 #: Bytes reserved for the kernel's error message (UTF-8, not NUL-terminated).
 ERROR_MESSAGE_SIZE: Final = 256
 #: Every ring starts on a multiple of this many bytes from the region's start.
@@ -90,7 +98,8 @@ class Offset(enum.IntEnum):
     6      kernel      ``STARTED``, ``PAUSED``, ``DONE``, ``ERROR_CODE``,
                        ``ERROR_LENGTH``, ``BATCHES``
     7-10   kernel      ``ERROR_MESSAGE`` (256 bytes)
-    11-15  nobody      reserved, zero
+    11     host (once) ``FEATURES`` (a :class:`RingFeature`), then reserved, zero
+    12-15  nobody      reserved, zero
     =====  ==========  ========================================================
     """
 
@@ -124,6 +133,21 @@ class Offset(enum.IntEnum):
     BATCHES = 408  # u64, device batches published (informational)
     # lines 7-10 (kernel)
     ERROR_MESSAGE = 448  # 256 bytes of UTF-8
+    # line 11: header (host, before launch; read-only afterwards)
+    FEATURES = 704  # u32, RingFeature bits: how the rings are laid out
+
+
+class RingFeature(enum.IntFlag):
+    """Bits of the ``FEATURES`` word: layout options a device must understand.
+
+    A device refuses a region whose ``FEATURES`` word holds a bit it does not know.
+    """
+
+    NONE = 0
+    #: Each input slot holds the request and, in the same cache line where it fits, a
+    #: u64 *sequence word*: request ``i`` is in its slot once the word reads ``i + 1``
+    #: (``docs/ring-protocol.md``, section 12).
+    SEQUENCED_INPUT = 1
 
 
 class StopMode(enum.IntEnum):
@@ -191,6 +215,20 @@ def record_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
     return canonical
 
 
+def sequenced_slot_size(itemsize: int) -> int:
+    """Bytes per input slot holding a record of ``itemsize`` bytes and its sequence word.
+
+    The sequence word follows the record at the next multiple of 8; the slot is the
+    smallest power of two that holds both when that is at most one 64-byte line (so a
+    slot never straddles a line: the ring starts on a line), else both rounded up to
+    whole lines.
+    """
+    needed = _align(itemsize, 8) + 8
+    if needed <= RING_ALIGNMENT:
+        return 1 << (needed - 1).bit_length()
+    return _align(needed)
+
+
 def _capacity(value: int, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"the {what} capacity must be an int, not {value!r}")
@@ -208,13 +246,16 @@ class RingLayout:
     The region is ``[control block][input ring][output ring]``: the input ring at
     :data:`CONTROL_BLOCK_SIZE`, the output ring at the next multiple of 64 after the
     input ring. Slot ``k`` of a ring is at ``ring offset + k * slot size``, and the
-    slot size is exactly the record dtype's ``itemsize``.
+    slot size is exactly the record dtype's ``itemsize`` -- except for the input ring of
+    a ``sequenced_input`` layout, whose slots hold the request at their start and its
+    sequence word at :attr:`in_sequence_offset` (:func:`sequenced_slot_size` bytes).
     """
 
     request_dtype: np.dtype[Any]
     reply_dtype: np.dtype[Any]
     in_capacity: int
     out_capacity: int
+    sequenced_input: bool
 
     def __init__(
         self,
@@ -222,16 +263,44 @@ class RingLayout:
         reply_dtype: npt.DTypeLike,
         in_capacity: int,
         out_capacity: int | None = None,
+        *,
+        sequenced_input: bool = False,
     ) -> None:
         object.__setattr__(self, "request_dtype", record_dtype(request_dtype, "request"))
         object.__setattr__(self, "reply_dtype", record_dtype(reply_dtype, "reply"))
         object.__setattr__(self, "in_capacity", _capacity(in_capacity, "input ring"))
         out = in_capacity if out_capacity is None else out_capacity
         object.__setattr__(self, "out_capacity", _capacity(out, "output ring"))
+        if not isinstance(sequenced_input, bool):
+            raise TypeError(f"sequenced_input must be a bool, not {sequenced_input!r}")
+        object.__setattr__(self, "sequenced_input", sequenced_input)
+
+    def with_sequenced_input(self, sequenced: bool = True) -> RingLayout:
+        """This layout with (or without) sequenced input slots."""
+        return RingLayout(
+            self.request_dtype,
+            self.reply_dtype,
+            self.in_capacity,
+            self.out_capacity,
+            sequenced_input=sequenced,
+        )
+
+    @property
+    def features(self) -> RingFeature:
+        """The ``FEATURES`` word of a region of this layout."""
+        return RingFeature.SEQUENCED_INPUT if self.sequenced_input else RingFeature.NONE
 
     @property
     def in_slot_size(self) -> int:
-        return self.request_dtype.itemsize
+        """Bytes per input slot (the ``IN_SLOT_SIZE`` word)."""
+        itemsize = self.request_dtype.itemsize
+        return sequenced_slot_size(itemsize) if self.sequenced_input else itemsize
+
+    @property
+    def in_sequence_offset(self) -> int | None:
+        """Where an input slot's sequence word is, from the slot's start (``None``
+        without sequenced input slots)."""
+        return _align(self.request_dtype.itemsize, 8) if self.sequenced_input else None
 
     @property
     def out_slot_size(self) -> int:
@@ -289,8 +358,21 @@ class RingMemory:
         in_end = in_start + layout.in_capacity * layout.in_slot_size
         out_start = layout.out_ring_offset
         out_end = out_start + layout.out_capacity * layout.out_slot_size
-        #: The input slots, as an array of request records (``in_capacity`` long).
-        self.in_slots: npt.NDArray[Any] = base[in_start:in_end].view(layout.request_dtype)
+        #: The input ring's bytes, one row per slot (``in_capacity`` x ``in_slot_size``).
+        self.in_slot_bytes: npt.NDArray[np.uint8] = base[in_start:in_end].reshape(
+            layout.in_capacity, layout.in_slot_size
+        )
+        itemsize = layout.request_dtype.itemsize
+        #: The input slots, as an array of request records (``in_capacity`` long; strided
+        #: when the slots also hold sequence words).
+        self.in_slots: npt.NDArray[Any] = self.in_slot_bytes[:, :itemsize].view(
+            layout.request_dtype
+        )[:, 0]
+        #: The input slots' sequence words (``in_capacity`` u64, strided), or ``None``.
+        self.in_sequences: npt.NDArray[np.uint64] | None = None
+        sequence = layout.in_sequence_offset
+        if sequence is not None:
+            self.in_sequences = self.in_slot_bytes[:, sequence : sequence + 8].view(_U64)[:, 0]
         #: The output slots, as an array of reply records (``out_capacity`` long).
         self.out_slots: npt.NDArray[Any] = base[out_start:out_end].view(layout.reply_dtype)
 
@@ -314,10 +396,19 @@ class RingMemory:
     # -- construction ---------------------------------------------------------------
 
     @classmethod
-    def allocate(cls, backend: Backend, layout: RingLayout) -> RingMemory:
-        """Allocate a region from ``backend`` (``MemoryKind.MAPPED``) and initialise it."""
+    def allocate(cls, backend: Backend, layout: RingLayout, *, exact: bool = False) -> RingMemory:
+        """Allocate a region from ``backend`` (``MemoryKind.MAPPED``) and initialise it.
+
+        The input ring is laid out as the backend prefers: with sequenced input slots
+        when its class sets ``ring_sequenced_input = True`` (a device that reads the
+        ring across a bus), unless ``exact`` asks for ``layout`` as it is (a link
+        between two kernels, whose producer stores no sequence words). The region's
+        :attr:`layout` says which.
+        """
         from ._contract import MemoryKind
 
+        if not exact and getattr(backend, "ring_sequenced_input", False):
+            layout = layout.with_sequenced_input()
         raw = backend.allocate((layout.total_size + RING_ALIGNMENT,), _BYTE, MemoryKind.MAPPED)
         if not isinstance(raw, np.ndarray):
             raise TypeError(
@@ -352,6 +443,7 @@ class RingMemory:
         self.words64[Offset.IN_RING // 8] = layout.in_ring_offset
         self.words64[Offset.OUT_RING // 8] = layout.out_ring_offset
         self.words64[Offset.TOTAL_SIZE // 8] = layout.total_size
+        self.words32[Offset.FEATURES // 4] = int(layout.features)
 
     # -- access -----------------------------------------------------------------------
 
@@ -566,6 +658,8 @@ class RingHost:
     def _cache_views(self) -> None:
         memory = self.memory
         self._in_slots = memory.in_slots
+        self._in_slot_bytes = memory.in_slot_bytes
+        self._in_sequences = memory.in_sequences
         self._out_slots = memory.out_slots
         self._w64 = memory.words64
         self._w32 = memory.words32
@@ -626,7 +720,9 @@ class RingHost:
         ``records`` must already be a 1-D array of the request dtype (see
         :func:`coerce_batch`). Returns how many were written, from the front; 0 when
         the ring is full. Records wrapping past the ring's end are written in two
-        pieces, but published together.
+        pieces, but published together. With sequenced input slots every record's
+        sequence word is stored after every record, and ``IN_HEAD`` after every
+        sequence word.
         """
         wanted = len(records)
         free = self._in_cap - (self.in_head - self._in_tail)
@@ -638,16 +734,56 @@ class RingHost:
         head = self.in_head
         start = head % self._in_cap
         first = min(count, self._in_cap - start)
-        slots = self._in_slots
-        if first == count:
-            copy_records(slots[start : start + count], records[:count])
+        if self._in_sequences is None:
+            slots = self._in_slots
+            if first == count:
+                copy_records(slots[start : start + count], records[:count])
+            else:
+                copy_records(slots[start:], records[:first])
+                copy_records(slots[: count - first], records[first:count])
         else:
-            copy_records(slots[start:], records[:first])
-            copy_records(slots[: count - first], records[first:count])
+            self._write_sequenced(records, head, start, first, count)
         head += count
         self.in_head = head
         self._w64[Offset.IN_HEAD >> 3] = head  # release: slots above are written first
         return count
+
+    def _write_sequenced(
+        self, records: npt.NDArray[Any], head: int, start: int, first: int, count: int
+    ) -> None:
+        """Copy ``count`` records into sequenced slots from ``start`` (``first`` of them
+        before the ring's end), then store their sequence words (record ``i`` of the
+        ring gets ``i + 1``): every payload store precedes every sequence store."""
+        pieces = [(start, 0, first)]
+        if first < count:
+            pieces.append((0, first, count))
+        for slot, begin, end in pieces:
+            self._copy_in(slot, records[begin:end])
+        self._stamp(head, pieces)
+
+    def _stamp(self, head: int, pieces: list[tuple[int, int, int]]) -> None:
+        """Store the sequence words of the records just copied: ``(slot, begin, end)``
+        pieces of the batch, record ``begin`` of the batch being request ``head + begin``."""
+        sequences = self._in_sequences
+        assert sequences is not None
+        if len(pieces) == 1 and pieces[0][2] == 1:
+            sequences[pieces[0][0]] = head + 1
+            return
+        for slot, begin, end in pieces:
+            sequences[slot : slot + end - begin] = np.arange(
+                head + begin + 1, head + end + 1, dtype=_U64
+            )
+
+    def _copy_in(self, slot: int, records: npt.NDArray[Any]) -> None:
+        """Copy ``records`` into the sequenced slots from ``slot`` on: a short run
+        record by record, a long one as bytes, a row per slot."""
+        count = len(records)
+        if count < _BYTE_COPY_MIN or not records.flags.c_contiguous:
+            self._in_slots[slot : slot + count] = records
+            return
+        itemsize = records.dtype.itemsize
+        rows = self._in_slot_bytes[slot : slot + count, :itemsize]
+        rows[...] = records.view(np.uint8).reshape(count, itemsize)
 
     # -- replies ---------------------------------------------------------------------
 
@@ -777,12 +913,15 @@ class RingDevice:
         self._in_cap = layout.in_capacity
         self._out_cap = layout.out_capacity
         self._in_slots = memory.in_slots
+        self._in_sequences = memory.in_sequences
         self._out_slots = memory.out_slots
         self._w64 = memory.words64
         self._w32 = memory.words32
         self.in_tail = memory.load64(Offset.IN_TAIL)
         self.out_head = memory.load64(Offset.OUT_HEAD)
         self._batches = memory.load64(Offset.BATCHES)
+        #: The largest ``IN_HEAD`` loaded: with sequenced slots it may lag ``in_tail``.
+        self._in_head_seen = memory.load64(Offset.IN_HEAD)
 
     def check_header(self) -> None:
         """Refuse a region whose header does not describe this layout."""
@@ -802,6 +941,11 @@ class RingDevice:
         if memory.load32(Offset.VERSION) != RING_VERSION:
             raise RingProtocolError(
                 f"ring layout version {memory.load32(Offset.VERSION)}, expected {RING_VERSION}"
+            )
+        features = memory.load32(Offset.FEATURES)
+        if features != layout.features:
+            raise RingProtocolError(
+                f"ring header word FEATURES is {features:#x}, expected {int(layout.features):#x}"
             )
         for offset, value in expected.items():
             if memory.load64(offset) != value:
@@ -844,11 +988,16 @@ class RingDevice:
         return bool(self._w32[Offset.PAUSE >> 2])
 
     def load_in_head(self) -> int:
+        """Load ``IN_HEAD`` and check it. With sequenced input slots it may lag behind
+        ``in_tail`` (requests taken by their sequence words before the host stored it),
+        but never moves backwards."""
         head = int(self._w64[Offset.IN_HEAD >> 3])
-        if not (self.in_tail <= head <= self.in_tail + self._in_cap):
+        lagging = self._in_sequences is not None and self._in_head_seen <= head < self.in_tail
+        if not (lagging or self.in_tail <= head <= self.in_tail + self._in_cap):
             raise RingProtocolError(
                 f"in_head is {head} with in_tail {self.in_tail} and capacity {self._in_cap}"
             )
+        self._in_head_seen = head
         return head
 
     def load_out_tail(self) -> int:
@@ -874,15 +1023,52 @@ class RingDevice:
         nothing can be processed.
         """
         index = self.in_tail
-        count = self.load_in_head() - index
-        if count == 0:
-            return index, 0
+        return index, self._run(self.load_in_head() - index, limit)
+
+    def sequenced(self, index: int) -> bool:
+        """Whether request ``index`` (``in_tail`` or later, within capacity) is in its
+        slot, by the slot's sequence word alone (``IN_HEAD`` is not read). Raises
+        :class:`~pdc_core.RingProtocolError` for a word that is neither this request's
+        nor the one the slot held a lap before."""
+        sequences = self._in_sequences
+        if sequences is None:
+            raise RingProtocolError("this ring's input slots have no sequence words")
+        word = int(sequences[index % self._in_cap])
+        if word == index + 1:
+            return True
+        previous = index + 1 - self._in_cap if index >= self._in_cap else 0
+        if word != previous:
+            raise RingProtocolError(
+                f"the sequence word of request {index}'s slot is {word}: neither {index + 1} "
+                f"(published) nor {previous} (the slot's previous request)"
+            )
+        return False
+
+    def next_sequenced_batch(self, limit: int | None = None) -> tuple[int, int]:
+        """:meth:`next_batch`, finding the published requests by their slots' sequence
+        words instead of ``IN_HEAD``: the run is the requests from ``in_tail`` whose
+        words say they are there, within the same limits."""
+        index = self.in_tail
+        bound = self._in_cap - index % self._in_cap  # a run never wraps
+        if limit is not None:
+            bound = min(bound, limit)
+        count = 0
+        while count < bound and self.sequenced(index + count):
+            count += 1
+        return index, self._run(count, limit)
+
+    def _run(self, count: int, limit: int | None) -> int:
+        """``count`` published requests from ``in_tail``, cut to a run: the free output
+        slots, ``limit``, and the end of either ring."""
+        if count <= 0:
+            return 0
+        index = self.in_tail
         space = self._out_cap - (self.out_head - self.load_out_tail())
         count = min(count, space, self._in_cap - index % self._in_cap)
         count = min(count, self._out_cap - self.out_head % self._out_cap)
         if limit is not None:
             count = min(count, limit)
-        return index, max(count, 0)
+        return max(count, 0)
 
     def inputs(self, index: int, count: int) -> npt.NDArray[Any]:
         """The request slots of a run returned by :meth:`next_batch` (a view)."""

@@ -96,6 +96,11 @@ class CudaBackend(Backend):
         }
     )
 
+    #: Ring regions get sequenced input slots (``docs/ring-protocol.md`` section 12): the
+    #: kernel reads a request, and sees that it is there, with one read of its line
+    #: across PCIe (``RingMemory.allocate`` lays the input ring out so).
+    ring_sequenced_input: ClassVar[bool] = True
+
     _devices_cache: ClassVar[list[DeviceInfo] | None] = None
     _properties_cache: ClassVar[dict[int, CudaDeviceProperties]] = {}
     _class_lock: ClassVar[threading.Lock] = threading.Lock()

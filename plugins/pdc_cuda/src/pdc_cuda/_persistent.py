@@ -32,7 +32,7 @@ from pdc_core import CapabilityError, DeviceSource, PersistentKernel
 from pdc_core.backend import Offset, ResidentKernel, RingMemory, StopMode
 
 from ._nvrtc import find_nvrtc, min_compute_capability
-from ._ring_source import KERNEL_NAME, CudaRingBody, render_ring_kernel
+from ._ring_source import KERNEL_NAME, CudaRingBody, RingWiring, render_ring_kernel
 
 if TYPE_CHECKING:
     from ._backend import CudaBackend
@@ -245,7 +245,8 @@ def launch_persistent_kernel(
     body, compile_options = ring_body(kernel, dict(options))
     check_device(backend, bool(options.get("allow_watchdog", False)))
     state_dtype = kernel.state.dtype if kernel.state is not None else None
-    source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype)
+    wiring = RingWiring(sequenced_input=rings.layout.sequenced_input)
+    source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype, wiring)
     compiled = backend.compile_kernel(source, KERNEL_NAME, compile_options)
     threads = min(body.threads, compiled.max_threads_per_block)
     address = region_device_address(backend, rings)

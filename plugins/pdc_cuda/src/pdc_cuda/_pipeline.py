@@ -138,7 +138,7 @@ class CudaLink:
         self.placement = placement
         self.device_array: Any = None
         if placement.memory is MemoryKind.MAPPED:
-            self.image = RingMemory.allocate(backend, layout)
+            self.image = RingMemory.allocate(backend, layout, exact=True)
             self.address = region_device_address(backend, self.image)
             return
         self.image = RingMemory.from_buffer(layout)  # zeroes and the header
@@ -306,6 +306,7 @@ def launch_pipeline(
                 output_scope="system" if last else links[index].scope,
                 output_link=not last,
                 stage=(index, pipeline.stages[index].name),
+                sequenced_input=first and memory.layout.sequenced_input,
             )
             stages.append(
                 _prepare_stage(

@@ -31,6 +31,7 @@ from pdc_core.backend import (
     RING_VERSION,
     ErrorCode,
     Offset,
+    RingLayout,
     StopMode,
 )
 
@@ -94,12 +95,16 @@ class RingWiring:
     it stores ``IN_HEAD``, ``STOP`` and ``PAUSE`` there and passes control down), else
     the host region's output ring. ``stage`` is ``(index, kernel name)`` for a stage,
     whose error messages then begin with :func:`stage_error_prefix`.
+    ``sequenced_input``: the input ring's slots carry sequence words
+    (``RingLayout.sequenced_input``; ``docs/ring-protocol.md`` section 12), which the
+    kernel polls instead of ``IN_HEAD``.
     """
 
     input_scope: Scope = "system"
     output_scope: Scope = "system"
     output_link: bool = False
     stage: tuple[int, str] | None = None
+    sequenced_input: bool = False
 
     def __post_init__(self) -> None:
         for name in ("input_scope", "output_scope"):
@@ -203,6 +208,7 @@ def render_ring_kernel(
         body = CudaRingBody(body)
     if wiring is None:
         wiring = RingWiring()
+    layout = RingLayout(request_dtype, reply_dtype, 1, sequenced_input=wiring.sequenced_input)
     request = c_struct(np.dtype(request_dtype), "pdc_request")
     reply = c_struct(np.dtype(reply_dtype), "pdc_reply")
     if state_dtype is None:
@@ -229,6 +235,10 @@ def render_ring_kernel(
         "@@OUT_SCOPE@@": _SCOPES[wiring.output_scope],
         "@@OUT_LINK@@": "1" if wiring.output_link else "0",
         "@@STAGE_PREFIX@@": _c_string(wiring.prefix),
+        "@@IN_FEATURES@@": str(int(layout.features)),
+        "@@IN_SEQUENCED@@": "1" if wiring.sequenced_input else "0",
+        "@@IN_SLOT_SIZE@@": str(layout.in_slot_size),
+        "@@IN_SEQUENCE_OFFSET@@": str(layout.in_sequence_offset or 0),
     }
     text = ring_template()
     for marker, value in replacements.items():

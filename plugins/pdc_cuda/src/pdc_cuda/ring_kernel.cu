@@ -44,6 +44,12 @@ typedef unsigned int pdc_u32;
 #define PDC_OUT_LINK @@OUT_LINK@@
 // Every error message starts with this (a pipeline stage's "stage <i> ('<name>'): ").
 #define PDC_STAGE_PREFIX @@STAGE_PREFIX@@
+// The input ring's layout (RingLayout): its FEATURES word, bytes per slot, and with
+// sequenced slots (ring-protocol.md section 12) where a slot's sequence word is.
+#define PDC_IN_FEATURES @@IN_FEATURES@@u
+#define PDC_IN_SEQUENCED @@IN_SEQUENCED@@
+#define PDC_IN_SLOT_SIZE @@IN_SLOT_SIZE@@ull
+#define PDC_IN_SEQUENCE_OFFSET @@IN_SEQUENCE_OFFSET@@ull
 
 // ---- the user's device function ------------------------------------------------------
 // Contract: __device__ int @@BODY@@(const pdc_request& request, pdc_reply& reply);
@@ -70,22 +76,25 @@ struct Words {
     __device__ pdc_u32& word32(pdc_u64 offset) const {
         return *reinterpret_cast<pdc_u32*>(base + offset);
     }
-    __device__ pdc_u64 acquire64(pdc_u64 offset) const {
+    __device__ pdc_u64 load_acquire64(pdc_u64 offset) const {
         return cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).load(cuda::memory_order_acquire);
     }
-    __device__ pdc_u32 acquire32(pdc_u64 offset) const {
+    __device__ pdc_u64 load_relaxed64(pdc_u64 offset) const {
+        return cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).load(cuda::memory_order_relaxed);
+    }
+    __device__ pdc_u32 load_acquire32(pdc_u64 offset) const {
         return cuda::atomic_ref<pdc_u32, Scope>(word32(offset)).load(cuda::memory_order_acquire);
     }
-    __device__ pdc_u32 relaxed32(pdc_u64 offset) const {
+    __device__ pdc_u32 load_relaxed32(pdc_u64 offset) const {
         return cuda::atomic_ref<pdc_u32, Scope>(word32(offset)).load(cuda::memory_order_relaxed);
     }
-    __device__ void release64(pdc_u64 offset, pdc_u64 value) const {
+    __device__ void store_release64(pdc_u64 offset, pdc_u64 value) const {
         cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).store(value, cuda::memory_order_release);
     }
-    __device__ void release32(pdc_u64 offset, pdc_u32 value) const {
+    __device__ void store_release32(pdc_u64 offset, pdc_u32 value) const {
         cuda::atomic_ref<pdc_u32, Scope>(word32(offset)).store(value, cuda::memory_order_release);
     }
-    __device__ void relaxed64(pdc_u64 offset, pdc_u64 value) const {
+    __device__ void store_relaxed64(pdc_u64 offset, pdc_u64 value) const {
         cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).store(value, cuda::memory_order_relaxed);
     }
 };
@@ -110,7 +119,20 @@ typedef Words<PDC_OUT_SCOPE> OutWords;
 #define PDC_OUT_RING_WORD PDC_OFF_OUT_RING
 #endif
 
+static_assert(PDC_IN_SLOT_SIZE >= sizeof(pdc_request), "an input slot holds a request");
+
 __device__ __forceinline__ pdc_u64 min64(pdc_u64 a, pdc_u64 b) { return a < b ? a : b; }
+
+// Offset of request `index`'s slot, and of its sequence word, from the region's start.
+__device__ __forceinline__ pdc_u64 in_slot(pdc_u64 ring, pdc_u64 capacity, pdc_u64 index) {
+    return ring + (index % capacity) * PDC_IN_SLOT_SIZE;
+}
+
+// The sequence word request `index`'s slot holds until the request is stored: the
+// word of the request a lap before (0 on the first lap).
+__device__ __forceinline__ pdc_u64 previous_sequence(pdc_u64 capacity, pdc_u64 index) {
+    return index >= capacity ? index + 1 - capacity : 0;
+}
 
 // Sleep with a doubling back-off between min and max; returns the next delay.
 __device__ __forceinline__ pdc_u32 back_off(pdc_u32 delay) {
@@ -160,7 +182,7 @@ __device__ void report_error(const InWords& in, pdc_u32 code, const char* text,
     if (with_number) length = put_number(message, length, number);
     if (text2) length = put_text(message, length, text2);
     in.word32(PDC_OFF_ERROR_LENGTH) = whole_characters(message, length);
-    in.release32(PDC_OFF_ERROR_CODE, code);
+    in.store_release32(PDC_OFF_ERROR_CODE, code);
 }
 
 #if PDC_OUT_LINK
@@ -175,7 +197,7 @@ __device__ void adopt_error(const InWords& in, const OutWords& out) {
         in.base[PDC_OFF_ERROR_MESSAGE + i] = out.base[PDC_OFF_ERROR_MESSAGE + i];
     }
     in.word32(PDC_OFF_ERROR_LENGTH) = length;
-    in.release32(PDC_OFF_ERROR_CODE, code);
+    in.store_release32(PDC_OFF_ERROR_CODE, code);
 }
 #endif
 
@@ -194,8 +216,16 @@ __device__ bool check_headers(const InWords& in, const OutWords& out) {
                      in_version != PDC_RING_VERSION ? in_version : out_version, true);
         return false;
     }
+    const pdc_u32 in_features = in.word32(PDC_OFF_FEATURES);
+    const pdc_u32 out_features = out.word32(PDC_OFF_FEATURES);
+    if (in_features != PDC_IN_FEATURES || (PDC_OUT_LINK && out_features != 0u)) {
+        report_error(in, PDC_ERROR_PROTOCOL,
+                     "the ring header's FEATURES word differs from the compiled layout: ", 0,
+                     in_features != PDC_IN_FEATURES ? in_features : out_features, true);
+        return false;
+    }
     const pdc_u64 in_slot = in.word64(PDC_OFF_IN_SLOT_SIZE);
-    if (in_slot != sizeof(pdc_request)) {
+    if (in_slot != PDC_IN_SLOT_SIZE) {
         report_error(in, PDC_ERROR_PROTOCOL,
                      "slot sizes in the ring header do not match the compiled records; "
                      "input slot bytes ", 0, in_slot, true);
@@ -236,11 +266,18 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
     __shared__ pdc_u64 s_out;       // head of the output ring when the run started
     __shared__ pdc_u64 s_in_cap, s_out_cap, s_in_ring, s_out_ring;  // the headers
     __shared__ pdc_u32 s_command;   // WORK or EXIT
-    __shared__ pdc_u32 s_error;     // first body error code of the run (0: none)
+    __shared__ pdc_u32 s_error;     // first error code of the run (0: none)
     __shared__ pdc_u64 s_error_at;  // request index of that error
+    __shared__ pdc_u32 s_sequence_error;  // that error is a bad sequence word, not the body's
+#if PDC_IN_SEQUENCED
+    __shared__ pdc_u32 s_first_acquired;  // thread 0 acquired the first request's sequence word
+#endif
 
     // Indices this kernel owns, and its cache of the output ring's tail: thread 0 only.
     pdc_u64 in_tail = 0, out_head = 0, out_tail = 0, batches = 0;
+#if PDC_IN_SEQUENCED
+    pdc_u64 in_head_seen = 0;  // the largest IN_HEAD loaded: it may lag behind in_tail
+#endif
     pdc_u32 backoff = PDC_BACKOFF_MIN_NS;
     bool paused = false;
 
@@ -254,6 +291,9 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
             s_in_ring = in.word64(PDC_OFF_IN_RING);
             s_out_ring = out.word64(PDC_OUT_RING_WORD);
             in_tail = in.word64(PDC_OFF_IN_TAIL);
+#if PDC_IN_SEQUENCED
+            in_head_seen = in.word64(PDC_OFF_IN_HEAD);
+#endif
             out_head = out.word64(PDC_OUT_HEAD_WORD);
             out_tail = out.word64(PDC_OUT_TAIL_WORD);
             batches = in.word64(PDC_OFF_BATCHES);
@@ -261,12 +301,12 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
             // STARTED only once the next stage is resident (or has given up, or a stop
             // NOW came): stage 0's STARTED then means every stage is.
             pdc_u32 delay = PDC_BACKOFF_MIN_NS;
-            while (out.acquire32(PDC_OFF_STARTED) == 0u && out.acquire32(PDC_OFF_DONE) == 0u &&
-                   in.relaxed32(PDC_OFF_STOP) != PDC_STOP_NOW) {
+            while (out.load_acquire32(PDC_OFF_STARTED) == 0u && out.load_acquire32(PDC_OFF_DONE) == 0u &&
+                   in.load_relaxed32(PDC_OFF_STOP) != PDC_STOP_NOW) {
                 delay = back_off(delay);
             }
 #endif
-            in.release32(PDC_OFF_STARTED, 1u);
+            in.store_release32(PDC_OFF_STARTED, 1u);
         }
     }
 
@@ -274,15 +314,22 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         if (threadIdx.x == 0 && s_command == WORK) {
             // Wait for work, a stop or a pause; only thread 0 touches the control words.
             // STOP and PAUSE (and the next stage's DONE) are loaded relaxed *before* the
-            // acquire load of IN_HEAD, so the loads are in flight together: one round
-            // trip per poll.
+            // acquire load of IN_HEAD -- or, with sequenced slots, of the next request's
+            // sequence word, IN_HEAD then loaded relaxed too -- so the loads are in
+            // flight together: one round trip per poll.
             for (;;) {
-                const pdc_u32 stop = in.relaxed32(PDC_OFF_STOP);
-                const pdc_u32 pause_word = in.relaxed32(PDC_OFF_PAUSE);
+                const pdc_u32 stop = in.load_relaxed32(PDC_OFF_STOP);
+                const pdc_u32 pause_word = in.load_relaxed32(PDC_OFF_PAUSE);
 #if PDC_OUT_LINK
-                const pdc_u32 next_done = out.relaxed32(PDC_OFF_DONE);
+                const pdc_u32 next_done = out.load_relaxed32(PDC_OFF_DONE);
 #endif
-                const pdc_u64 in_head = in.acquire64(PDC_OFF_IN_HEAD);
+#if PDC_IN_SEQUENCED
+                const pdc_u64 in_head = in.load_relaxed64(PDC_OFF_IN_HEAD);
+                const pdc_u64 sequence = in.load_acquire64(
+                    in_slot(s_in_ring, s_in_cap, in_tail) + PDC_IN_SEQUENCE_OFFSET);
+#else
+                const pdc_u64 in_head = in.load_acquire64(PDC_OFF_IN_HEAD);
+#endif
                 if (stop == PDC_STOP_NOW) {
                     s_command = EXIT;
                     break;
@@ -302,21 +349,42 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 if (pause != paused) {
 #if PDC_OUT_LINK
                     // Pass the pause on and wait for the next stage's answer first.
-                    out.release32(PDC_OFF_PAUSE, pause ? 1u : 0u);
+                    out.store_release32(PDC_OFF_PAUSE, pause ? 1u : 0u);
                     pdc_u32 delay = PDC_BACKOFF_MIN_NS;
-                    while (out.acquire32(PDC_OFF_PAUSED) != (pause ? 1u : 0u) &&
-                           out.acquire32(PDC_OFF_DONE) == 0u &&
-                           in.relaxed32(PDC_OFF_STOP) == PDC_STOP_RUN) {
+                    while (out.load_acquire32(PDC_OFF_PAUSED) != (pause ? 1u : 0u) &&
+                           out.load_acquire32(PDC_OFF_DONE) == 0u &&
+                           in.load_relaxed32(PDC_OFF_STOP) == PDC_STOP_RUN) {
                         delay = back_off(delay);
                     }
 #endif
                     paused = pause;
-                    in.release32(PDC_OFF_PAUSED, pause ? 1u : 0u);
+                    in.store_release32(PDC_OFF_PAUSED, pause ? 1u : 0u);
                 }
                 if (paused) {
                     __nanosleep(PDC_BACKOFF_MAX_NS);
                     continue;
                 }
+#if PDC_IN_SEQUENCED
+                // IN_HEAD may lag behind the sequence words (the host stores it after
+                // them, and it was loaded relaxed); it must only grow and stay in bounds.
+                if (in_head < in_head_seen || (in_head > in_tail && in_head - in_tail > s_in_cap)) {
+                    report_error(in, PDC_ERROR_PROTOCOL, "in_head moved to ",
+                                 " (backwards, or past in_tail + capacity)", in_head, true);
+                    s_command = EXIT;
+                    break;
+                }
+                in_head_seen = in_head;
+                const bool first_ready = sequence == in_tail + 1;
+                if (!first_ready && sequence != previous_sequence(s_in_cap, in_tail)) {
+                    report_error(in, PDC_ERROR_PROTOCOL, "the sequence word of the next request's "
+                                 "slot is ", " (neither this request's nor the previous lap's)",
+                                 sequence, true);
+                    s_command = EXIT;
+                    break;
+                }
+                pdc_u64 count = in_head > in_tail ? in_head - in_tail : 0;
+                if (first_ready && count == 0) count = 1;
+#else
                 if (in_head < in_tail || in_head - in_tail > s_in_cap) {
                     report_error(in, PDC_ERROR_PROTOCOL, "in_head moved to ",
                                  " outside [in_tail, in_tail + capacity]", in_head, true);
@@ -324,9 +392,10 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                     break;
                 }
                 pdc_u64 count = in_head - in_tail;
+#endif
                 pdc_u64 space = s_out_cap - (out_head - out_tail);
                 if (count != 0 && space == 0) {  // reload the output ring's tail only now
-                    out_tail = out.acquire64(PDC_OUT_TAIL_WORD);
+                    out_tail = out.load_acquire64(PDC_OUT_TAIL_WORD);
                     if (out_tail > out_head || out_head - out_tail > s_out_cap) {
                         report_error(in, PDC_ERROR_PROTOCOL, "the output ring's tail moved to ",
                                      " outside [head - capacity, head]", out_tail, true);
@@ -342,7 +411,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                         // orders the STOP load before a fresh acquire of IN_HEAD; leave
                         // only if that one shows nothing new either.
                         cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
-                        if (in.acquire64(PDC_OFF_IN_HEAD) == in_tail) {
+                        if (in.load_acquire64(PDC_OFF_IN_HEAD) == in_tail) {
                             s_command = EXIT;  // every published request answered
                             break;
                         }
@@ -359,6 +428,9 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 s_count = count;
                 s_out = out_head;
                 s_error = 0u;
+#if PDC_IN_SEQUENCED
+                s_first_acquired = first_ready ? 1u : 0u;
+#endif
                 backoff = PDC_BACKOFF_MIN_NS;
                 break;
             }
@@ -369,16 +441,38 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         // Every thread: order its slot loads after thread 0's acquire of IN_HEAD.
         cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
         const pdc_u64 first = s_first, count = s_count;
-        const pdc_request* requests =
-            reinterpret_cast<const pdc_request*>(in_region + s_in_ring) + first % s_in_cap;
         pdc_reply* replies =
             reinterpret_cast<pdc_reply*>(out_region + s_out_ring) + s_out % s_out_cap;
         for (pdc_u64 i = threadIdx.x; i < count; i += blockDim.x) {
-            const int code = @@BODY@@(requests[i], replies[i]@@STATE_ARG@@);
+            const pdc_u64 slot = in_slot(s_in_ring, s_in_cap, first + i);
+#if PDC_IN_SEQUENCED
+            if (i != 0 || s_first_acquired == 0u) {
+                // Published per the IN_HEAD thread 0 loaded relaxed: acquire this slot's own
+                // sequence word, which the host stored before that IN_HEAD, until it shows
+                // this request; only then read the request.
+                const pdc_u64 want = first + i + 1;
+                const pdc_u64 before = previous_sequence(s_in_cap, first + i);
+                pdc_u64 sequence;
+                while ((sequence = in.load_acquire64(slot + PDC_IN_SEQUENCE_OFFSET)) != want) {
+                    if (sequence != before) break;
+                }
+                if (sequence != want) {
+                    // Shared-memory CAS (block scope): never on a region.
+                    if (atomicCAS(&s_error, 0u, PDC_ERROR_PROTOCOL) == 0u) {
+                        s_error_at = first + i;
+                        s_sequence_error = 1u;
+                    }
+                    continue;
+                }
+            }
+#endif
+            const pdc_request& request = *reinterpret_cast<const pdc_request*>(in_region + slot);
+            const int code = @@BODY@@(request, replies[i]@@STATE_ARG@@);
             if (code != 0) {
                 // Shared-memory CAS (block scope): never on a region.
                 if (atomicCAS(&s_error, 0u, static_cast<pdc_u32>(code)) == 0u) {
                     s_error_at = first + i;
+                    s_sequence_error = 0u;
                 }
             }
         }
@@ -388,7 +482,12 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         __syncthreads();  // barrier 2: every reply of the run is written and fenced
 
         if (threadIdx.x == 0) {
-            if (s_error != 0u) {
+            if (s_error != 0u && s_sequence_error != 0u) {
+                report_error(in, s_error, "the sequence word of request #",
+                             "'s slot is neither its own nor the previous lap's", s_error_at,
+                             true);
+                s_command = EXIT;  // seen by everyone after the next barrier 1
+            } else if (s_error != 0u) {
                 report_error(in, s_error, "the kernel body returned an error for request #", 0,
                              s_error_at, true);
                 s_command = EXIT;  // seen by everyone after the next barrier 1
@@ -396,9 +495,9 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 out_head += count;
                 in_tail += count;
                 batches += 1;
-                out.release64(PDC_OUT_HEAD_WORD, out_head);  // replies first
-                in.release64(PDC_OFF_IN_TAIL, in_tail);      // then free the requests' slots
-                in.relaxed64(PDC_OFF_BATCHES, batches);
+                out.store_release64(PDC_OUT_HEAD_WORD, out_head);  // replies first
+                in.store_release64(PDC_OFF_IN_TAIL, in_tail);      // then free the requests' slots
+                in.store_relaxed64(PDC_OFF_BATCHES, batches);
             }
         }
     }
@@ -409,22 +508,22 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         // error, everything published consumed and forwarded), else now -- and wait for
         // its DONE (passing on a NOW that comes meanwhile), so that DONE comes back up
         // stage by stage.
-        const bool drain = in.relaxed32(PDC_OFF_STOP) == PDC_STOP_DRAIN &&
+        const bool drain = in.load_relaxed32(PDC_OFF_STOP) == PDC_STOP_DRAIN &&
                            in.word32(PDC_OFF_ERROR_CODE) == 0u &&
-                           in.acquire64(PDC_OFF_IN_HEAD) == in_tail;
-        out.release32(PDC_OFF_STOP, drain ? PDC_STOP_DRAIN : PDC_STOP_NOW);
+                           in.load_acquire64(PDC_OFF_IN_HEAD) == in_tail;
+        out.store_release32(PDC_OFF_STOP, drain ? PDC_STOP_DRAIN : PDC_STOP_NOW);
         bool now_passed = !drain;
         pdc_u32 delay = PDC_BACKOFF_MIN_NS;
-        while (out.acquire32(PDC_OFF_DONE) == 0u) {
-            if (!now_passed && in.relaxed32(PDC_OFF_STOP) == PDC_STOP_NOW) {
-                out.release32(PDC_OFF_STOP, PDC_STOP_NOW);  // NOW wins
+        while (out.load_acquire32(PDC_OFF_DONE) == 0u) {
+            if (!now_passed && in.load_relaxed32(PDC_OFF_STOP) == PDC_STOP_NOW) {
+                out.store_release32(PDC_OFF_STOP, PDC_STOP_NOW);  // NOW wins
                 now_passed = true;
             }
             delay = back_off(delay);
         }
         if (in.word32(PDC_OFF_ERROR_CODE) == 0u) adopt_error(in, out);
 #endif
-        if (paused) in.release32(PDC_OFF_PAUSED, 0u);
-        in.release32(PDC_OFF_DONE, 1u);  // the last store to the region
+        if (paused) in.store_release32(PDC_OFF_PAUSED, 0u);
+        in.store_release32(PDC_OFF_DONE, 1u);  // the last store to the region
     }
 }
