@@ -5,6 +5,7 @@ Run from the repository root with pdc-ray installed (``pip install -e plugins/pd
     python benchmarks/ray_actor.py            # 7 rounds x 300 round trips, 20k batched,
                                               # kernel batches of 100k records
     python benchmarks/ray_actor.py --quick    # 3 rounds x 100, 5k batched, 20k records
+    python benchmarks/ray_actor.py --profile  # where one ask's time goes, stage by stage
 
 It starts its own local Ray (``address="local"``, 2 CPUs, no dashboard, its own temp
 dir) and one pdc remote actor (``pdc_ray.on(num_cpus=0)``) whose handler returns its
@@ -32,14 +33,16 @@ process (the host of the pdc actor):
   nursery raising (found by the watch call failing); cancelling the nursery to its
   exit, which returns only once Ray reports the worker dead.
 
-Ratios are of p50s taken within each round (contenders back to back, in a rotating
-order), and their median over the rounds.
+Ratios are of p50s taken within each round (one call of each contender in turn, in an
+order rotating per round, so load from other work on the machine falls on all alike),
+and their median over the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import itertools
 import logging
 import os
 import pickle
@@ -128,11 +131,18 @@ async def latency_and_throughput(rounds: int, n: int, batch: int, backend: str) 
         pooled: dict[str, list[float]] = {name: [] for name in contenders}
         names = list(contenders)
         for r in range(rounds):
+            # One call of each contender in turn (the order rotating per round), so
+            # that the load other work puts on the machine falls on all of them alike.
             order = names[r % len(names) :] + names[: r % len(names)]
-            for name in order:
-                samples = await timed(n, contenders[name])
-                per_round[name].append(p50(samples))
-                pooled[name].extend(samples)
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            for i in range(n):
+                for name in order:
+                    start = time.perf_counter()
+                    await contenders[name](i)
+                    samples[name].append(time.perf_counter() - start)
+            for name in names:
+                per_round[name].append(p50(samples[name]))
+                pooled[name].extend(samples[name])
 
         msgs = list(range(batch))
         await ref.ask_many(msgs[:1000])
@@ -242,10 +252,106 @@ def report_kernel(backend: str, result: dict[str, list[float]]) -> None:
     )
 
 
+class Profiled(Actor[Any, Any]):
+    """Echo that, in its worker, timestamps the stages of each ``deliver`` the host
+    serves (``--profile``); ``"marks"`` returns and clears them."""
+
+    async def on_start(self) -> None:
+        from pdc_ray import _host  # the host's module in the worker process
+
+        self.marks: list[tuple[str, int]] = []
+        marks = self.marks
+        deliver, hand_over = _host.Host.deliver, _host.Host._hand_over
+
+        async def timed_deliver(host: Any, *args: Any) -> Any:
+            marks.append(("r.deliver", time.perf_counter_ns()))
+            outcome = await deliver(host, *args)
+            marks.append(("r.return", time.perf_counter_ns()))
+            return outcome
+
+        async def timed_hand_over(host: Any, *args: Any) -> None:
+            marks.append(("r.hand_over", time.perf_counter_ns()))
+            await hand_over(host, *args)
+            marks.append(("r.handed", time.perf_counter_ns()))
+
+        _host.Host.deliver = timed_deliver  # type: ignore[method-assign, assignment]
+        _host.Host._hand_over = timed_hand_over  # type: ignore[method-assign, assignment]
+
+    async def handle(self, message: Any) -> Any:
+        if message == "marks":
+            marks, self.marks[:] = list(self.marks), []
+            return marks
+        self.marks.append(("r.handler", time.perf_counter_ns()))
+        return message
+
+
+async def profile(n: int) -> None:
+    """Where one ``ask`` spends its time: medians of the gaps between timestamps taken
+    along its path, here and in the worker (one clock: CLOCK_MONOTONIC on one machine),
+    next to a bare call. The timestamps cost a few us each."""
+    from pdc_ray import _ray_engine
+
+    marks: list[tuple[str, int]] = []
+    submit, result = _ray_engine.RayEngine.submit, _ray_engine._RayCall.result
+
+    def timed_submit(engine: Any, *args: Any, **kwargs: Any) -> Any:
+        pending = submit(engine, *args, **kwargs)
+        marks.append(("c.submitted", time.perf_counter_ns()))
+        return pending
+
+    async def timed_result(call: Any) -> Any:
+        value = await result(call)
+        marks.append(("c.answered", time.perf_counter_ns()))
+        return value
+
+    _ray_engine.RayEngine.submit = timed_submit  # type: ignore[method-assign, assignment]
+    _ray_engine._RayCall.result = timed_result  # type: ignore[method-assign, assignment]
+    try:
+        async with open_nursery() as nursery:
+            placement = pdc_ray.on(num_cpus=0, heartbeat=120)
+            ref = await nursery.start_actor(Profiled, placement=placement)
+            handle: Any = ref._runner._actor  # type: ignore[attr-defined]
+            gaps: dict[tuple[str, str], list[int]] = {}
+            totals, bare = [], []
+            for i in range(50 + n):
+                marks.clear()
+                start = time.perf_counter_ns()
+                await ref.ask(i)
+                end = time.perf_counter_ns()
+                remote = await ref.ask("marks")
+                b0 = time.perf_counter_ns()
+                await await_ref(handle.echo.remote(i))
+                b1 = time.perf_counter_ns()
+                if i < 50:  # warm-up
+                    continue
+                inside = [mark for mark in remote if start <= mark[1] <= end]
+                path = sorted(
+                    [("c.ask", start), *marks[:2], *inside, ("c.return", end)],
+                    key=lambda mark: mark[1],
+                )
+                for (a, ta), (b, tb) in itertools.pairwise(path):
+                    gaps.setdefault((a, b), []).append(tb - ta)
+                totals.append(end - start)
+                bare.append(b1 - b0)
+    finally:
+        _ray_engine.RayEngine.submit = submit  # type: ignore[method-assign]
+        _ray_engine._RayCall.result = result  # type: ignore[method-assign]
+    for (a, b), samples in gaps.items():
+        if len(samples) >= n // 2:
+            print(f"  {a:>12} -> {b:<12} {statistics.median(samples) / 1e3:7.1f} us")
+    print(
+        f"  ask {statistics.median(totals) / 1e3:.0f} us, bare Ray call (bridge) "
+        f"{statistics.median(bare) / 1e3:.0f} us (medians, interleaved)"
+    )
+
+
 def main() -> None:
     logging.getLogger("pdc").setLevel(logging.CRITICAL)  # the crashes below are on purpose
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--profile", action="store_true", help="only time the stages of one ask, end to end"
+    )
     args = parser.parse_args()
     rounds, n, batch, repeats = (3, 100, 5_000, 1) if args.quick else (7, 300, 20_000, 3)
     records, per_record = (20_000, 1_000) if args.quick else (100_000, 3_000)
@@ -265,6 +371,11 @@ def main() -> None:
         _temp_dir=tempfile.mkdtemp(prefix="pdc-ray-bench-", dir="/tmp"),
     )
     try:
+        if args.profile:
+            for backend in ("asyncio", "trio"):
+                print(f"\n{backend}: one ask, stage by stage (median gaps over {n} asks)")
+                anyio.run(profile, n, backend=backend)
+            return
         failures: dict[str, dict[str, list[float]]] = {}
         for backend in ("asyncio", "trio"):
             result = anyio.run(latency_and_throughput, rounds, n, batch, backend, backend=backend)

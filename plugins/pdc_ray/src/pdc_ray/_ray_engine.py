@@ -19,6 +19,8 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
+import numpy as np
+import numpy.typing as npt
 import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import (
@@ -65,23 +67,54 @@ def _locate() -> Location:
     )
 
 
-def _dumps(value: Any) -> bytes:
+#: Buffers of this many bytes or more (a large NumPy array's data) travel beside the
+#: pickle, as NumPy arrays, which Ray ships through its object store without copying
+#: them into the pickle (and without pickling them again).
+_OUT_OF_BAND = 64 * 1024
+
+
+def _dumps(value: Any) -> tuple[Any, ...]:
     """``value`` pickled as Ray pickles it (by value where it must: classes of a
-    script's ``__main__``, lambdas)."""
-    return cast(bytes, _cloudpickle.dumps(value, protocol=5))
+    script's ``__main__``, lambdas): ``(pickle bytes, *large buffers)``."""
+    buffers: list[npt.NDArray[np.uint8]] = []
+
+    def in_band(buffer: pickle.PickleBuffer) -> bool:
+        raw = buffer.raw()
+        if raw.nbytes < _OUT_OF_BAND:
+            return True
+        buffers.append(np.frombuffer(raw, np.uint8))
+        return False
+
+    return (_cloudpickle.dumps(value, protocol=5, buffer_callback=in_band), *buffers)
 
 
-_loads = pickle.loads
-_NOTHING = _dumps(None)
+def _loads(packed: tuple[Any, ...]) -> Any:
+    """The value :func:`_dumps` packed."""
+    return pickle.loads(packed[0], buffers=packed[1:])
+
+
+def _reply(value: Any) -> Any:
+    """A host method's packed result: the pickle alone when it has no large buffers
+    (Ray returns ``bytes`` with less work than a tuple)."""
+    packed = _dumps(value)
+    return packed[0] if len(packed) == 1 else packed
+
+
+def _unreply(reply: Any) -> Any:
+    return _loads((reply,) if isinstance(reply, bytes) else reply)
+
+
+_NOTHING = _reply(None)
 
 
 class RayHost:
     """The Ray actor class around a :class:`~pdc_ray._host.Host` (one per remote actor).
 
     Its methods (but ``echo``) take their arguments and return their result pickled
-    by pdc-ray, as one ``bytes`` each: Ray ships ``bytes`` with less work than any
-    other argument, so a call with several arguments costs less than one with a
-    single ``int`` (measured in docs/benchmarks.md, "pdc-ray").
+    by pdc-ray, as one ``bytes`` each (large NumPy buffers, such as a persistent
+    kernel's batch of records, beside it as arrays): Ray ships ``bytes`` with less work
+    than any other argument, so a call with several arguments costs less than one
+    with a single ``int`` (measured in docs/benchmarks.md, "pdc-ray").
 
     Ray runs each concurrency group of an async actor in an event loop (and thread) of
     its own. The Host, its nursery and the user's actor live in the default group's
@@ -115,55 +148,55 @@ class RayHost:
 
         return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), loop))
 
-    async def _control(self, args: bytes, method: Callable[..., Awaitable[Any]]) -> bytes:
+    async def _control(self, args: tuple[Any, ...], method: Callable[..., Awaitable[Any]]) -> Any:
         arguments = _loads(args)
-        return _dumps(await self._on_host_loop(lambda host: method(host, *arguments)))
+        return _reply(await self._on_host_loop(lambda host: method(host, *arguments)))
 
-    async def start(self, args: bytes) -> bytes:
+    async def start(self, *args: Any) -> Any:
         if self._host is None:
             self._loop = asyncio.get_running_loop()
             self._host = host_for(self._spec, _locate)
-        return _dumps(await self._host.start(self._spawn))
+        return _reply(await self._host.start(self._spawn))
 
     async def echo(self, value: Any) -> Any:
         """Return ``value``: a bare call to this actor, for benchmarks and diagnostics."""
         return value
 
-    async def deliver(self, args: bytes) -> bytes:
+    async def deliver(self, *args: Any) -> Any:
         assert self._host is not None, "deliver before start"
-        return _dumps(await self._host.deliver(*_loads(args)))
+        return _reply(await self._host.deliver(*_loads(args)))
 
     @ray.method(concurrency_group="control")
-    async def cancel(self, args: bytes) -> bytes:
+    async def cancel(self, *args: Any) -> Any:
         return await self._control(args, Host.cancel)
 
     @ray.method(concurrency_group="control")
-    async def stop(self, args: bytes) -> bytes:
+    async def stop(self, *args: Any) -> Any:
         return await self._control(args, Host.stop)
 
     @ray.method(concurrency_group="control")
-    async def pause(self, args: bytes) -> bytes:
+    async def pause(self, *args: Any) -> Any:
         return await self._control(args, Host.pause)
 
     @ray.method(concurrency_group="control")
-    async def resume(self, args: bytes) -> bytes:
+    async def resume(self, *args: Any) -> Any:
         return await self._control(args, Host.resume)
 
     @ray.method(concurrency_group="control")
-    async def statistics(self, args: bytes) -> bytes:
+    async def statistics(self, *args: Any) -> Any:
         return await self._control(args, Host.statistics)
 
     @ray.method(concurrency_group="control")
-    async def ping(self, args: bytes) -> bytes:
+    async def ping(self, *args: Any) -> Any:
         return _NOTHING
 
     @ray.method(concurrency_group="control")
-    async def watch(self, args: bytes) -> bytes:
+    async def watch(self, *args: Any) -> Any:
         return await self._control(args, Host.watch)
 
     @ray.method(concurrency_group="control")
-    async def locate(self, args: bytes) -> bytes:
-        return _dumps(_locate())
+    async def locate(self, *args: Any) -> Any:
+        return _reply(_locate())
 
 
 _remote_host: Any = None
@@ -200,7 +233,7 @@ class _RayCall(PendingCall):
         self._ref = ref
 
     async def result(self) -> Any:
-        return _loads(await await_ref(self._ref))
+        return _unreply(await await_ref(self._ref))
 
 
 def _options(spec: HostSpec, placement: PlacementSpec) -> dict[str, Any]:
@@ -246,12 +279,12 @@ class RayEngine(Engine):
 
     def submit(self, actor: object, method: str, *args: Any, control: bool = False) -> PendingCall:
         try:
-            blob = _dumps(args)
+            packed = _dumps(args)
         except Exception as exc:
             raise TypeError(
                 f"the arguments of {method}() could not be sent: {type(exc).__name__}: {exc}"
             ) from exc
-        return _RayCall(getattr(actor, method).remote(blob))
+        return _RayCall(getattr(actor, method).remote(*packed))
 
     async def kill(self, actor: object) -> None:
         ray.kill(cast(Any, actor), no_restart=True)
@@ -259,7 +292,7 @@ class RayEngine(Engine):
         delay = 0.005
         while True:
             try:
-                await await_ref(actor.ping.remote(_NOTHING))  # type: ignore[attr-defined]
+                await await_ref(actor.ping.remote())  # type: ignore[attr-defined]
             except RemoteActorLost:
                 return
             await anyio.sleep(delay)
