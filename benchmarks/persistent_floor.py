@@ -59,7 +59,7 @@ from pdc_core._cli._bench_stats import command_line, environment, table
 CHUNK = 1024
 LIBRARIES = ("asyncio", "trio")
 
-Deliver = Callable[[Callable[..., object], Any], None]
+Deliver = Callable[[Callable[..., object], Any], object]
 
 
 def _threadsafe_call() -> Deliver:
@@ -218,6 +218,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="3 rounds, fewer records")
     parser.add_argument("--loop", choices=LIBRARIES, action="append", help="default: both")
     parser.add_argument("--markdown", action="store_true", help="also the command and versions")
+    parser.add_argument(
+        "--only", choices=["batched", "round-trip"], help="one of the two tables (default: both)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.records, args.round_trips, args.rounds = 50_000, 1_000, 3
@@ -229,9 +232,13 @@ def main() -> int:
     for round_index in range(args.rounds):
         for library in libraries:
             for name in paths.rotated(list(BATCHED), round_index):
+                if args.only == "round-trip":
+                    break
                 rate = paths.run_fresh(library, BATCHED[name], records)
                 rates.setdefault((library, name), []).append(rate)
             for name in paths.rotated(list(ROUND_TRIP), round_index):
+                if args.only == "batched":
+                    break
                 samples = paths.run_fresh(library, ROUND_TRIP[name], args.round_trips)
                 p50s.setdefault((library, name), []).append(statistics.median(samples) / 1e3)
         print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
@@ -245,6 +252,8 @@ def main() -> int:
         ("records/s (median)", rates, BATCHED, "{:,.0f}"),
         ("round trip p50 (us, median)", p50s, ROUND_TRIP, "{:.1f}"),
     ):
+        if not values:
+            continue
         rows = [
             [library, name, form.format(statistics.median(values[library, name]))]
             for library in libraries
@@ -254,12 +263,12 @@ def main() -> int:
         print()
     rows = []
     for library in libraries:
-        for ours, floor in BATCH_RATIOS:
+        for ours, floor in BATCH_RATIOS if rates else ():
             pairs = zip(rates[library, ours], rates[library, floor], strict=True)
             ratios = [a / b for a, b in pairs]
             rows.append([library, f"{ours} / {floor}", _ratio_text(ratios)])
-        floor_p50 = p50s[library, "floor: thread hand-off"]
-        for ours in ("pdc request", 'pdc request, wait="spin"'):
+        floor_p50 = p50s.get((library, "floor: thread hand-off"), [])
+        for ours in ("pdc request", 'pdc request, wait="spin"') if floor_p50 else ():
             ratios = [a / b for a, b in zip(p50s[library, ours], floor_p50, strict=True)]
             rows.append([library, f"{ours} p50 / thread hand-off p50", _ratio_text(ratios)])
     print(table(["loop", "ratio (same round)", "median (range)"], rows, "llr"))

@@ -432,20 +432,30 @@ class PersistentKernelSession:
     # -- the ring ---------------------------------------------------------------------------
 
     def _pump(self) -> bool:
-        """Collect published replies and notice the end of the kernel; never waits."""
+        """Collect published replies and notice the end of the kernel; never waits.
+
+        Whether anything moved. One look at each word: replies published after it are
+        seen by the next pump (the host waiter returns at once for them).
+        """
         if self._final:
             return False
         ring = self._ring
+        progressed = False
         if ring.load_out_head() != ring.out_tail:
             count = 0
             for piece in ring.published():
                 self._route(piece)
                 count += len(piece)
             ring.release(count)
-            self._wake()
-            return True
-        if ring.done:
+            if ring.in_head != ring.out_head:
+                # Requests it has not answered remain: it may be waiting for the room
+                # just released. (With none, ringing would only wake it to find nothing.)
+                self._wake()
+            progressed = True
+        if ring.done:  # after the replies: _finish collects any published since
             self._finish()
+            return True
+        if progressed:
             return True
         # The done word is the signal; ``exited`` (which may cost a driver call) only
         # catches a device side that died without setting it, so look now and then.
@@ -454,13 +464,6 @@ class PersistentKernelSession:
             self._finish()
             return True
         return False
-
-    def _pump_all(self) -> bool:
-        """Pump until nothing moves (replies, then the done word, may come in one go)."""
-        progressed = False
-        while self._pump():
-            progressed = True
-        return progressed
 
     def _route(self, replies: npt.NDArray[Any]) -> None:
         """Hand ``replies`` (views of ring slots, in order) to their sinks; each sink
@@ -612,20 +615,20 @@ class PersistentKernelSession:
         predicate hold, or until one of them is promoted when the leader leaves.
         """
         while True:
-            if self._pump_all():
-                self._wake_followers()
-            if self._satisfied(predicate):
-                return
             if not self._leader:
                 self._leader = True
                 try:
-                    await self._lead(predicate)
+                    await self._lead(predicate)  # it looks at the ring before it waits
                 finally:
                     self._leader = False
                     if self._released:
                         self._release()
                     else:
                         self._promote()
+                return
+            if self._pump():
+                self._wake_followers()
+            if self._satisfied(predicate):
                 return
             follower = _Follower(predicate)
             self._followers.append(follower)
@@ -651,7 +654,7 @@ class PersistentKernelSession:
         kit = current_kit()
         delay = _WATCH_MIN
         while True:
-            if not self._leader and self._pump_all():
+            if not self._leader and self._pump():
                 delay = _WATCH_MIN
                 self._wake_followers()
             if self._satisfied(predicate):
@@ -675,7 +678,7 @@ class PersistentKernelSession:
         ring = self._ring
         waiter.begin()
         while True:
-            if self._pump_all():
+            if self._pump():
                 waiter.progressed()
                 if self._followers:
                     self._wake_followers()
@@ -837,7 +840,7 @@ class PersistentKernelSession:
         """Between 1 and ``max_count`` (default: all available) replies to sends, in order."""
         if max_count is not None and max_count < 1:
             raise ValueError(f"max_count must be at least 1, not {max_count}")
-        self._pump_all()
+        self._pump()
         if not self._inbox_count:
             if self._terminal is None:
                 await self.wait_until(lambda: self._inbox_count > 0)
