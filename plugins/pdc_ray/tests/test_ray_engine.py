@@ -38,6 +38,7 @@ async def test_ask_tell_and_batches_on_ray() -> None:
         async with pdc_ray.connect() as cluster, open_nursery() as nursery:
             assert not cluster.started  # the session's Ray: connect() leaves it alone
             ref = await nursery.start_actor(Echo, placement=pdc_ray.on(num_cpus=0))
+            assert isinstance(ref, pdc_ray.RemoteActorRef)
             assert ref.state is ActorState.RUNNING
             assert await ref.ask(5) == 5
             await ref.tell("told")

@@ -194,6 +194,7 @@ async def test_a_shipped_ask_that_is_cancelled_is_skipped_remotely(
     with anyio.fail_after(LIMIT):
         async with FakeEngine(seed=5) as engine, open_nursery() as nursery:
             ref = await nursery.start_actor(recorder, placement=pdc_ray.on(engine=engine))
+            assert isinstance(ref, pdc_ray.RemoteActorRef)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ref.ask, "block")
                 await recorder.entered.wait()  # type: ignore[union-attr]
@@ -339,6 +340,7 @@ async def test_control_calls_are_answered_while_the_data_path_is_busy(
     with anyio.fail_after(LIMIT):
         async with FakeEngine() as engine, open_nursery() as nursery:
             ref = await nursery.start_actor(recorder, placement=pdc_ray.on(engine=engine))
+            assert isinstance(ref, pdc_ray.RemoteActorRef)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ref.ask, "block")
                 await recorder.entered.wait()  # type: ignore[union-attr]
