@@ -34,7 +34,9 @@ class RayCluster:
     """What :func:`connect` yields: the Ray cluster this process is connected to."""
 
     def __init__(self, started: bool) -> None:
-        #: Whether :func:`connect` started this Ray instance (and will shut it down).
+        #: Whether :func:`connect` made this connection (and closes it when its block
+        #: exits): a local Ray it started is shut down with it; a cluster it joined,
+        #: directly or through Ray Client, keeps running.
         self.started = started
 
     def resources(self) -> dict[str, float]:
@@ -97,9 +99,14 @@ async def connect(address: str | None = None, **init_options: Any) -> AsyncItera
     connection and leaves it open. Otherwise it calls ``ray.init(address, **options)``
     (which joins the cluster at ``address``, or ``RAY_ADDRESS``, or starts a local one)
     and shuts it down when the block exits: ``connect`` shuts down only what it
-    started. ``ray.init`` and ``ray.shutdown`` run in a thread of their own that lives
-    as long as the connection (Ray's daemons die with the thread that started them),
-    so the event loop (asyncio or trio) keeps running meanwhile. The shutdown is
+    started. ``address="ray://HOST:PORT"`` connects through Ray Client (a cluster's
+    client server, port 10001 by default): this process then drives the cluster from
+    outside it, and remote actors and kernels work as with a direct connection (each
+    call goes through the client server).
+
+    ``ray.init`` and ``ray.shutdown`` run in a thread of their own that lives as long
+    as the connection (Ray's daemons die with the thread that started them), so the
+    event loop (asyncio or trio) keeps running meanwhile. The shutdown is
     shielded from cancellation, and a ``connect`` cancelled while Ray starts shuts
     it down once it has started.
     """
