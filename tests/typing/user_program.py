@@ -151,19 +151,70 @@ def double(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
 kernel = PersistentKernel("typing_double", REQ, REP, capacity=64, bodies={"cpu": double})
 
 
+def twice(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    return values * 2
+
+
+F8 = np.dtype(np.float64)
+plain = PersistentKernel("typing_twice", F8, F8, capacity=64, bodies={"cpu": twice})
+
+
 async def persistent() -> None:
     async with open_persistent_kernel(kernel, "cpu") as session:
-        assert_type(session, PersistentKernelSession)
-        reply = await session.request((1, 2.0))  # a record of REP: typed Any
+        # A kernel does not carry its dtypes' types: the session's records are Any
+        # until the session is annotated with the NumPy scalar types of its records.
+        assert_type(session, PersistentKernelSession[Any, Any])
+        reply = await session.request((1, 2.0))
         print(reply["y"])
-        assert_type(await session.request_batch(np.zeros(4, REQ)), npt.NDArray[Any])
+        typed: PersistentKernelSession[np.void, np.void] = session
+        assert_type(await typed.request((1, 2.0)), np.void)
+        assert_type(await typed.request({"id": 1, "x": 2.0}), np.void)
+        assert_type(await typed.request(np.zeros(1, REQ)), np.void)
+        assert_type(await typed.request(bytes(16)), np.void)
+        assert_type(await typed.request_batch(np.zeros(4, REQ)), npt.NDArray[np.void])
+        assert_type(await typed.request_batch([(1, 2.0), (2, 3.0)]), npt.NDArray[np.void])
+        assert_type(await typed.send((1, 2.0)), int)
+        assert_type(await typed.send_batch([(1, 2.0)], reply=False), int)
+        assert_type(await typed.receive(), np.void)
+        assert_type(await typed.receive_batch(), npt.NDArray[np.void])
+        print((await typed.request((1, 2.0)))["y"])
+
+        # What strict checking must refuse.
+        await session.request([1, 2.0])  # expect-error: arg-type
+        await session.request(None)  # expect-error: arg-type
+        await session.request_batch(3)  # expect-error: arg-type
+        await session.send({1, 2})  # expect-error: arg-type
+        await typed.request_batch(np.zeros(4))  # expect-error: arg-type
+        text: str = await typed.request((1, 2.0))  # expect-error: assignment
+        replies = await typed.request_batch([(1, 2.0)])
+        floats: npt.NDArray[np.float64] = replies  # expect-error: assignment
+        print(text, floats)
+
+    async with open_persistent_kernel(plain, "cpu") as numbers:
+        scalars: PersistentKernelSession[np.float64, np.float64] = numbers
+        assert_type(await scalars.request(2.0), np.float64)
+        assert_type(await scalars.request_batch(np.zeros(4)), npt.NDArray[np.float64])
 
     async with open_nursery() as nursery:
         ref = await nursery.start_actor(kernel, name="typing_double", paused=False)
-        assert_type(ref, KernelActorRef)
+        assert_type(ref, KernelActorRef[Any, Any])
         assert_type(await ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[Any])
+        typed_ref: KernelActorRef[np.void, np.void] = ref
+        assert_type(await typed_ref.ask((1, 2.0)), np.void)
+        assert_type(await typed_ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[np.void])
+        assert_type(await typed_ref.ask_batch([(1, 2.0)]), npt.NDArray[np.void])
+        assert_type(await typed_ref.ask_many([(1, 2.0), (2, 3.0)]), list[np.void])
+        await typed_ref.tell((1, 2.0))
+        await typed_ref.tell_many([(1, 2.0)])
+        as_actor: ActorRef[Any, np.void] = typed_ref
+        assert_type(await as_actor.ask((1, 2.0)), np.void)
         on_cpu = await nursery.start_actor(PersistentKernelActor(kernel, backend="cpu"))
-        assert_type(on_cpu, KernelActorRef)
+        assert_type(on_cpu, KernelActorRef[Any, Any])
+
+        await ref.tell([1, 2.0])  # expect-error: arg-type
+        await ref.ask(None)  # expect-error: arg-type
+        wrong: int = await typed_ref.ask((1, 2.0))  # expect-error: assignment
+        print(wrong)
 
 
 async def placed_kernel(elsewhere: Placement) -> None:

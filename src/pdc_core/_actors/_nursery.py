@@ -410,12 +410,12 @@ class ActorNursery:
     @overload
     async def start_actor(
         self, target: PersistentKernel, /, **options: Unpack[_LocalStartKeywords]
-    ) -> KernelActorRef: ...
+    ) -> KernelActorRef[Any, Any]: ...
 
     @overload
     async def start_actor(
         self, target: PersistentKernelActor, /, **options: Unpack[_LocalStartKeywords]
-    ) -> KernelActorRef: ...
+    ) -> KernelActorRef[Any, Any]: ...
 
     @overload
     async def start_actor(

@@ -41,7 +41,7 @@ Messages go through the ring in order: ``priority`` is validated but has no effe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
 
 import anyio
 import numpy as np
@@ -61,7 +61,14 @@ from .._backend._persistent_kernel import PersistentKernel
 from .._backend._ring import StopMode
 from .._exceptions import ActorCrashed, ActorStopped, MessageTimeout
 from .._loop import check_duration, check_timeout
-from ._session import PersistentKernelSession, SessionState, backend_for
+from ._session import (
+    PersistentKernelSession,
+    RecordLike,
+    RepT,
+    ReqT,
+    SessionState,
+    backend_for,
+)
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
@@ -71,13 +78,17 @@ __all__ = ["KernelActorRef", "PersistentKernelActor"]
 _STATES = {state: ActorState(state.value) for state in SessionState}
 
 
-class KernelActorRef(ActorRef[Any, Any]):
+class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
     """The handle of a persistent-kernel actor (see the module documentation).
 
     Messages are records of the kernel's ``request_dtype`` (a tuple, a structured
     scalar or a one-record array); replies are records of its ``reply_dtype``.
     :meth:`tell_many`, :meth:`ask_batch` and :meth:`ask_many` publish a whole batch
     with as few ring writes as the free space allows.
+
+    Types: ``KernelActorRef[ReqT, RepT]`` is an ``ActorRef[RecordLike, RepT]``: ``ask``
+    returns a ``RepT`` (``numpy.void`` for a structured reply dtype), ``ask_batch`` an
+    ``NDArray[RepT]`` (see :class:`~pdc_core.PersistentKernelSession`).
     """
 
     __slots__ = ("_runner",)
@@ -95,7 +106,7 @@ class KernelActorRef(ActorRef[Any, Any]):
         return self._runner.kernel
 
     @property
-    def session(self) -> PersistentKernelSession | None:
+    def session(self) -> PersistentKernelSession[ReqT, RepT] | None:
         """The host session of the current incarnation (``None`` before the start)."""
         return self._runner.session
 
@@ -112,7 +123,7 @@ class KernelActorRef(ActorRef[Any, Any]):
             return ActorState.STOPPING
         return _STATES[runner.session.state]
 
-    def _open_session(self, priority: int | None) -> PersistentKernelSession:
+    def _open_session(self, priority: int | None) -> PersistentKernelSession[ReqT, RepT]:
         if priority is not None:
             check_priority(priority)
         runner = self._runner
@@ -139,7 +150,7 @@ class KernelActorRef(ActorRef[Any, Any]):
             return ActorCrashed(self.actor_id, exc.cause)
         return ActorStopped(str(exc), actor_id=self.actor_id)
 
-    async def tell(self, message: Any, *, priority: int | None = None) -> None:
+    async def tell(self, message: RecordLike, *, priority: int | None = None) -> None:
         """Publish one request whose reply is discarded; waits while the ring is full."""
         try:
             session = self._open_session(priority)
@@ -147,7 +158,9 @@ class KernelActorRef(ActorRef[Any, Any]):
         except ActorStopped as exc:
             raise await self._stopped(exc) from exc.__cause__
 
-    async def tell_many(self, messages: Iterable[Any], *, priority: int | None = None) -> None:
+    async def tell_many(
+        self, messages: Iterable[RecordLike], *, priority: int | None = None
+    ) -> None:
         """Publish a batch of requests whose replies are discarded."""
         try:
             session = self._open_session(priority)
@@ -156,8 +169,8 @@ class KernelActorRef(ActorRef[Any, Any]):
             raise await self._stopped(exc) from exc.__cause__
 
     async def ask(
-        self, message: Any, *, priority: int | None = None, timeout: float | None = None
-    ) -> Any:
+        self, message: RecordLike, *, priority: int | None = None, timeout: float | None = None
+    ) -> RepT:
         """Send one request and return the kernel's reply record."""
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -172,8 +185,12 @@ class KernelActorRef(ActorRef[Any, Any]):
         raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
 
     async def ask_batch(
-        self, messages: Any, *, priority: int | None = None, timeout: float | None = None
-    ) -> npt.NDArray[Any]:
+        self,
+        messages: npt.NDArray[ReqT] | Iterable[RecordLike],
+        *,
+        priority: int | None = None,
+        timeout: float | None = None,
+    ) -> npt.NDArray[RepT]:
         """Send a batch and return the replies, in order, as one record array."""
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -188,8 +205,12 @@ class KernelActorRef(ActorRef[Any, Any]):
         raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
 
     async def ask_many(
-        self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
-    ) -> list[Any]:
+        self,
+        messages: Iterable[RecordLike],
+        *,
+        priority: int | None = None,
+        timeout: float | None = None,
+    ) -> list[RepT]:
         """Like :meth:`ask_batch`, returning a list of reply records."""
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -242,7 +263,9 @@ class KernelActorRef(ActorRef[Any, Any]):
         )
 
 
-def _records(messages: Any, session: PersistentKernelSession) -> Any:
+def _records(
+    messages: npt.NDArray[Any] | Iterable[RecordLike], session: PersistentKernelSession[Any, Any]
+) -> npt.NDArray[Any]:
     """A batch the session can coerce: arrays pass through, iterables become lists."""
     if isinstance(messages, np.ndarray):
         return messages
@@ -264,7 +287,7 @@ class PersistentKernelActor(ActorRunner):
     """
 
     #: The handle class :attr:`ref` is made from (a subclass may extend the handle).
-    ref_type: type[KernelActorRef] = KernelActorRef
+    ref_type: type[KernelActorRef[Any, Any]] = KernelActorRef
 
     def __init__(
         self,
@@ -290,8 +313,8 @@ class PersistentKernelActor(ActorRunner):
         self._receive_window = receive_window
         self._paused = paused
         self._options = options
-        self._ref = self.ref_type(self)
-        self.session: PersistentKernelSession | None = None
+        self._ref: KernelActorRef[Any, Any] = self.ref_type(self)
+        self.session: PersistentKernelSession[Any, Any] | None = None
         self.stop_requested = False
         self._drain = False
         self.restarting = False
@@ -303,7 +326,7 @@ class PersistentKernelActor(ActorRunner):
         self.restarts = 0
 
     @property
-    def ref(self) -> KernelActorRef:
+    def ref(self) -> KernelActorRef[Any, Any]:
         return self._ref
 
     def request_stop(self, *, drain: bool, timeout: float | None) -> None:
@@ -330,7 +353,7 @@ class PersistentKernelActor(ActorRunner):
         if session is not None:
             session.notify_changed()  # wake the serving loop, which watches the ring
 
-    async def start_session(self) -> PersistentKernelSession:
+    async def start_session(self) -> PersistentKernelSession[Any, Any]:
         """Launch the kernel and return its session once it is resident (a subclass
         running something else as one kernel, such as a pipeline, overrides it)."""
         return await PersistentKernelSession.start(

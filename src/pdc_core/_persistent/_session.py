@@ -24,10 +24,10 @@ import enum
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Self, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -54,8 +54,47 @@ from .._plugins import resolve_backend
 if TYPE_CHECKING:
     from types import TracebackType
 
+    from typing_extensions import TypeVar
+
+    #: The NumPy scalar type of a kernel's request records: ``numpy.void`` for a
+    #: structured dtype, ``numpy.float64`` for ``float64``, and so on. ``Any`` when
+    #: the kernel does not say (its dtype was given as something other than a typed
+    #: ``numpy.dtype``).
+    ReqT = TypeVar("ReqT", bound=np.generic, default=Any)
+    #: The NumPy scalar type of a kernel's reply records (see ``ReqT``).
+    RepT = TypeVar("RepT", bound=np.generic, default=Any)
+else:  # typing.TypeVar has no default before Python 3.13; only checkers read it
+    from typing import TypeVar
+
+    ReqT = TypeVar("ReqT", bound=np.generic)
+    RepT = TypeVar("RepT", bound=np.generic)
+
+#: One record as the session accepts it (see ``pdc_core.backend.coerce_record``): a
+#: NumPy scalar or one-record array of the request dtype, a tuple of field values, a
+#: mapping of field names, a bytes-like payload of at most one slot, or a Python
+#: scalar of a one-field dtype. Which fields a record has is the dtype's business,
+#: checked when it is sent: Python's types cannot spell a structured dtype's fields.
+RecordLike: TypeAlias = (
+    np.generic
+    | npt.NDArray[Any]
+    | tuple[Any, ...]
+    | Mapping[str, Any]
+    | bytes
+    | bytearray
+    | memoryview
+    | int
+    | float
+    | complex
+    | str
+)
+#: A batch as the session accepts it: a 1-D array of the request dtype (used as is)
+#: or a sequence of records.
+RecordBatch: TypeAlias = "npt.NDArray[ReqT] | Sequence[RecordLike]"
+
 __all__ = [
     "PersistentKernelSession",
+    "RecordBatch",
+    "RecordLike",
     "SessionState",
     "SessionStatistics",
     "backend_for",
@@ -191,7 +230,7 @@ class _Follower:
         self.waiter = current_kit().waiter()
 
 
-class PersistentKernelSession:
+class PersistentKernelSession(Generic[ReqT, RepT]):
     """The host side of one resident persistent kernel, under asyncio or trio.
 
     Owns the ring memory (allocated from the backend as ``MemoryKind.MAPPED``) and
@@ -230,6 +269,15 @@ class PersistentKernelSession:
     most, after which the caller lets the loop run before it spins again.
 
     One event loop drives a session; it is not thread-safe.
+
+    Types: ``PersistentKernelSession[ReqT, RepT]`` carries the NumPy scalar types of
+    the kernel's request and reply records: :meth:`request` returns a ``RepT``
+    (``numpy.void`` for a structured dtype, whose fields are read as ``reply["y"]``),
+    :meth:`request_batch` an ``NDArray[RepT]``. A session opened for a
+    :class:`~pdc_core.PersistentKernel` is ``PersistentKernelSession[Any, Any]``;
+    annotate it (``session: PersistentKernelSession[np.void, np.void]``) to have its
+    replies checked. Records are accepted as :data:`RecordLike`, batches as
+    :data:`RecordBatch`.
     """
 
     def __init__(
@@ -306,7 +354,7 @@ class PersistentKernelSession:
         wait: _ReplyWait = "sleep",
         spin_limit: float = _DEFAULT_SPIN_LIMIT,
         **options: Any,
-    ) -> PersistentKernelSession:
+    ) -> PersistentKernelSession[Any, Any]:
         """Allocate the rings, launch ``kernel`` and wait until it is resident.
 
         ``backend`` is a :class:`Backend` or a name for :func:`~pdc_core.get_backend`
@@ -371,7 +419,7 @@ class PersistentKernelSession:
             with suppress(KernelStopTimeout, ActorStopped):
                 await self.stop()
 
-    async def __aenter__(self) -> PersistentKernelSession:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
@@ -709,7 +757,7 @@ class PersistentKernelSession:
 
     # -- sending ------------------------------------------------------------------------------
 
-    async def send(self, record: Any, *, reply: bool = True) -> int:
+    async def send(self, record: RecordLike, *, reply: bool = True) -> int:
         """Publish one request; return its sequence number (its reply's place in order).
 
         Waits while the ring is full (backpressure). The reply is delivered by
@@ -718,7 +766,7 @@ class PersistentKernelSession:
         batch = coerce_record(record, self.kernel.request_dtype)
         return await self._send(batch, _RECEIVE if reply else _DISCARD)
 
-    async def send_batch(self, records: Any, *, reply: bool = True) -> int:
+    async def send_batch(self, records: RecordBatch[ReqT], *, reply: bool = True) -> int:
         """Publish a batch of requests in order; return the first one's sequence number.
 
         A batch larger than the free space is written in pieces as space frees up.
@@ -780,17 +828,18 @@ class PersistentKernelSession:
 
     # -- requests ------------------------------------------------------------------------------
 
-    async def request(self, record: Any) -> Any:
+    async def request(self, record: RecordLike) -> RepT:
         """Send one request and return its reply (a record of the reply dtype)."""
         batch = coerce_record(record, self.kernel.request_dtype)
-        return (await self._request(batch))[0]
+        reply: RepT = (await self._request(batch))[0]
+        return reply
 
-    async def request_batch(self, records: Any) -> npt.NDArray[Any]:
+    async def request_batch(self, records: RecordBatch[ReqT]) -> npt.NDArray[RepT]:
         """Send a batch and return its replies, in order, as an array of the reply dtype."""
         batch = coerce_batch(records, self.kernel.request_dtype)
         return await self._request(batch)
 
-    async def _request(self, batch: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    async def _request(self, batch: npt.NDArray[Any]) -> npt.NDArray[RepT]:
         self._check_open()
         total = len(batch)
         if total == 0:
@@ -828,15 +877,16 @@ class PersistentKernelSession:
 
     # -- receiving -----------------------------------------------------------------------------
 
-    async def receive(self) -> Any:
+    async def receive(self) -> RepT:
         """The next reply to a :meth:`send`, in order; waits for one.
 
         After the kernel stops, replies already collected are still returned; then it
         raises :class:`~pdc_core.ActorStopped` (or ``ActorCrashed``).
         """
-        return (await self.receive_batch(1))[0]
+        reply: RepT = (await self.receive_batch(1))[0]
+        return reply
 
-    async def receive_batch(self, max_count: int | None = None) -> npt.NDArray[Any]:
+    async def receive_batch(self, max_count: int | None = None) -> npt.NDArray[RepT]:
         """Between 1 and ``max_count`` (default: all available) replies to sends, in order."""
         if max_count is not None and max_count < 1:
             raise ValueError(f"max_count must be at least 1, not {max_count}")
@@ -962,7 +1012,7 @@ async def open_persistent_kernel(
     wait: _ReplyWait = "sleep",
     spin_limit: float = _DEFAULT_SPIN_LIMIT,
     **options: Any,
-) -> AsyncIterator[PersistentKernelSession]:
+) -> AsyncIterator[PersistentKernelSession[Any, Any]]:
     """Launch ``kernel`` and yield its :class:`PersistentKernelSession`; stop it on exit.
 
     ::
