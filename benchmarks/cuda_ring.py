@@ -3,32 +3,44 @@
 Needs an NVIDIA GPU, CuPy and NVRTC (``pip install -e . -e plugins/pdc_cpu
 -e 'plugins/pdc_cuda[nvrtc]'``). From the repository root::
 
-    python benchmarks/cuda_ring.py                 # full run (a few minutes)
+    python benchmarks/cuda_ring.py                 # default run (about a minute)
     python benchmarks/cuda_ring.py --quick         # fewer messages
     python benchmarks/cuda_ring.py --markdown      # also print a section for docs/benchmarks.md
+    python benchmarks/cuda_ring.py --json out.json # and the figures as JSON
 
 On a machine without a usable GPU it refuses at once, saying why (exit status 2).
 A measurement that fails is reported (its cells say ``failed``, the error is printed)
-and the others go on; the exit status is then 1. A watchdog (``--timeout``, 600 s by
-default) dumps every thread's stack and exits if the run hangs on the device.
+and the others go on; the exit status is then 1. Measurements are run in order of
+importance (the 8-byte row and the batched throughput first); one that would start
+after ``--budget`` seconds is skipped and says so (``skipped``), so the run fits a GPU
+session's time. A watchdog (``--timeout``, 600 s by default) dumps every thread's stack
+and exits if the run hangs on the device.
 
-What it measures, per payload size (the record size: 8 B .. 64 KiB; the body echoes
-the record, copying every byte in the kernel):
+What it measures, per payload size (the record size: 8 B .. 64 KiB; the kernels echo
+the record, copying every byte on the device):
 
 * **resident**: ``await session.request(record)`` through a resident ring kernel
   (``pdc_core.open_persistent_kernel``) -- host stores into mapped pinned memory, the
-  kernel polls, replies come back through the output ring. Under asyncio and trio.
-* **launch + copies**: per message, an asynchronous H2D copy from pinned memory, a
-  CuPy ``RawKernel`` launch doing the same echo, a D2H copy into pinned memory and a
-  stream synchronize -- what a design without a resident kernel pays.
-* **graph replay**: the same three operations captured once in a CUDA graph and
-  replayed per message, then a stream synchronize.
+  kernel polls, replies come back through the output ring. Under asyncio with the
+  default wait (sleeping in the event loop until the reply), under asyncio with
+  ``wait="spin"`` (spinning on the reply index up to 100 us first), and under trio.
+* **CuPy launch + copies**: what a CuPy program writes per message --
+  ``cupy.asarray(host)``, a ``RawKernel`` launch doing the same echo, ``.get()`` -- on a
+  non-blocking stream.
+* **plain launch**: ``pdc_cuda.graphs.MessageLauncher(graph=False)``: the input copied
+  into pinned staging, ``cudaMemcpyAsync`` in, the launch, ``cudaMemcpyAsync`` out, a
+  wait for the stream.
+* **graph replay**: ``MessageLauncher(graph=True)``: the same calls captured once into
+  a CUDA graph and replayed per message.
 
-Plus the round trip at several idle back-offs of the kernel (0/64/256/1024 ns, 8 B),
-and batched throughput (``request_batch`` of whole rings of 8-byte records).
-Round trips are reported as p50/p99 in microseconds; ratios are computed from medians
-of the same run. Targets (design.md §5, H100-class GPU): resident p50 <= 10 us, at
-least 5x faster than launch + copies, batched >= 10 M msgs/s.
+The launched variants wait synchronously for their stream (``cudaStreamSynchronize``,
+no event loop): their best case, so the ratios against the resident kernel are
+conservative. Plus the round trip at several idle back-offs of the kernel
+(0/64/256/1024 ns, 8 B), and batched throughput (``request_batch`` of whole rings of
+8-byte records, asyncio and trio). Round trips are reported as p50/p99 in microseconds;
+ratios are of medians measured in the same run. Targets (issue 12, H100/H200): resident
+p50 <= 5 us with ``wait="spin"`` and <= 10 us without, at least 5x faster than CuPy
+launch + copies, batched >= 100 M records/s.
 """
 
 from __future__ import annotations
@@ -36,13 +48,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import faulthandler
+import functools
 import json
 import platform
 import sys
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import numpy as np
 
@@ -51,10 +64,25 @@ BACKOFFS = (0, 64, 256, 1024)
 LIBRARIES = ("asyncio", "trio")
 #: Records per request_batch in the throughput measurement (one whole ring).
 BATCH_CAPACITY = 1 << 16
-#: design.md §5, for an H100-class GPU.
+#: The targets of issue 12 for an H100/H200.
+TARGET_P50_SPIN_US = 5.0
 TARGET_P50_US = 10.0
 TARGET_SPEEDUP = 5.0
-TARGET_BATCHED = 10e6
+TARGET_BATCHED = 100e6
+#: The columns of the round-trip table, in order.
+RESIDENT = "resident (asyncio)"
+RESIDENT_SPIN = "resident, spin (asyncio)"
+RESIDENT_TRIO = "resident (trio)"
+CUPY = "CuPy launch + copies"
+PLAIN = "plain launch"
+GRAPH = "graph replay"
+Wait = Literal["sleep", "spin"]
+#: (column, wait, event loop) of the resident measurements.
+RESIDENT_COLUMNS: tuple[tuple[str, Wait, str], ...] = (
+    (RESIDENT, "sleep", "asyncio"),
+    (RESIDENT_SPIN, "spin", "asyncio"),
+    (RESIDENT_TRIO, "sleep", "trio"),
+)
 
 T = TypeVar("T")
 
@@ -74,12 +102,20 @@ extern "C" __global__ void echo(const unsigned long long* src, unsigned long lon
 }
 """
 
+#: Point = (p50 us, p99 us), or a string saying why there is none ("failed", "skipped").
+Point = tuple[float, float] | str
+
 
 def record_dtype(size: int) -> np.dtype[Any]:
     """A record of exactly ``size`` bytes (a multiple of 8): an id and payload words."""
     if size == 8:
         return np.dtype([("id", "<u8")])
     return np.dtype([("id", "<u8"), ("payload", "<u8", ((size - 8) // 8,))])
+
+
+def echo_threads(words: int) -> int:
+    """The block size of the one-block ``echo`` launch for ``words`` 8-byte words."""
+    return min(256, max(32, words))
 
 
 def percentiles(samples_s: list[float]) -> tuple[float, float]:
@@ -129,8 +165,14 @@ def launch_options(threads: int, backoff: tuple[int, int] | None = None) -> dict
 
 
 def resident_round_trips(
-    backend: Any, size: int, count: int, library: str, backoff: tuple[int, int] | None = None
+    backend: Any,
+    size: int,
+    count: int,
+    library: str,
+    backoff: tuple[int, int] | None = None,
+    wait: Wait = "sleep",
 ) -> list[float]:
+    """Per-message round trips of ``session.request`` through a resident echo kernel."""
     import anyio
 
     from pdc_core import open_persistent_kernel
@@ -142,7 +184,7 @@ def resident_round_trips(
     samples: list[float] = []
 
     async def main() -> None:
-        async with open_persistent_kernel(kernel, backend, **options) as session:
+        async with open_persistent_kernel(kernel, backend, wait=wait, **options) as session:
             for _ in range(min(200, count)):  # warm up
                 await session.request(record)
             clock = time.perf_counter
@@ -161,6 +203,7 @@ def resident_round_trips(
 def resident_throughput(
     backend: Any, library: str, batches: int, capacity: int = BATCH_CAPACITY
 ) -> float:
+    """Records per second through ``request_batch`` of whole rings of 8-byte records."""
     import anyio
 
     from pdc_core import open_persistent_kernel
@@ -186,72 +229,72 @@ def resident_throughput(
     return batches * capacity / elapsed
 
 
-# -- launch + copies, and graph replay -------------------------------------------------------
+# -- work launched per message ------------------------------------------------------------------
 
 
-def launched_round_trips(backend: Any, size: int, count: int, graph: bool) -> list[float]:
+def cupy_round_trips(backend: Any, size: int, count: int) -> list[float]:
+    """Per message what a CuPy program writes: ``cupy.asarray``, a launch, ``.get()``."""
     import cupy
-
-    from pdc_core.backend import MemoryKind
 
     words = size // 8
     kernel = backend.compile_kernel(ECHO_KERNEL, "echo")
-    host_in = backend.allocate((words,), np.dtype("<u8"), MemoryKind.PINNED)
-    host_out = backend.allocate((words,), np.dtype("<u8"), MemoryKind.PINNED)
-    host_in[:] = np.arange(words)
+    host = np.arange(words, dtype=np.uint64)
+    block = (echo_threads(words),)
+    n = np.uint64(words)
     with backend.device_context():
-        dev_in = cupy.empty(words, dtype=cupy.uint64)
-        dev_out = cupy.empty(words, dtype=cupy.uint64)
         stream = cupy.cuda.Stream(non_blocking=True)
-        threads = min(256, max(32, words))
-        args = (dev_in, dev_out, np.uint64(words))
+        with stream:
 
-        runtime = cupy.cuda.runtime
-        nbytes = words * 8
+            def once() -> Any:
+                src = cupy.asarray(host)
+                dst = cupy.empty_like(src)
+                kernel.raw((1,), block, (src, dst, n))
+                return dst.get()  # waits for the stream
 
-        def enqueue() -> None:
-            # Raw asynchronous copies: CuPy's ndarray set/get refuse a capturing stream.
-            runtime.memcpyAsync(
-                dev_in.data.ptr, host_in.ctypes.data, nbytes, runtime.memcpyHostToDevice, stream.ptr
-            )
-            with stream:
-                kernel.raw((1,), (threads,), args)
-            runtime.memcpyAsync(
-                host_out.ctypes.data,
-                dev_out.data.ptr,
-                nbytes,
-                runtime.memcpyDeviceToHost,
-                stream.ptr,
-            )
+            return timed(once, host, count)
 
-        if graph:
-            with stream:
-                stream.begin_capture()
-                try:
-                    enqueue()
-                finally:  # a failed capture still ends, or the stream stays capturing
-                    captured = stream.end_capture()
 
-            def once() -> None:
-                captured.launch(stream=stream)
-                stream.synchronize()
-        else:
+def echo_launcher(backend: Any, size: int, graph: bool) -> Any:
+    """A ``MessageLauncher`` of the ``echo`` kernel for ``size``-byte messages."""
+    from pdc_cuda.graphs import MessageLauncher
 
-            def once() -> None:
-                enqueue()
-                stream.synchronize()
+    kernel = backend.compile_kernel(ECHO_KERNEL, "echo")
+    return MessageLauncher(kernel, grid=1, block=echo_threads(size // 8), graph=graph)
 
-        for _ in range(min(200, count)):
-            once()
-        samples = []
-        clock = time.perf_counter
-        for _ in range(count):
-            start = clock()
-            once()
-            samples.append(clock() - start)
-    if not np.array_equal(host_out, host_in):
+
+def launcher_round_trips(launcher: Any, size: int, count: int) -> list[float]:
+    """Per-message round trips through ``launcher`` (an ``echo`` MessageLauncher); closes it."""
+    from pdc_cuda.graphs import In, Out
+
+    words = size // 8
+    host = np.arange(words, dtype=np.uint64)
+    result = Out((words,), np.uint64)
+    n = np.uint64(words)
+    with launcher:
+        return timed(lambda: launcher(In(host), result, n)[0], host, count)
+
+
+def timed(once: Callable[[], Any], expected: Any, count: int) -> list[float]:
+    """``count`` timings of ``once()`` after a warm-up; its last result must be ``expected``."""
+    for _ in range(min(200, count)):
+        once()
+    samples = []
+    clock = time.perf_counter
+    result: Any = None
+    for _ in range(count):
+        start = clock()
+        result = once()
+        samples.append(clock() - start)
+    if not np.array_equal(result, expected):
         raise AssertionError("the echo kernel did not copy the payload")
     return samples
+
+
+def per_message_round_trips(backend: Any, size: int, count: int, column: str) -> list[float]:
+    """The launched column ``column`` (CUPY, PLAIN or GRAPH) for ``size``-byte messages."""
+    if column == CUPY:
+        return cupy_round_trips(backend, size, count)
+    return launcher_round_trips(echo_launcher(backend, size, column == GRAPH), size, count)
 
 
 # -- report ----------------------------------------------------------------------------------
@@ -276,57 +319,87 @@ def environment(backend: Any) -> dict[str, Any]:
     }
 
 
-class Failures:
-    """Runs measurements, recording the ones that fail instead of stopping the run."""
+class Measurements:
+    """Runs measurements in order, recording the ones that fail instead of stopping the
+    run, and skipping (saying so) those that would start after the time budget."""
 
-    def __init__(self) -> None:
+    def __init__(self, budget_s: float) -> None:
+        self.deadline = time.monotonic() + budget_s if budget_s > 0 else float("inf")
         self.errors: list[str] = []
+        self.skipped: list[str] = []
 
-    def run(self, label: str, measure: Callable[[], T]) -> T | None:
+    def run(self, label: str, measure: Callable[[], T]) -> T | str:
+        """``measure()``, or ``"failed"``/``"skipped"``."""
+        if time.monotonic() >= self.deadline:
+            self.skipped.append(label)
+            print(f"skipped {label}: over the time budget", file=sys.stderr)
+            return "skipped"
+        started = time.monotonic()
         try:
             return measure()
         except Exception as exc:
             self.errors.append(f"{label}: {type(exc).__name__}: {exc}")
             print(f"FAILED {label}:", file=sys.stderr)
             traceback.print_exc()
-            return None
+            return "failed"
+        finally:
+            print(f"  ({label}: {time.monotonic() - started:.1f} s)", file=sys.stderr)
+
+    def point(self, label: str, measure: Callable[[], list[float]]) -> Point:
+        samples = self.run(label, measure)
+        return samples if isinstance(samples, str) else percentiles(samples)
 
 
-def cell(point: tuple[float, float] | None) -> str:
-    return "failed" if point is None else f"{point[0]:.1f} / {point[1]:.1f}"
-
-
-def ratio(numerator: tuple[float, float] | None, denominator: tuple[float, float] | None) -> str:
-    if numerator is None or denominator is None:
+def cell(point: Point | None) -> str:
+    if point is None:
         return "n/a"
-    return f"{numerator[0] / denominator[0]:.1f}x"
+    return point if isinstance(point, str) else f"{point[0]:.1f} / {point[1]:.1f}"
+
+
+def ratio(numerator: Point | None, denominator: Point | None) -> str:
+    """``numerator`` p50 / ``denominator`` p50, or ``n/a``."""
+    value = p50_ratio(numerator, denominator)
+    return "n/a" if value is None else f"{value:.1f}x"
+
+
+def p50_ratio(numerator: Point | None, denominator: Point | None) -> float | None:
+    if isinstance(numerator, tuple) and isinstance(denominator, tuple):
+        return numerator[0] / denominator[0]
+    return None
 
 
 def targets(results: dict[str, Any]) -> list[str]:
-    """design.md §5's CUDA targets, each with the figure measured and met / missed."""
+    """The targets of issue 12, each with the figure measured and met / missed."""
     lines = []
     small = results["round_trip_us"].get("8 B", {})
-    resident = small.get("resident (asyncio)")
-    launched = small.get("launch + copies")
-    if resident is not None:
-        verdict = "met" if resident[0] <= TARGET_P50_US else "missed"
-        lines.append(
-            f"round trip p50 <= {TARGET_P50_US:g} us (8 B, asyncio): {resident[0]:.1f} us, "
-            f"{verdict}"
-        )
-    if resident is not None and launched is not None:
-        speedup = launched[0] / resident[0]
-        verdict = "met" if speedup >= TARGET_SPEEDUP else "missed"
-        lines.append(
-            f">= {TARGET_SPEEDUP:g}x faster than launch + copies (8 B): {speedup:.1f}x, {verdict}"
-        )
-    rates = [rate for rate in results["batched_msgs_per_s"].values() if rate is not None]
+    resident, spin, cupy = small.get(RESIDENT), small.get(RESIDENT_SPIN), small.get(CUPY)
+    for point, limit, how in ((spin, TARGET_P50_SPIN_US, 'wait="spin"'),
+                              (resident, TARGET_P50_US, "the default wait")):  # fmt: skip
+        if isinstance(point, tuple):
+            verdict = "met" if point[0] <= limit else "missed"
+            lines.append(
+                f"resident round trip p50 <= {limit:g} us with {how} (8 B, asyncio): "
+                f"{point[0]:.1f} us, {verdict}"
+            )
+    for point, how in ((resident, "the default wait"), (spin, 'wait="spin"')):
+        speedup = p50_ratio(cupy, point)
+        if speedup is not None:
+            verdict = "met" if speedup >= TARGET_SPEEDUP else "missed"
+            lines.append(
+                f">= {TARGET_SPEEDUP:g}x faster than CuPy launch + copies (8 B, resident with "
+                f"{how}): {speedup:.1f}x, {verdict}"
+            )
+    rates = [rate for rate in results["batched_records_per_s"].values() if isinstance(rate, float)]
     if rates:
         best = max(rates)
         verdict = "met" if best >= TARGET_BATCHED else "missed"
         lines.append(
-            f"batched >= {TARGET_BATCHED / 1e6:g} M msgs/s: {best / 1e6:.2f} M msgs/s, {verdict}"
+            f"batched >= {TARGET_BATCHED / 1e6:g} M records/s (8-byte records): "
+            f"{best / 1e6:.2f} M records/s, {verdict}"
         )
+    graph_vs_plain = p50_ratio(small.get(GRAPH), small.get(PLAIN))
+    if graph_vs_plain is not None:
+        lines.append(f"(no target) graph replay / plain launch p50 (8 B): {graph_vs_plain:.2f}x")
     return lines
 
 
@@ -335,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer messages per point")
     parser.add_argument("--markdown", action="store_true", help="print a docs section")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=80.0,
+        help="seconds after which measurements not yet started are skipped (0: no limit)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -351,86 +430,93 @@ def main(argv: list[str] | None = None) -> int:
         faulthandler.cancel_dump_traceback_later()
 
 
+def round_trip_row(
+    backend: Any, measurements: Measurements, label: str, size: int, count: int
+) -> dict[str, Point]:
+    """Every column of one payload size."""
+    n = count if size <= 4096 else max(100, count // 10)
+    point: dict[str, Point] = {}
+    for column, wait, library in RESIDENT_COLUMNS:
+        point[column] = measurements.point(
+            f"{column} {label}",
+            functools.partial(resident_round_trips, backend, size, n, library, wait=wait),
+        )
+    for column in (CUPY, PLAIN, GRAPH):
+        point[column] = measurements.point(
+            f"{column} {label}",
+            functools.partial(per_message_round_trips, backend, size, n, column),
+        )
+    print(f"{label}: " + ", ".join(f"{k} p50/p99 {cell(v)} us" for k, v in point.items()))
+    return point
+
+
 def run(backend: Any, args: argparse.Namespace) -> int:
-    failures = Failures()
+    measurements = Measurements(getattr(args, "budget", 0.0))
     count = 500 if args.quick else 5000
     results: dict[str, Any] = {"environment": environment(backend), "round_trip_us": {}}
-    rows = []
-    for label, size in PAYLOADS.items():
-        n = count if size <= 4096 else max(100, count // 10)
-        point: dict[str, tuple[float, float] | None] = {}
-        for library in LIBRARIES:
-            samples = failures.run(
-                f"resident {label} ({library})",
-                lambda size=size, n=n, library=library: resident_round_trips(
-                    backend, size, n, library
-                ),
-            )
-            point[f"resident ({library})"] = None if samples is None else percentiles(samples)
-        for name, graph in (("launch + copies", False), ("graph replay", True)):
-            samples = failures.run(
-                f"{name} {label}",
-                lambda size=size, n=n, graph=graph: launched_round_trips(backend, size, n, graph),
-            )
-            point[name] = None if samples is None else percentiles(samples)
-        results["round_trip_us"][label] = point
-        resident = point["resident (asyncio)"]
-        rows.append(
-            (
-                label,
-                *(cell(value) for value in point.values()),
-                ratio(point["launch + copies"], resident),
-                ratio(point["graph replay"], resident),
-                ratio(point["resident (trio)"], resident),
-            )
-        )
-        print(f"{label}: " + ", ".join(f"{k} p50/p99 {cell(v)} us" for k, v in point.items()))
-    backoffs: dict[str, tuple[float, float] | None] = {}
-    for ns in BACKOFFS:
-        samples = failures.run(
-            f"back-off {ns} ns",
-            lambda ns=ns: resident_round_trips(
-                backend, 8, count, "asyncio", backoff=(ns, max(ns, 64))
-            ),
-        )
-        backoffs[f"{ns} ns"] = None if samples is None else percentiles(samples)
-        print(f"back-off {ns} ns: p50/p99 {cell(backoffs[f'{ns} ns'])} us")
-    results["backoff_round_trip_us"] = backoffs
+    # In order of importance: the 8-byte row and the batched throughput carry the targets.
+    first, *rest = PAYLOADS
+    results["round_trip_us"][first] = round_trip_row(
+        backend, measurements, first, PAYLOADS[first], count
+    )
     batches = 5 if args.quick else 50
-    throughput = {
-        library: failures.run(
+    throughput: dict[str, float | str] = {
+        library: measurements.run(
             f"batched ({library})",
-            lambda library=library: resident_throughput(backend, library, batches),
+            functools.partial(resident_throughput, backend, library, batches),
         )
         for library in LIBRARIES
     }
-    results["batched_msgs_per_s"] = throughput
+    results["batched_records_per_s"] = throughput
     for library, rate in throughput.items():
-        shown = "failed" if rate is None else f"{rate / 1e6:.2f} M msgs/s"
+        shown = rate if isinstance(rate, str) else f"{rate / 1e6:.2f} M records/s"
         print(f"batched ({library}): {shown}")
+    for label in rest:
+        results["round_trip_us"][label] = round_trip_row(
+            backend, measurements, label, PAYLOADS[label], count
+        )
+    backoffs: dict[str, Point] = {}
+    for ns in BACKOFFS:
+        backoffs[f"{ns} ns"] = measurements.point(
+            f"back-off {ns} ns",
+            functools.partial(
+                resident_round_trips, backend, 8, count, "asyncio", backoff=(ns, max(ns, 64))
+            ),
+        )
+        print(f"back-off {ns} ns: p50/p99 {cell(backoffs[f'{ns} ns'])} us")
+    results["backoff_round_trip_us"] = backoffs
     results["targets"] = targets(results)
-    results["failures"] = failures.errors
+    results["failures"] = measurements.errors
+    results["skipped"] = measurements.skipped
     for line in results["targets"]:
         print(f"target: {line}")
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(results, handle, indent=2)
     if args.markdown:
-        print_markdown(results, rows, backoffs, throughput)
-    if failures.errors:
-        print(f"\n{len(failures.errors)} measurement(s) failed:", file=sys.stderr)
-        for error in failures.errors:
+        print_markdown(results)
+    if measurements.skipped:
+        print(f"\n{len(measurements.skipped)} measurement(s) skipped (time budget; --budget)")
+    if measurements.errors:
+        print(f"\n{len(measurements.errors)} measurement(s) failed:", file=sys.stderr)
+        for error in measurements.errors:
             print(f"  {error}", file=sys.stderr)
         return 1
     return 0
 
 
-def print_markdown(
-    results: dict[str, Any],
-    rows: list[tuple[str, ...]],
-    backoffs: dict[str, tuple[float, float] | None],
-    throughput: dict[str, float | None],
-) -> None:
+COLUMNS = (RESIDENT, RESIDENT_SPIN, RESIDENT_TRIO, CUPY, PLAIN, GRAPH)
+#: (heading, numerator, denominator) of the ratio columns.
+RATIOS = (
+    ("CuPy / resident", CUPY, RESIDENT),
+    ("CuPy / resident spin", CUPY, RESIDENT_SPIN),
+    ("graph / plain", GRAPH, PLAIN),
+    ("graph / resident", GRAPH, RESIDENT),
+    ("trio / asyncio", RESIDENT_TRIO, RESIDENT),
+)
+
+
+def print_markdown(results: dict[str, Any]) -> None:
     env = results["environment"]
     print("\n## CUDA resident ring kernel\n")
     print(f"- Date: {env['date']}")
@@ -438,35 +524,38 @@ def print_markdown(
     print(f"- Versions: Python {env['python']}, NumPy {env['numpy']}, CuPy {env['cupy']}")
     print("- Command: `python benchmarks/cuda_ring.py --markdown`\n")
     print(
-        "Round trip p50 / p99 (us) per message, one record echoed by the kernel. Ratio "
-        "columns, by p50: how many times slower than the resident kernel under asyncio.\n"
+        "Round trip p50 / p99 (us) per message, one record echoed on the device. The "
+        "launched columns wait synchronously for their stream. Ratio columns, by p50.\n"
     )
-    print(
-        "| payload | resident (asyncio) | resident (trio) | launch + copies | graph replay "
-        "| launch / resident | graph / resident | trio / asyncio |"
-    )
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    print("| payload | " + " | ".join(COLUMNS) + " | " + " | ".join(r[0] for r in RATIOS) + " |")
+    print("| --- |" + " ---: |" * (len(COLUMNS) + len(RATIOS)))
+    for label, point in results["round_trip_us"].items():
+        cells = [cell(point.get(column)) for column in COLUMNS]
+        cells += [ratio(point.get(num), point.get(den)) for _, num, den in RATIOS]
+        print(f"| {label} | " + " | ".join(cells) + " |")
     print(
         "\nIdle back-off of the kernel (8 B, asyncio), p50 / p99 (us): "
-        + ", ".join(f"{name}: {cell(point)}" for name, point in backoffs.items())
+        + ", ".join(
+            f"{name}: {cell(point)}" for name, point in results["backoff_round_trip_us"].items()
+        )
     )
     print(
         f"\nBatched throughput (request_batch of {BATCH_CAPACITY} 8-byte records): "
         + ", ".join(
-            f"{lib} {'failed' if rate is None else f'{rate / 1e6:.2f} M msgs/s'}"
-            for lib, rate in throughput.items()
+            f"{lib} {rate if isinstance(rate, str) else f'{rate / 1e6:.2f} M records/s'}"
+            for lib, rate in results["batched_records_per_s"].items()
         )
     )
     if results.get("targets"):
-        print("\nTargets (design.md §5):\n")
+        print("\nTargets (issue 12):\n")
         for line in results["targets"]:
             print(f"- {line}")
     if results.get("failures"):
         print("\nFailed measurements:\n")
         for error in results["failures"]:
             print(f"- {error}")
+    if results.get("skipped"):
+        print("\nSkipped (time budget): " + ", ".join(results["skipped"]))
 
 
 if __name__ == "__main__":

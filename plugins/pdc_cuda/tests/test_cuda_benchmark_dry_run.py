@@ -1,22 +1,28 @@
-"""``benchmarks/cuda_ring.py`` run without a GPU: its host logic on the cpu backend.
+"""``benchmarks/cuda_ring.py`` run without a GPU: its host logic on the cpu backend and fakes.
 
 The resident measurements use pdc's persistent-kernel API exactly as on CUDA; here the
-echo kernel gets a cpu body too and runs on the cpu backend, under asyncio and trio, so
-a GPU session cannot fail on the benchmark's own Python. The per-message CuPy launches
-(which need a GPU) are replaced by fixed samples to check the report: the table, the
-ratios, the targets and a failed measurement.
+echo kernel gets a cpu body too and runs on the cpu backend, under asyncio and trio,
+with the default wait and with ``wait="spin"``, so a GPU session cannot fail on the
+benchmark's own Python. The per-message launcher measurement runs its loop on a
+``MessageLauncher`` over the fake CUDA calls of ``graph_fakes`` (graph and plain). The
+report (table, ratios, targets, a failed measurement, the time budget) is checked with
+fixed samples.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from typing import Any
 
 import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import load_benchmark
+from cuda_test_support import fake_backend, load_benchmark
+from graph_fakes import FakeGraphOps, FakeRaw
+from pdc_cuda import CudaKernel
+from pdc_cuda.graphs import MessageLauncher
 
 import pdc_core
 
@@ -37,10 +43,11 @@ def on_cpu(monkeypatch: pytest.MonkeyPatch) -> Any:
     return pdc_core.get_backend("cpu")
 
 
+@pytest.mark.parametrize("wait", ["sleep", "spin"])
 @pytest.mark.parametrize("library", ["asyncio", "trio"])
 @pytest.mark.parametrize("size", [8, 4096])
-def test_resident_round_trips_on_the_cpu_backend(on_cpu, library, size):
-    samples = benchmark.resident_round_trips(on_cpu, size, 30, library)
+def test_resident_round_trips_on_the_cpu_backend(on_cpu, library, size, wait):
+    samples = benchmark.resident_round_trips(on_cpu, size, 30, library, wait=wait)
     assert len(samples) == 30
     p50, p99 = benchmark.percentiles(samples)
     assert 0 < p50 <= p99
@@ -51,35 +58,84 @@ def test_batched_throughput_on_the_cpu_backend(on_cpu):
     assert rate > 0
 
 
-def test_the_report(on_cpu, monkeypatch, capsys):
+@pytest.mark.parametrize("graph", [True, False])
+@pytest.mark.parametrize("size", [8, 4096])
+def test_launcher_round_trips_on_fake_cuda_calls(graph, size):
+    def echo(src: Any, dst: Any, words: Any) -> None:
+        dst[: int(words)] = src[: int(words)]
+
+    ops = FakeGraphOps()
+    kernel = CudaKernel(fake_backend(), FakeRaw(echo), "echo", benchmark.ECHO_KERNEL, ())
+    launcher = MessageLauncher(
+        kernel, grid=1, block=benchmark.echo_threads(size // 8), graph=graph, ops=ops
+    )
+    samples = benchmark.launcher_round_trips(launcher, size, 30)
+    assert len(samples) == 30
+    assert launcher.closed
+    assert ops.executables == {}
+    assert launcher.statistics.captures == (1 if graph else 0)
+
+
+def test_the_time_budget_skips_what_would_start_after_it(capsys):
+    measurements = benchmark.Measurements(60)
+    assert measurements.point("first", lambda: [1e-6, 2e-6]) == (2.0, 2.0)
+    measurements.deadline = 0.0  # the budget is spent
+    assert measurements.point("second", lambda: [1e-6]) == "skipped"
+    assert measurements.run("third", lambda: 1.0) == "skipped"
+    assert measurements.skipped == ["second", "third"]
+    assert measurements.errors == []
+    assert "skipped second: over the time budget" in capsys.readouterr().err
+
+
+def test_the_report(on_cpu, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(benchmark, "PAYLOADS", {"8 B": 8, "64 B": 64})
     monkeypatch.setattr(benchmark, "BACKOFFS", (0, 256))
     monkeypatch.setattr(benchmark, "BATCH_CAPACITY", 512)
     monkeypatch.setattr(
-        benchmark, "resident_throughput", lambda *args: 12e6 if args[1] == "trio" else 11e6
+        benchmark, "resident_throughput", lambda *args: 120e6 if args[1] == "trio" else 90e6
     )
-    monkeypatch.setattr(benchmark, "resident_round_trips", lambda *args, **kw: [5e-6] * 10)
+    monkeypatch.setattr(
+        benchmark,
+        "resident_round_trips",
+        lambda *args, wait="sleep", **kw: [(4e-6 if wait == "spin" else 5e-6)] * 10,
+    )
 
-    def launched(backend: Any, size: int, count: int, graph: bool) -> list[float]:
-        if graph and size == 64:
+    def per_message(backend: Any, size: int, count: int, column: str) -> list[float]:
+        if column == benchmark.GRAPH and size == 64:
             raise RuntimeError("capture failed")
-        return [(20e-6 if not graph else 10e-6)] * count
+        return [
+            {benchmark.CUPY: 30e-6, benchmark.PLAIN: 20e-6, benchmark.GRAPH: 10e-6}[column]
+        ] * count
 
-    monkeypatch.setattr(benchmark, "launched_round_trips", launched)
+    monkeypatch.setattr(benchmark, "per_message_round_trips", per_message)
     monkeypatch.setattr(benchmark, "environment", lambda backend: {
-        "date": "2026-11-21", "device": "NVIDIA H100 (compute capability 9.0, 132 SMs)",
-        "driver": "12.8", "cuda_runtime": "12.9", "cupy": "14.2.0", "numpy": np.__version__,
-        "python": "3.11", "host": "x86_64",
+        "date": "2026-11-23", "device": "NVIDIA H100 (compute capability 9.0, 132 SMs)",
+        "driver": "13.0", "cuda_runtime": "13.0", "cupy": "14.2.0", "numpy": np.__version__,
+        "python": "3.12", "host": "x86_64",
     })  # fmt: skip
-    args = argparse.Namespace(quick=True, markdown=True, json=None)
+    path = tmp_path / "bench.json"
+    args = argparse.Namespace(quick=True, markdown=True, json=str(path), budget=0.0)
     assert benchmark.run(on_cpu, args) == 1  # one measurement failed
     out = capsys.readouterr()
-    assert "| 8 B | 5.0 / 5.0 | 5.0 / 5.0 | 20.0 / 20.0 | 10.0 / 10.0 | 4.0x | 2.0x | 1.0x |" in (
-        out.out
+    assert (
+        "| 8 B | 5.0 / 5.0 | 4.0 / 4.0 | 5.0 / 5.0 | 30.0 / 30.0 | 20.0 / 20.0 | 10.0 / 10.0 "
+        "| 6.0x | 7.5x | 0.5x | 2.0x | 1.0x |" in out.out
     )
-    assert "| 64 B | 5.0 / 5.0 | 5.0 / 5.0 | 20.0 / 20.0 | failed | 4.0x | n/a | 1.0x |" in out.out
-    assert "round trip p50 <= 10 us (8 B, asyncio): 5.0 us, met" in out.out
-    assert ">= 5x faster than launch + copies (8 B): 4.0x, missed" in out.out
-    assert "batched >= 10 M msgs/s: 12.00 M msgs/s, met" in out.out
-    assert "graph replay 64 B: RuntimeError: capture failed" in out.out
+    assert (
+        "| 64 B | 5.0 / 5.0 | 4.0 / 4.0 | 5.0 / 5.0 | 30.0 / 30.0 | 20.0 / 20.0 | failed "
+        "| 6.0x | 7.5x | n/a | n/a | 1.0x |" in out.out
+    )
+    for line in (
+        'resident round trip p50 <= 5 us with wait="spin" (8 B, asyncio): 4.0 us, met',
+        "resident round trip p50 <= 10 us with the default wait (8 B, asyncio): 5.0 us, met",
+        ">= 5x faster than CuPy launch + copies (8 B, resident with the default wait): 6.0x, met",
+        '>= 5x faster than CuPy launch + copies (8 B, resident with wait="spin"): 7.5x, met',
+        "batched >= 100 M records/s (8-byte records): 120.00 M records/s, met",
+        "(no target) graph replay / plain launch p50 (8 B): 0.50x",
+        "graph replay 64 B: RuntimeError: capture failed",
+    ):
+        assert line in out.out
     assert "capture failed" in out.err
+    saved = json.loads(path.read_text())
+    assert saved["round_trip_us"]["64 B"]["graph replay"] == "failed"
+    assert saved["batched_records_per_s"] == {"asyncio": 90e6, "trio": 120e6}

@@ -39,6 +39,14 @@ METHODS = {
     "cuda.PinnedMemoryPool": ("free_all_blocks",),
     "cuda.runtime.PointerAttributes": ("type", "devicePointer"),
     "cuda.compiler.CompileException": ("get_message",),
+    # Called through ``self._runtime`` (pdc_cuda._graphs.CupyGraphOps, pdc_cuda._numa),
+    # which the attribute scan above cannot follow.
+    "cuda.runtime": (
+        "memcpyAsync", "memcpyHostToDevice", "memcpyDeviceToHost", "streamBeginCapture",
+        "streamEndCapture", "streamCaptureModeThreadLocal", "graphInstantiate", "graphUpload",
+        "graphLaunch", "graphDestroy", "graphExecDestroy", "hostRegister", "hostUnregister",
+        "deviceGetPCIBusId", "getDevice", "CUDARuntimeError",
+    ),
 }  # fmt: skip
 
 
@@ -109,3 +117,10 @@ def test_signatures_and_constants_the_backend_relies_on():
     runtime = cupy.cuda.runtime
     assert (runtime.hostAllocPortable, runtime.hostAllocMapped) == (1, 2)
     assert runtime.memoryTypeHost == 1
+    # CUDA's values; the graph capture's choice is explained in pdc_cuda._graphs.
+    assert (runtime.streamCaptureModeGlobal, runtime.streamCaptureModeThreadLocal) == (0, 1)
+    assert (runtime.memcpyHostToDevice, runtime.memcpyDeviceToHost) == (1, 2)
+    assert "streamBeginCapture(intptr_t stream, int mode" in runtime.streamBeginCapture.__doc__
+    assert "hostRegister(intptr_t ptr, size_t size, unsigned int flags)" in (
+        runtime.hostRegister.__doc__ or ""
+    )

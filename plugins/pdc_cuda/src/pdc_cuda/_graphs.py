@@ -82,8 +82,6 @@ __all__ = [
     "Out",
 ]
 
-#: ``cudaStreamCaptureModeThreadLocal`` (see the module documentation for the choice).
-CAPTURE_MODE_THREAD_LOCAL: Final = 1
 #: How many launch signatures a launcher keeps by default.
 DEFAULT_MAX_GRAPHS: Final = 8
 
