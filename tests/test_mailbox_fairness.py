@@ -10,12 +10,15 @@ run under asyncio and trio (see tests/conftest.py).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import anyio
 import anyio.lowlevel
 
-from pdc_core import Mailbox, open_nursery
+from pdc_core import ActorRef, Mailbox, open_nursery
+
+T = TypeVar("T")
 
 #: Mailboxes (or actors) a busy task spreads its operations over, and operations per
 #: mailbox: 120,000 operations, far more than a millisecond's worth on any machine.
@@ -33,20 +36,28 @@ class Witness:
         self.ran = True
 
 
+async def round_robin(
+    targets: Sequence[T], operation: Callable[[T, int], Awaitable[object]], stop: Witness
+) -> int:
+    """``await operation(target, round)`` over ``targets`` in turn, ``PER_MAILBOX``
+    rounds, until ``stop.ran``; returns how many operations ran. It never waits by
+    itself: only the operations can let another task in."""
+    done = 0
+    for round_index in range(PER_MAILBOX):
+        for target in targets:
+            await operation(target, round_index)
+            done += 1
+            if stop.ran:
+                return done
+    return done
+
+
 async def test_sends_spread_over_many_mailboxes_let_another_task_run() -> None:
     mailboxes: list[Mailbox[int]] = [Mailbox(PER_MAILBOX) for _ in range(SPREAD)]
     witness = Witness()
-    sent = 0
     async with anyio.create_task_group() as tg:
         tg.start_soon(witness.run)
-        for round_index in range(PER_MAILBOX):
-            for mailbox in mailboxes:
-                await mailbox.send(round_index)
-                sent += 1
-                if witness.ran:
-                    break
-            if witness.ran:
-                break
+        sent = await round_robin(mailboxes, Mailbox.send, witness)
     assert witness.ran, f"{sent} sends over {SPREAD} mailboxes never yielded"
     assert sent < SPREAD * PER_MAILBOX
     assert sum(len(mailbox) for mailbox in mailboxes) == sent
@@ -56,44 +67,36 @@ async def test_receives_spread_over_many_mailboxes_let_another_task_run() -> Non
     mailboxes: list[Mailbox[int]] = [Mailbox(PER_MAILBOX) for _ in range(SPREAD)]
     for mailbox in mailboxes:
         mailbox.send_many_nowait(range(PER_MAILBOX))
+
+    async def receive(mailbox: Mailbox[int], round_index: int) -> None:
+        assert await mailbox.receive() == round_index
+
     witness = Witness()
-    received = 0
     async with anyio.create_task_group() as tg:
         tg.start_soon(witness.run)
-        for round_index in range(PER_MAILBOX):
-            for mailbox in mailboxes:
-                assert await mailbox.receive() == round_index
-                received += 1
-                if witness.ran:
-                    break
-            if witness.ran:
-                break
+        received = await round_robin(mailboxes, receive, witness)
     assert witness.ran, f"{received} receives over {SPREAD} mailboxes never yielded"
     assert received < SPREAD * PER_MAILBOX
+
+
+async def tell(ref: ActorRef[int, None], message: int) -> None:
+    await ref.tell(message)
 
 
 async def test_tells_spread_over_many_actors_let_another_task_run() -> None:
     handled = 0
 
-    async def count(message: Any) -> None:
+    async def count(message: int) -> None:
         nonlocal handled
         handled += 1
 
     witness = Witness()
-    told = 0
     async with open_nursery() as nursery:
         refs = [await nursery.start_actor(count, capacity=PER_MAILBOX) for _ in range(SPREAD)]
         await anyio.wait_all_tasks_blocked()
         async with anyio.create_task_group() as tg:
             tg.start_soon(witness.run)
-            for round_index in range(PER_MAILBOX):
-                for ref in refs:
-                    await ref.tell(round_index)
-                    told += 1
-                    if witness.ran:
-                        break
-                if witness.ran:
-                    break
+            told = await round_robin(refs, tell, witness)
         assert witness.ran, f"{told} tells over {SPREAD} actors never yielded"
         assert told < SPREAD * PER_MAILBOX
     assert handled == told  # the nursery drained every mailbox on leaving
@@ -103,10 +106,16 @@ async def test_a_task_telling_many_actors_can_be_cancelled_by_another() -> None:
     """Cancellation from another task reaches a task that only tells (under trio, at
     the tell's checkpoint; under asyncio, at the yield)."""
 
-    async def ignore(message: Any) -> None:
+    async def ignore(message: int) -> None:
         pass
 
-    told = 0
+    told: list[int] = []
+    never = Witness()  # nothing stops the teller but the cancellation
+
+    async def tell_counted(ref: ActorRef[int, None], message: int) -> None:
+        await ref.tell(message)
+        told.append(message)
+
     async with open_nursery() as nursery:
         refs = [await nursery.start_actor(ignore, capacity=PER_MAILBOX) for _ in range(SPREAD)]
         await anyio.wait_all_tasks_blocked()
@@ -117,14 +126,15 @@ async def test_a_task_telling_many_actors_can_be_cancelled_by_another() -> None:
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(cancel_the_teller)
-                for round_index in range(PER_MAILBOX):
-                    for ref in refs:
-                        await ref.tell(round_index)
-                        told += 1
-        assert scope.cancelled_caught, f"{told} tells over {SPREAD} actors were never cancelled"
-        assert told < SPREAD * PER_MAILBOX
-        sent = sum(ref.statistics().mailbox.sent for ref in refs)
-        assert sent == told  # the cancelled tell sent nothing
+                await round_robin(refs, tell_counted, never)
+        assert scope.cancelled_caught, f"{len(told)} tells over {SPREAD} actors went uncancelled"
+        assert len(told) < SPREAD * PER_MAILBOX
+        sent = 0
+        for ref in refs:
+            stats = ref.statistics().mailbox
+            assert stats is not None
+            sent += stats.sent
+        assert sent == len(told)  # the cancelled tell sent nothing
 
 
 async def test_a_busy_producer_of_one_mailbox_lets_another_task_run_again_and_again() -> None:
