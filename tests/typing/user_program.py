@@ -161,12 +161,11 @@ plain = PersistentKernel("typing_twice", F8, F8, capacity=64, bodies={"cpu": twi
 
 async def persistent() -> None:
     async with open_persistent_kernel(kernel, "cpu") as session:
-        # A kernel does not carry its dtypes' types: the session's records are Any
-        # until the session is annotated with the NumPy scalar types of its records.
-        assert_type(session, PersistentKernelSession[Any, Any])
+        assert_type(kernel, PersistentKernel[np.void, np.void])
+        assert_type(session, PersistentKernelSession[np.void, np.void])
         reply = await session.request((1, 2.0))
         print(reply["y"])
-        typed: PersistentKernelSession[np.void, np.void] = session
+        typed = session
         assert_type(await typed.request((1, 2.0)), np.void)
         assert_type(await typed.request({"id": 1, "x": 2.0}), np.void)
         assert_type(await typed.request(np.zeros(1, REQ)), np.void)
@@ -183,6 +182,8 @@ async def persistent() -> None:
         await session.request([1, 2.0])  # expect-error: arg-type
         await session.request(None)  # expect-error: arg-type
         await session.request_batch(3)  # expect-error: arg-type
+        untyped = PersistentKernel("untyped", [("id", "<u8")], [("id", "<u8")])
+        assert_type(untyped, PersistentKernel[Any, Any])
         await session.send({1, 2})  # expect-error: arg-type
         await typed.request_batch(np.zeros(4))  # expect-error: arg-type
         text: str = await typed.request((1, 2.0))  # expect-error: assignment
@@ -191,15 +192,15 @@ async def persistent() -> None:
         print(text, floats)
 
     async with open_persistent_kernel(plain, "cpu") as numbers:
-        scalars: PersistentKernelSession[np.float64, np.float64] = numbers
+        scalars = numbers
+        assert_type(scalars, PersistentKernelSession[np.float64, np.float64])
         assert_type(await scalars.request(2.0), np.float64)
         assert_type(await scalars.request_batch(np.zeros(4)), npt.NDArray[np.float64])
 
     async with open_nursery() as nursery:
         ref = await nursery.start_actor(kernel, name="typing_double", paused=False)
-        assert_type(ref, KernelActorRef[Any, Any])
-        assert_type(await ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[Any])
-        typed_ref: KernelActorRef[np.void, np.void] = ref
+        assert_type(ref, KernelActorRef[np.void, np.void])
+        typed_ref = ref
         assert_type(await typed_ref.ask((1, 2.0)), np.void)
         assert_type(await typed_ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[np.void])
         assert_type(await typed_ref.ask_batch([(1, 2.0)]), npt.NDArray[np.void])

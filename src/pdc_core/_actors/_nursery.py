@@ -81,7 +81,7 @@ from ._refs import ActorRef, ActorRunner, Placement, StartOptions, runner_for
 
 if TYPE_CHECKING:
     # For the types of start_actor only: the nursery knows no concrete kind at run time.
-    from .._backend._persistent_kernel import PersistentKernel
+    from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
     from .._persistent._actor import KernelActorRef, PersistentKernelActor
     from ._mailbox_actor import Actor
 
@@ -409,8 +409,8 @@ class ActorNursery:
 
     @overload
     async def start_actor(
-        self, target: PersistentKernel, /, **options: Unpack[_LocalStartKeywords]
-    ) -> KernelActorRef[Any, Any]: ...
+        self, target: PersistentKernel[ReqT, RepT], /, **options: Unpack[_LocalStartKeywords]
+    ) -> KernelActorRef[ReqT, RepT]: ...
 
     @overload
     async def start_actor(

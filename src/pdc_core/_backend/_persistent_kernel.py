@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Self, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -20,9 +20,21 @@ import numpy.typing as npt
 from .._exceptions import KernelBodyMissing
 from ._ring import RingLayout, record_dtype
 
-__all__ = ["DeviceSource", "PersistentKernel", "persistent_kernel"]
+__all__ = ["DeviceSource", "PersistentKernel", "RepT", "ReqT", "persistent_kernel"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+if TYPE_CHECKING:
+    from typing_extensions import TypeVar as DefaultTypeVar
+
+    #: The NumPy scalar type of a kernel's request records: ``numpy.void`` for a
+    #: structured dtype, ``numpy.float64`` for ``float64``; ``Any`` when not known.
+    ReqT = DefaultTypeVar("ReqT", bound=np.generic, default=Any)
+    #: The NumPy scalar type of its reply records.
+    RepT = DefaultTypeVar("RepT", bound=np.generic, default=Any)
+else:  # typing.TypeVar has no default before Python 3.13; only checkers read it
+    ReqT = TypeVar("ReqT", bound=np.generic)
+    RepT = TypeVar("RepT", bound=np.generic)
 
 
 @dataclass(frozen=True)
@@ -49,7 +61,7 @@ def _backend_key(backend: str) -> str:
 _CALLABLE_BODIES: Final = {"cpu": "NumPy record arrays", "metal": "MLX arrays"}
 
 
-class PersistentKernel:
+class PersistentKernel(Generic[ReqT, RepT]):
     """What a persistent kernel is: record layouts, ring capacity, bodies, state.
 
     ``request_dtype`` and ``reply_dtype`` are the record layouts of the input and
@@ -78,6 +90,32 @@ class PersistentKernel:
 
     Use :meth:`body` as a decorator, :meth:`add_body`, or :func:`persistent_kernel`.
     """
+
+    @overload
+    def __init__(
+        self: PersistentKernel[ReqT, RepT],
+        name: str,
+        request_dtype: np.dtype[ReqT],
+        reply_dtype: np.dtype[RepT],
+        *,
+        capacity: int = 256,
+        max_batch: int | None = None,
+        state: npt.ArrayLike | None = None,
+        bodies: Mapping[str, Any] | None = None,
+    ) -> None: ...
+
+    @overload
+    def __init__(
+        self: PersistentKernel[Any, Any],
+        name: str,
+        request_dtype: npt.DTypeLike,
+        reply_dtype: npt.DTypeLike,
+        *,
+        capacity: int = 256,
+        max_batch: int | None = None,
+        state: npt.ArrayLike | None = None,
+        bodies: Mapping[str, Any] | None = None,
+    ) -> None: ...
 
     def __init__(
         self,
@@ -109,11 +147,11 @@ class PersistentKernel:
             self.add_body(backend, body)
 
     @property
-    def request_dtype(self) -> np.dtype[Any]:
+    def request_dtype(self) -> np.dtype[ReqT]:
         return self.layout.request_dtype
 
     @property
-    def reply_dtype(self) -> np.dtype[Any]:
+    def reply_dtype(self) -> np.dtype[RepT]:
         return self.layout.reply_dtype
 
     @property
@@ -125,7 +163,7 @@ class PersistentKernel:
         """The registered bodies by backend name (read-only)."""
         return MappingProxyType(self._bodies)
 
-    def add_body(self, backend: str, body: Any) -> PersistentKernel:
+    def add_body(self, backend: str, body: Any) -> Self:
         """Register ``body`` for ``backend`` (replacing any previous one); returns self."""
         key = _backend_key(backend)
         if isinstance(body, str):

@@ -57,15 +57,13 @@ from .._actors import (
     check_priority,
     runner_for,
 )
-from .._backend._persistent_kernel import PersistentKernel
+from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
 from .._backend._ring import StopMode
 from .._exceptions import ActorCrashed, ActorStopped, MessageTimeout
 from .._loop import check_duration, check_timeout
 from ._session import (
     PersistentKernelSession,
     RecordLike,
-    RepT,
-    ReqT,
     SessionState,
     backend_for,
 )

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._backend._contract import Backend, Capability
-from .._backend._persistent_kernel import PersistentKernel
+from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
 from .._backend._resident import ResidentKernel, stop_timeout_error
 from .._backend._ring import (
     ErrorCode,
@@ -54,20 +54,6 @@ from .._plugins import resolve_backend
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from typing_extensions import TypeVar
-
-    #: The NumPy scalar type of a kernel's request records: ``numpy.void`` for a
-    #: structured dtype, ``numpy.float64`` for ``float64``, and so on. ``Any`` when
-    #: the kernel does not say (its dtype was given as something other than a typed
-    #: ``numpy.dtype``).
-    ReqT = TypeVar("ReqT", bound=np.generic, default=Any)
-    #: The NumPy scalar type of a kernel's reply records (see ``ReqT``).
-    RepT = TypeVar("RepT", bound=np.generic, default=Any)
-else:  # typing.TypeVar has no default before Python 3.13; only checkers read it
-    from typing import TypeVar
-
-    ReqT = TypeVar("ReqT", bound=np.generic)
-    RepT = TypeVar("RepT", bound=np.generic)
 
 #: One record as the session accepts it (see ``pdc_core.backend.coerce_record``): a
 #: NumPy scalar or one-record array of the request dtype, a tuple of field values, a
@@ -345,7 +331,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     @classmethod
     async def start(
         cls,
-        kernel: PersistentKernel,
+        kernel: PersistentKernel[ReqT, RepT],
         backend: Backend | str | None = None,
         *,
         launch_timeout: float = 10.0,
@@ -354,7 +340,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         wait: _ReplyWait = "sleep",
         spin_limit: float = _DEFAULT_SPIN_LIMIT,
         **options: Any,
-    ) -> PersistentKernelSession[Any, Any]:
+    ) -> PersistentKernelSession[ReqT, RepT]:
         """Allocate the rings, launch ``kernel`` and wait until it is resident.
 
         ``backend`` is a :class:`Backend` or a name for :func:`~pdc_core.get_backend`
@@ -1003,7 +989,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
 @asynccontextmanager
 async def open_persistent_kernel(
-    kernel: PersistentKernel,
+    kernel: PersistentKernel[ReqT, RepT],
     backend: Backend | str | None = None,
     *,
     launch_timeout: float = 10.0,
@@ -1012,7 +998,7 @@ async def open_persistent_kernel(
     wait: _ReplyWait = "sleep",
     spin_limit: float = _DEFAULT_SPIN_LIMIT,
     **options: Any,
-) -> AsyncIterator[PersistentKernelSession[Any, Any]]:
+) -> AsyncIterator[PersistentKernelSession[ReqT, RepT]]:
     """Launch ``kernel`` and yield its :class:`PersistentKernelSession`; stop it on exit.
 
     ::
