@@ -16,7 +16,7 @@ from typing import TypeVar
 import anyio
 import anyio.lowlevel
 
-from pdc_core import ActorRef, Mailbox, open_nursery
+from pdc_core import ActorRef, Mailbox, RingKernelRuntime, open_nursery
 
 T = TypeVar("T")
 
@@ -159,3 +159,30 @@ async def test_a_busy_producer_of_one_mailbox_lets_another_task_run_again_and_ag
     assert ticks >= 5, f"{sent} sends let the other task run {ticks} times"
     stats = mailbox.statistics()
     assert stats.sent == stats.dropped + stats.depth == sent
+
+
+async def test_seed_facade_sends_spread_over_many_kernels_let_another_task_run() -> None:
+    """The seed facade's ``runtime.send`` takes the same turns as a mailbox's send."""
+
+    async def sink(ctx: Any) -> None:
+        while True:
+            await ctx.receive()
+
+    kernels = SPREAD // 4
+    witness = Witness()
+    sent = 0
+    async with RingKernelRuntime() as runtime:
+        for index in range(kernels):
+            await runtime.launch(f"fair_{index}", sink, queue_size=PER_MAILBOX)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(witness.run)
+            for round_index in range(PER_MAILBOX):
+                for index in range(kernels):
+                    await runtime.send(f"fair_{index}", round_index)
+                    sent += 1
+                    if witness.ran:
+                        break
+                if witness.ran:
+                    break
+        assert witness.ran, f"{sent} sends over {kernels} kernels never yielded"
+        assert sent < kernels * PER_MAILBOX

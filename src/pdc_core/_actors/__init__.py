@@ -3,6 +3,7 @@ actors and the nursery. Knows no device. Only this package touches a
 :class:`Mailbox`'s internals; other layers use its public fast-path methods."""
 
 from ._mailbox import (
+    CATCH_UP_AT,
     DEFAULT_CAPACITY,
     DEFAULT_PRIORITY,
     EMPTY,
@@ -26,6 +27,7 @@ from ._refs import (
 )
 
 __all__ = [
+    "CATCH_UP_AT",
     "DEFAULT_CAPACITY",
     "DEFAULT_PRIORITY",
     "EMPTY",

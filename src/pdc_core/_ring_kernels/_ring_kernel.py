@@ -60,11 +60,12 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Final, overload
+from typing import Any, Final, overload
 
 import anyio
 
 from .._actors import (
+    CATCH_UP_AT,
     DEFAULT_PRIORITY,
     EMPTY,
     ActorRef,
@@ -87,12 +88,9 @@ from .._exceptions import (
     MessageDropped,
     MessageTimeout,
 )
-from .._loop import TIMED_OUT, Kit, check_timeout, fail, wake
+from .._loop import TIMED_OUT, TURN_CHECK_EVERY, Kit, check_timeout, fail, wake
 from ._lifecycle import AS_ACTOR_STATE, RECEIVE_STATES, KernelState, terminate_within
 from ._telemetry import KernelTelemetry, Telemetry
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "KernelFunction",
@@ -104,7 +102,6 @@ __all__ = [
     "ring_kernel",
 ]
 
-_CHECKPOINT_EVERY: Final = 64
 _perf_counter_ns = time.perf_counter_ns
 #: One message in this many is timed for the latency percentiles (counts are exact).
 _SAMPLE_EVERY: Final = 8
@@ -302,7 +299,7 @@ def ring_kernel(
 class RingKernelContext:
     """What a kernel function receives as ``ctx``."""
 
-    __slots__ = ("_inbox", "_kernel", "_kit", "_ops", "_outbox", "_record", "_telemetry")
+    __slots__ = ("_inbox", "_kernel", "_kit", "_outbox", "_record", "_telemetry")
 
     def __init__(self, kernel: RingKernel) -> None:
         self._kernel = kernel
@@ -311,7 +308,6 @@ class RingKernelContext:
         self._kit = kernel._kit
         self._telemetry = kernel._telemetry
         self._record = kernel._telemetry.enabled
-        self._ops = 0
 
     @property
     def kernel_id(self) -> str:
@@ -356,8 +352,9 @@ class RingKernelContext:
         if timeout is not None:
             timeout = check_timeout(timeout)
         inbox = self._inbox
-        ops = self._ops = self._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        kit = self._kit
+        ops = kit.ops = kit.ops + 1
+        if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
             await self._checkpoint()
         item: Any = inbox.poll()  # the input mailbox carries no control: data or nothing
         if item is EMPTY:
@@ -368,7 +365,6 @@ class RingKernelContext:
             if waiter is None:
                 item = await self._wait(timeout, timeout)
             else:
-                kit = self._kit
                 deadline = 0.0
                 if timeout is not None:
                     deadline = kit.now() + timeout
@@ -468,8 +464,9 @@ class RingKernelContext:
         """
         kernel = self._kernel
         outbox = self._outbox
-        ops = self._ops = self._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
+        kit = self._kit
+        ops = kit.ops = kit.ops + 1
+        if not ops % TURN_CHECK_EVERY and (len(outbox) >= CATCH_UP_AT or kit.turn_is_over()):
             await self._checkpoint()  # before sending: a cancelled send sends nothing
         output_type = kernel._output_type
         if output_type is not None and not isinstance(message, output_type):
@@ -532,7 +529,6 @@ class RingKernel(ActorRef[Any, Any]):
         "_interrupted",
         "_kernel_id",
         "_kit",
-        "_ops",
         "_outbox",
         "_output_type",
         "_pending",
@@ -572,7 +568,6 @@ class RingKernel(ActorRef[Any, Any]):
         self._telemetry = KernelTelemetry(definition.kernel_id, enabled=telemetry)
         self._record = telemetry
         self._sends = 0
-        self._ops = 0
         self._pending: dict[Any, Any] = {}
         self._active_waiters: list[Any] | None = None
         self._stop_waiters: list[Any] | None = None
@@ -737,9 +732,10 @@ class RingKernel(ActorRef[Any, Any]):
         if priority is None:
             priority = getattr(message, "priority", DEFAULT_PRIORITY)
         inbox = self._inbox
-        ops = self._ops = self._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
-            await self._kit.checkpoint()  # before sending: a cancelled send sends nothing
+        kit = self._kit
+        ops = kit.ops = kit.ops + 1
+        if not ops % TURN_CHECK_EVERY and (len(inbox) >= CATCH_UP_AT or kit.turn_is_over()):
+            await kit.checkpoint()  # before sending: a cancelled send sends nothing
         # Latency is sampled: one message in _SAMPLE_EVERY carries its enqueue time.
         sends = self._sends = self._sends + 1
         sampled = self._record and not sends % _SAMPLE_EVERY
@@ -766,9 +762,10 @@ class RingKernel(ActorRef[Any, Any]):
         if timeout is not None:
             timeout = check_timeout(timeout)
         outbox = self._outbox
-        ops = self._ops = self._ops + 1
-        if not ops % _CHECKPOINT_EVERY:
-            await self._kit.checkpoint()
+        kit = self._kit
+        ops = kit.ops = kit.ops + 1
+        if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
+            await kit.checkpoint()
         item = outbox.poll()  # the output mailbox is never paused and carries no control
         if item is not EMPTY:
             return item
