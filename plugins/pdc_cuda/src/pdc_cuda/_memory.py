@@ -6,10 +6,13 @@ allocation alive through its ``base``, so nothing is freed while a view exists.
 
 * ``PINNED`` comes from CuPy's pinned-memory pool (``cupy.cuda.alloc_pinned_memory``):
   cheap to reuse, good for staging copies.
-* ``MAPPED`` is a dedicated ``cudaHostAlloc(hostAllocMapped | hostAllocPortable)``
-  allocation (``cupy.cuda.PinnedMemory``), never pooled: rings of persistent kernels
-  live there, and the device addresses it directly (under unified addressing the device
-  pointer equals the host pointer; :func:`device_pointer` checks it).
+* ``MAPPED`` is a dedicated allocation, never pooled: rings of persistent kernels live
+  there, and the device addresses it directly (under unified addressing the device
+  pointer equals the host pointer; :func:`device_pointer` checks it). Where the platform
+  names the NUMA node close to the GPU (:mod:`pdc_cuda._numa`), it is pages placed on
+  that node and registered with ``cudaHostRegister(Portable | Mapped)``; otherwise, or
+  if that fails (the reason is kept: :func:`pdc_cuda._numa.host_memory_placement`),
+  ``cudaHostAlloc(hostAllocMapped | hostAllocPortable)`` (``cupy.cuda.PinnedMemory``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from pdc_core.backend import MemoryStatistics
+
+from ._numa import host_memory_placement, numa_mapped_host, record_fallback
 
 __all__ = [
     "DevicePool",
@@ -55,13 +60,21 @@ def pinned_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[An
 
 
 def mapped_empty(shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
-    """Uninitialised pinned host memory the device can address (never pooled)."""
+    """Pinned host memory the current device can address (never pooled), on the NUMA
+    node close to that device where the platform names one (zeroed there;
+    uninitialised otherwise)."""
     import cupy
 
     runtime = cupy.cuda.runtime
-    memory = cupy.cuda.PinnedMemory(
-        max(_nbytes(shape, dtype), 1), runtime.hostAllocMapped | runtime.hostAllocPortable
-    )
+    nbytes = max(_nbytes(shape, dtype), 1)
+    device = int(runtime.getDevice())
+    node = host_memory_placement(device).node
+    if node is not None:
+        try:
+            return numa_mapped_host(nbytes, node).array(shape, dtype)
+        except (OSError, runtime.CUDARuntimeError) as exc:
+            record_fallback(device, node, exc)
+    memory = cupy.cuda.PinnedMemory(nbytes, runtime.hostAllocMapped | runtime.hostAllocPortable)
     return view_of_pinned(cupy.cuda.PinnedMemoryPointer(memory, 0), shape, dtype)
 
 

@@ -92,6 +92,8 @@ class CudaDeviceProperties:
     max_grid_dim_x: int
     cooperative_launch: bool | None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The PCI address as sysfs names it (``"0000:19:00.0"``), ``None`` when unreported.
+    pci_bus_id: str | None = None
 
     @property
     def compute_capability(self) -> str:
@@ -148,6 +150,12 @@ class CudaDeviceProperties:
         if grid_x is None and isinstance(grid, tuple | list) and grid:
             grid_x = int(grid[0])
         memory = total_memory if total_memory is not None else as_int("totalGlobalMem")
+        # cudaDeviceProp's PCI fields (CUDA 12 and 13 both report them).
+        pci = [props.get(key) for key in ("pciDomainID", "pciBusID", "pciDeviceID")]
+        pci_bus_id = None
+        match pci:
+            case [int(domain), int(bus), int(device)]:
+                pci_bus_id = f"{domain:04x}:{bus:02x}:{device:02x}.0"
         return cls(
             index=index,
             name=_decode_name(props.get("name")),
@@ -169,10 +177,20 @@ class CudaDeviceProperties:
                 for key in _EXTRA_KEYS
                 if key in props
             },
+            pci_bus_id=pci_bus_id,
         )
 
     def to_device_info(self, backend: str = "cuda") -> DeviceInfo:
-        """The backend-neutral :class:`~pdc_core.DeviceInfo` of this device."""
+        """The backend-neutral :class:`~pdc_core.DeviceInfo` of this device.
+
+        Besides the parsed fields it reports ``pciBusId`` and ``mappedHostMemory``: where
+        ``MemoryKind.MAPPED`` memory (rings) for this device goes -- the NUMA node close
+        to the GPU, or no placement and why (read from sysfs, see :mod:`pdc_cuda._numa`;
+        an allocation that later fails there falls back and says so in
+        :func:`~pdc_cuda._numa.host_memory_placement`).
+        """
+        from ._numa import placement_for_bus_id
+
         properties: dict[str, Any] = {
             "compute_capability": self.compute_capability,
             "arch": self.arch,
@@ -186,6 +204,8 @@ class CudaDeviceProperties:
             "maxThreadsPerBlock": self.max_threads_per_block,
             "maxGridDimX": self.max_grid_dim_x,
             "cooperativeLaunch": self.cooperative_launch,
+            "pciBusId": self.pci_bus_id,
+            "mappedHostMemory": placement_for_bus_id(self.pci_bus_id).describe(),
         }
         properties.update(self.extra)
         return DeviceInfo(
