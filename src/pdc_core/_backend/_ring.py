@@ -358,21 +358,32 @@ class RingMemory:
         in_end = in_start + layout.in_capacity * layout.in_slot_size
         out_start = layout.out_ring_offset
         out_end = out_start + layout.out_capacity * layout.out_slot_size
-        #: The input ring's bytes, one row per slot (``in_capacity`` x ``in_slot_size``).
-        self.in_slot_bytes: npt.NDArray[np.uint8] = base[in_start:in_end].reshape(
-            layout.in_capacity, layout.in_slot_size
-        )
-        itemsize = layout.request_dtype.itemsize
-        #: The input slots, as an array of request records (``in_capacity`` long; strided
-        #: when the slots also hold sequence words).
-        self.in_slots: npt.NDArray[Any] = self.in_slot_bytes[:, :itemsize].view(
-            layout.request_dtype
-        )[:, 0]
+        ring = base[in_start:in_end]
+        #: The requests' bytes in the input slots, as opaque records (strided), when the
+        #: slots also hold sequence words; ``None`` otherwise.
+        self.in_payloads: npt.NDArray[np.void] | None = None
         #: The input slots' sequence words (``in_capacity`` u64, strided), or ``None``.
         self.in_sequences: npt.NDArray[np.uint64] | None = None
+        #: The input slots, as an array of request records (``in_capacity`` long; strided
+        #: when the slots also hold sequence words).
+        self.in_slots: npt.NDArray[Any]
         sequence = layout.in_sequence_offset
-        if sequence is not None:
-            self.in_sequences = self.in_slot_bytes[:, sequence : sequence + 8].view(_U64)[:, 0]
+        if sequence is None:
+            self.in_slots = ring.view(layout.request_dtype)
+        else:
+            itemsize = layout.request_dtype.itemsize
+            slot = np.dtype(
+                {
+                    "names": ["payload", "sequence"],
+                    "formats": [np.dtype((np.void, itemsize)), _U64],
+                    "offsets": [0, sequence],
+                    "itemsize": layout.in_slot_size,
+                }
+            )
+            slots = ring.view(slot)
+            self.in_payloads = slots["payload"]
+            self.in_sequences = slots["sequence"]
+            self.in_slots = self.in_payloads.view(layout.request_dtype)
         #: The output slots, as an array of reply records (``out_capacity`` long).
         self.out_slots: npt.NDArray[Any] = base[out_start:out_end].view(layout.reply_dtype)
 
@@ -642,6 +653,11 @@ class RingHost:
     copies of the two indices it writes and caches the ones the kernel writes,
     reloading them only when the cache says it cannot proceed. Methods never wait.
     Not thread-safe: one host task (or one event loop) drives it.
+
+    Memory ordering (``docs/ring-protocol.md`` section 5): its loads and stores are plain
+    NumPy ones, each a separate C call; on an x86-64 host (TSO) they are the acquires
+    and releases the protocol asks for, with no fence. The comments at each store say
+    which it is.
     """
 
     def __init__(self, memory: RingMemory) -> None:
@@ -658,8 +674,10 @@ class RingHost:
     def _cache_views(self) -> None:
         memory = self.memory
         self._in_slots = memory.in_slots
-        self._in_slot_bytes = memory.in_slot_bytes
+        self._in_payloads = memory.in_payloads
         self._in_sequences = memory.in_sequences
+        #: 1, 2, ... up to the capacity: the sequence words of a batch, offset by its head.
+        self._counting = np.arange(1, self._in_cap + 1, dtype=_U64)
         self._out_slots = memory.out_slots
         self._w64 = memory.words64
         self._w32 = memory.words32
@@ -759,7 +777,7 @@ class RingHost:
             pieces.append((0, first, count))
         for slot, begin, end in pieces:
             self._copy_in(slot, records[begin:end])
-        self._stamp(head, pieces)
+        self._stamp(head, pieces)  # release: every payload store above comes first
 
     def _stamp(self, head: int, pieces: list[tuple[int, int, int]]) -> None:
         """Store the sequence words of the records just copied: ``(slot, begin, end)``
@@ -770,20 +788,23 @@ class RingHost:
             sequences[pieces[0][0]] = head + 1
             return
         for slot, begin, end in pieces:
-            sequences[slot : slot + end - begin] = np.arange(
-                head + begin + 1, head + end + 1, dtype=_U64
+            np.add(
+                self._counting[: end - begin],
+                head + begin,
+                out=sequences[slot : slot + end - begin],
             )
 
     def _copy_in(self, slot: int, records: npt.NDArray[Any]) -> None:
         """Copy ``records`` into the sequenced slots from ``slot`` on: a short run
-        record by record, a long one as bytes, a row per slot."""
+        record by record, a long one as opaque records (one strided copy of bytes,
+        not one per field)."""
         count = len(records)
+        payloads = self._in_payloads
+        assert payloads is not None
         if count < _BYTE_COPY_MIN or not records.flags.c_contiguous:
             self._in_slots[slot : slot + count] = records
             return
-        itemsize = records.dtype.itemsize
-        rows = self._in_slot_bytes[slot : slot + count, :itemsize]
-        rows[...] = records.view(np.uint8).reshape(count, itemsize)
+        payloads[slot : slot + count] = records.view(payloads.dtype)
 
     # -- replies ---------------------------------------------------------------------
 
@@ -851,11 +872,11 @@ class RingHost:
         current = int(self._w32[Offset.STOP >> 2])
         if current == StopMode.NOW:
             return
-        self._w32[Offset.STOP >> 2] = int(mode)
+        self._w32[Offset.STOP >> 2] = int(mode)  # release: after the last IN_HEAD store
 
     def set_pause(self, paused: bool) -> None:
         """Store ``PAUSE``."""
-        self._w32[Offset.PAUSE >> 2] = 1 if paused else 0
+        self._w32[Offset.PAUSE >> 2] = 1 if paused else 0  # no order needed: no data
 
     @property
     def stop_requested(self) -> StopMode:
