@@ -9,9 +9,6 @@ CI run (``test_the_sources_compile``), so a GPU session never fails on a typo.
 
 from __future__ import annotations
 
-import faulthandler
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -19,7 +16,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import DOUBLE, REPLY, REQUEST, needs_nvrtc, real_stderr, requires_gpu
+from cuda_test_support import DOUBLE, REPLY, REQUEST, needs_nvrtc, requires_gpu
 from pdc_cuda import compile_to_ptx
 from pdc_cuda.graphs import In, InOut, MessageLauncher, Out
 
@@ -60,7 +57,12 @@ extern "C" __global__ void increment(int* x, unsigned long long n) {
 
 SOURCES = {"scale_into": SCALE_INTO, "wait_then_copy": WAIT_THEN_COPY, "increment": INCREMENT}
 
-gpu = pytest.mark.cuda
+
+def on_gpu(test: Any) -> Any:
+    """Mark ``test`` ``cuda``, skip it without a GPU, and run it under the watchdog."""
+    for mark in (pytest.mark.cuda, requires_gpu(), pytest.mark.usefixtures("gpu_watchdog")):
+        test = mark(test)
+    return test
 
 
 @needs_nvrtc()
@@ -74,23 +76,11 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def cuda(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The cuda backend, under a watchdog that ends a run hanging on the device."""
-    timeout = float(os.environ.get("PDC_CUDA_TEST_TIMEOUT", "120"))
-    faulthandler.dump_traceback_later(timeout, exit=True, file=real_stderr(request.config))
-    try:
-        yield pdc_core.get_backend("cuda")
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-
-
 def _scale_message(x: np.ndarray, a: float) -> tuple[Any, ...]:
     return (In(x), Out(x.shape, np.float32), np.float32(a), np.uint64(x.size))
 
 
-@gpu
-@requires_gpu()
+@on_gpu
 @pytest.mark.parametrize("graph", [True, False])
 def test_results_and_replay_reuse(cuda, graph):
     kernel = cuda.compile_kernel(SCALE_INTO, "scale_into")
@@ -107,8 +97,7 @@ def test_results_and_replay_reuse(cuda, graph):
             assert (stats.captures, stats.plain_launches) == (0, 50)
 
 
-@gpu
-@requires_gpu()
+@on_gpu
 def test_a_shape_change_captures_again_and_evicts(cuda):
     kernel = cuda.compile_kernel(SCALE_INTO, "scale_into")
     with MessageLauncher(kernel, max_graphs=1) as launcher:
@@ -120,8 +109,7 @@ def test_a_shape_change_captures_again_and_evicts(cuda):
         assert (stats.captures, stats.evictions, stats.cached) == (4, 3, 1)
 
 
-@gpu
-@requires_gpu()
+@on_gpu
 def test_in_out_and_source_kernels(cuda):
     increment = pdc_core.kernel.source(INCREMENT, name="increment")
     with MessageLauncher(increment, backend=cuda) as launcher:
@@ -132,8 +120,7 @@ def test_in_out_and_source_kernels(cuda):
         np.testing.assert_array_equal(x, np.arange(300))
 
 
-@gpu
-@requires_gpu()
+@on_gpu
 @pytest.mark.anyio
 async def test_launch_async(cuda):
     kernel = cuda.compile_kernel(SCALE_INTO, "scale_into")
@@ -153,8 +140,7 @@ async def test_launch_async(cuda):
     assert launcher.closed
 
 
-@gpu
-@requires_gpu()
+@on_gpu
 @pytest.mark.anyio
 async def test_a_cancelled_message_waits_for_its_replay_and_close_frees(cuda):
     kernel = cuda.compile_kernel(WAIT_THEN_COPY, "wait_then_copy")
@@ -199,8 +185,7 @@ async def test_a_cancelled_message_waits_for_its_replay_and_close_frees(cuda):
     assert cuda.memory_statistics().bytes_in_use == before
 
 
-@gpu
-@requires_gpu()
+@on_gpu
 @pytest.mark.anyio
 async def test_capture_and_replay_beside_a_resident_kernel(cuda):
     """Capture, instantiation and replays wait for their own stream, never the device."""

@@ -11,11 +11,8 @@ ring and, where sysfs names a node, that it lies there.
 from __future__ import annotations
 
 import ctypes
-import faulthandler
 import gc
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import DOUBLE, H100_PROPERTIES, REPLY, REQUEST, real_stderr, requires_gpu
+from cuda_test_support import DOUBLE, H100_PROPERTIES, REPLY, REQUEST, requires_gpu
 from pdc_cuda import CudaDeviceProperties, _memory, _numa
 from pdc_cuda._numa import (
     NumaPlacement,
@@ -37,7 +34,6 @@ from pdc_cuda._numa import (
     sysfs_bus_id,
 )
 
-import pdc_core
 from pdc_core.backend import MemoryKind
 
 BUS = "0000:19:00.0"
@@ -316,15 +312,11 @@ def test_no_node_means_cuda_host_alloc(fake_cupy, tmp_path, monkeypatch):
 # -- on a GPU ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def cuda(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """The cuda backend, under a watchdog that ends a run hanging on the device."""
-    timeout = float(os.environ.get("PDC_CUDA_TEST_TIMEOUT", "120"))
-    faulthandler.dump_traceback_later(timeout, exit=True, file=real_stderr(request.config))
-    try:
-        yield pdc_core.get_backend("cuda")
-    finally:
-        faulthandler.cancel_dump_traceback_later()
+def on_gpu(test: Any) -> Any:
+    """Mark ``test`` ``cuda``, skip it without a GPU, and run it under the watchdog."""
+    for mark in (pytest.mark.cuda, requires_gpu(), pytest.mark.usefixtures("gpu_watchdog")):
+        test = mark(test)
+    return test
 
 
 @pytest.fixture(params=["asyncio", "trio"])
@@ -332,8 +324,7 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.mark.cuda
-@requires_gpu()
+@on_gpu
 @pytest.mark.anyio
 async def test_rings_in_mapped_memory_on_the_gpus_node(cuda):
     from pdc_core import PersistentKernel, open_persistent_kernel
@@ -357,8 +348,7 @@ async def test_rings_in_mapped_memory_on_the_gpus_node(cuda):
         np.testing.assert_array_equal(replies["y"], np.full(1000, 3.0, np.float32))
 
 
-@pytest.mark.cuda
-@requires_gpu()
+@on_gpu
 def test_mapped_memory_is_read_by_the_device_at_its_host_address(cuda):
     mapped = cuda.allocate((1 << 16,), np.dtype(np.uint32), MemoryKind.MAPPED)
     mapped[:] = np.arange(1 << 16, dtype=np.uint32)
