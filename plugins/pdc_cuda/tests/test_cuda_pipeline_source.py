@@ -118,6 +118,8 @@ def test_every_place_compiles_with_the_scope_of_each_region(place, wiring):
     assert f"st.release.{outside}" in accesses  # the output ring's head
     if wiring.input_scope == wiring.output_scope == "device":
         assert not any(access.endswith(".sys") for access in accesses)  # no PCIe at all
+    # The only fence is the drain re-check's, at the input region's scope.
+    assert re.findall(r"\bfence\.[a-z_.]+", ptx) == [f"fence.acq_rel.{inside}"]
     # No read-modify-write on any region (only the block-local shared CAS).
     assert not re.search(r"\batom\.(global|sys|gpu)", ptx)
     assert not re.search(r"\batom\.[a-z.]*(sys|gpu)", ptx)

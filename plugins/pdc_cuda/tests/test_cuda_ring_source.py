@@ -200,7 +200,10 @@ def test_ring_kernel_compiles_to_ptx_with_system_scope_ordering():
     assert ".entry pdc_ring_kernel(" in ptx
     assert "ld.acquire.sys" in ptx  # polling IN_HEAD / OUT_TAIL
     assert "st.release.sys" in ptx  # publishing OUT_HEAD, IN_TAIL, flags
-    assert "fence.acq_rel.sys" in ptx  # per-thread fences around the batch
+    # One fence: the drain re-check's acquire (ring-protocol.md section 5); the block's
+    # threads are ordered by the barriers and thread 0's acquire/release, not by fences.
+    assert re.findall(r"\bfence\.[a-z_.]+", ptx) == ["fence.acq_rel.sys"]
+    assert "membar" not in ptx
     assert "nanosleep" in ptx  # idle back-off
     assert "bar.sync" in ptx  # the block's barriers
     # No read-modify-write on the mapped region (only the block-local shared CAS).
@@ -278,10 +281,9 @@ def test_a_sequenced_ring_kernel_acquires_the_sequence_word():
         ECHO, REQUEST, REPLY, wiring=RingWiring(sequenced_input=True)
     )
     assert ".entry pdc_ring_kernel(" in sequenced
-    # IN_HEAD is loaded relaxed in the sequenced poll (and acquired again only when a
-    # drain is about to finish); the sequence words are acquired.
-    assert "ld.relaxed.sys.b64" not in plain
-    assert "ld.relaxed.sys.b64" in sequenced
+    # IN_HEAD is loaded relaxed in the sequenced poll; the sequence words are acquired
+    # (by thread 0's poll, and by each thread for the rest of a run).
+    assert sequenced.count("ld.relaxed.sys.b64") > plain.count("ld.relaxed.sys.b64")
     assert sequenced.count("ld.acquire.sys.b64") > plain.count("ld.acquire.sys.b64")
     assert not re.search(r"\batom\.[a-z.]*sys", sequenced)
 

@@ -15,6 +15,14 @@
 // every ordered access is the scope of the region it touches: system for regions in
 // mapped host memory (the host, or a stage on another device, is the other side),
 // device for links in this device's memory. No read-modify-write ever touches a region.
+//
+// Memory ordering (ring-protocol.md section 5): each ordering point below says what it
+// orders and why, and nothing is ordered that need not be. The block's other threads
+// need no fences of their own: __syncthreads() synchronizes every thread of the block
+// with thread 0 (PTX: bar.sync synchronizes with bar.sync on the same barrier), and
+// PTX's release and acquire are cumulative along causality order, so thread 0's
+// acquire load before barrier 1 orders every thread's request loads after it, and
+// thread 0's release store after barrier 2 orders every thread's reply stores before it.
 
 #include <cuda/atomic>
 
@@ -97,6 +105,9 @@ struct Words {
     __device__ void store_relaxed64(pdc_u64 offset, pdc_u64 value) const {
         cuda::atomic_ref<pdc_u64, Scope>(word64(offset)).store(value, cuda::memory_order_relaxed);
     }
+    __device__ void store_relaxed32(pdc_u64 offset, pdc_u32 value) const {
+        cuda::atomic_ref<pdc_u32, Scope>(word32(offset)).store(value, cuda::memory_order_relaxed);
+    }
 };
 
 typedef Words<PDC_IN_SCOPE> InWords;
@@ -173,7 +184,7 @@ __device__ pdc_u32 whole_characters(const unsigned char* text, pdc_u32 length) {
 }
 
 // Message and length first (plain stores), then the code with a release store: a host
-// that sees the code also sees the message.
+// that sees the code -- at any time, not only after DONE -- also sees the message.
 __device__ void report_error(const InWords& in, pdc_u32 code, const char* text,
                              const char* text2, pdc_u64 number, bool with_number) {
     unsigned char* message = in.base + PDC_OFF_ERROR_MESSAGE;
@@ -299,14 +310,19 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
             batches = in.word64(PDC_OFF_BATCHES);
 #if PDC_OUT_LINK
             // STARTED only once the next stage is resident (or has given up, or a stop
-            // NOW came): stage 0's STARTED then means every stage is.
+            // NOW came): stage 0's STARTED then means every stage is. Relaxed: these
+            // words are signals, nothing read later depends on them (a next stage's
+            // error words are read only after the acquire of its DONE, on the way out).
             pdc_u32 delay = PDC_BACKOFF_MIN_NS;
-            while (out.load_acquire32(PDC_OFF_STARTED) == 0u && out.load_acquire32(PDC_OFF_DONE) == 0u &&
+            while (out.load_relaxed32(PDC_OFF_STARTED) == 0u &&
+                   out.load_relaxed32(PDC_OFF_DONE) == 0u &&
                    in.load_relaxed32(PDC_OFF_STOP) != PDC_STOP_NOW) {
                 delay = back_off(delay);
             }
 #endif
-            in.store_release32(PDC_OFF_STARTED, 1u);
+            // Relaxed: STARTED publishes no data (the header was written before launch,
+            // and the launch orders it before every load of this kernel).
+            in.store_relaxed32(PDC_OFF_STARTED, 1u);
         }
     }
 
@@ -324,10 +340,16 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 const pdc_u32 next_done = out.load_relaxed32(PDC_OFF_DONE);
 #endif
 #if PDC_IN_SEQUENCED
+                // Acquire: the host stored the request, then its sequence word (release);
+                // the request's loads come after this one (barrier 1 orders them for the
+                // other threads). IN_HEAD relaxed: it only sizes the run, whose further
+                // requests each thread acquires by their own sequence words.
                 const pdc_u64 in_head = in.load_relaxed64(PDC_OFF_IN_HEAD);
                 const pdc_u64 sequence = in.load_acquire64(
                     in_slot(s_in_ring, s_in_cap, in_tail) + PDC_IN_SEQUENCE_OFFSET);
 #else
+                // Acquire: the host stored the requests, then IN_HEAD (release); every
+                // thread's request loads come after barrier 1, after this load.
                 const pdc_u64 in_head = in.load_acquire64(PDC_OFF_IN_HEAD);
 #endif
                 if (stop == PDC_STOP_NOW) {
@@ -348,16 +370,22 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 const bool pause = stop == PDC_STOP_RUN && pause_word != 0u;
                 if (pause != paused) {
 #if PDC_OUT_LINK
-                    // Pass the pause on and wait for the next stage's answer first.
-                    out.store_release32(PDC_OFF_PAUSE, pause ? 1u : 0u);
+                    // Pass the pause on and wait for the next stage's answer first. PAUSE
+                    // relaxed: it carries no data (the next stage parks between runs,
+                    // whatever it has seen of IN_HEAD). PAUSED acquire: the next stage's
+                    // replies published before its PAUSED are then ordered before ours.
+                    out.store_relaxed32(PDC_OFF_PAUSE, pause ? 1u : 0u);
                     pdc_u32 delay = PDC_BACKOFF_MIN_NS;
                     while (out.load_acquire32(PDC_OFF_PAUSED) != (pause ? 1u : 0u) &&
-                           out.load_acquire32(PDC_OFF_DONE) == 0u &&
+                           out.load_relaxed32(PDC_OFF_DONE) == 0u &&
                            in.load_relaxed32(PDC_OFF_STOP) == PDC_STOP_RUN) {
                         delay = back_off(delay);
                     }
 #endif
                     paused = pause;
+                    // Release: everything consumed has been answered and published (and,
+                    // through the acquire above, the later stages' too): a host that sees
+                    // PAUSED sees those replies, and the state the bodies wrote.
                     in.store_release32(PDC_OFF_PAUSED, pause ? 1u : 0u);
                 }
                 if (paused) {
@@ -395,6 +423,8 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
 #endif
                 pdc_u64 space = s_out_cap - (out_head - out_tail);
                 if (count != 0 && space == 0) {  // reload the output ring's tail only now
+                    // Acquire: the reader copied those replies out, then stored its tail
+                    // (release); the block overwrites the slots after barrier 1.
                     out_tail = out.load_acquire64(PDC_OUT_TAIL_WORD);
                     if (out_tail > out_head || out_head - out_tail > s_out_cap) {
                         report_error(in, PDC_ERROR_PROTOCOL, "the output ring's tail moved to ",
@@ -406,12 +436,14 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 }
                 if (count == 0 || space == 0) {
                     if (count == 0 && stop == PDC_STOP_DRAIN && in_tail == out_head) {
-                        // STOP was loaded (relaxed) before IN_HEAD, so this IN_HEAD may
-                        // predate requests published before DRAIN was stored. The fence
-                        // orders the STOP load before a fresh acquire of IN_HEAD; leave
-                        // only if that one shows nothing new either.
+                        // STOP was loaded relaxed, and not before IN_HEAD in any order that
+                        // counts, so this IN_HEAD may predate requests the host published
+                        // before it stored DRAIN (release). The acquire fence makes the
+                        // STOP load that saw DRAIN an acquire: IN_HEAD loaded after it is
+                        // the final one. Relaxed suffices for that load: if it shows more
+                        // requests, the next poll acquires them as any other.
                         cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
-                        if (in.load_acquire64(PDC_OFF_IN_HEAD) == in_tail) {
+                        if (in.load_relaxed64(PDC_OFF_IN_HEAD) == in_tail) {
                             s_command = EXIT;  // every published request answered
                             break;
                         }
@@ -438,8 +470,8 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         __syncthreads();  // barrier 1: the run (or EXIT) is decided
         if (s_command != WORK) break;
 
-        // Every thread: order its slot loads after thread 0's acquire of IN_HEAD.
-        cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
+        // No fence here: barrier 1 orders this thread's request loads after thread 0's
+        // acquire load (see the top of the file).
         const pdc_u64 first = s_first, count = s_count;
         pdc_reply* replies =
             reinterpret_cast<pdc_reply*>(out_region + s_out_ring) + s_out % s_out_cap;
@@ -449,7 +481,8 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
             if (i != 0 || s_first_acquired == 0u) {
                 // Published per the IN_HEAD thread 0 loaded relaxed: acquire this slot's own
                 // sequence word, which the host stored before that IN_HEAD, until it shows
-                // this request; only then read the request.
+                // this request; only then read the request (the acquire is what orders
+                // the request's loads after the host's stores of it).
                 const pdc_u64 want = first + i + 1;
                 const pdc_u64 before = previous_sequence(s_in_cap, first + i);
                 pdc_u64 sequence;
@@ -476,10 +509,9 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 }
             }
         }
-        // Every thread: its reply stores become visible at the output ring's scope
-        // before the barrier.
-        cuda::atomic_thread_fence(cuda::memory_order_release, PDC_OUT_SCOPE);
-        __syncthreads();  // barrier 2: every reply of the run is written and fenced
+        // No fence here: barrier 2 orders this thread's reply stores (and request loads)
+        // before thread 0's release stores of the output head and IN_TAIL.
+        __syncthreads();  // barrier 2: every reply of the run is written
 
         if (threadIdx.x == 0) {
             if (s_error != 0u && s_sequence_error != 0u) {
@@ -495,8 +527,12 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 out_head += count;
                 in_tail += count;
                 batches += 1;
-                out.store_release64(PDC_OUT_HEAD_WORD, out_head);  // replies first
-                in.store_release64(PDC_OFF_IN_TAIL, in_tail);      // then free the requests' slots
+                // Release: the replies are visible before the head that publishes them.
+                out.store_release64(PDC_OUT_HEAD_WORD, out_head);
+                // Release: every request load of the run is done before its slots are
+                // handed back (the host overwrites them after an acquire of IN_TAIL).
+                in.store_release64(PDC_OFF_IN_TAIL, in_tail);
+                // Relaxed: statistics, nothing depends on it.
                 in.store_relaxed64(PDC_OFF_BATCHES, batches);
             }
         }
@@ -508,22 +544,32 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         // error, everything published consumed and forwarded), else now -- and wait for
         // its DONE (passing on a NOW that comes meanwhile), so that DONE comes back up
         // stage by stage.
+        // (A drain that finished was checked after the acquire fence above; this load
+        // of IN_HEAD decides nothing else, so it is relaxed.)
         const bool drain = in.load_relaxed32(PDC_OFF_STOP) == PDC_STOP_DRAIN &&
                            in.word32(PDC_OFF_ERROR_CODE) == 0u &&
-                           in.load_acquire64(PDC_OFF_IN_HEAD) == in_tail;
+                           in.load_relaxed64(PDC_OFF_IN_HEAD) == in_tail;
+        // Release: a DRAIN comes after this stage's last IN_HEAD store in the next ring
+        // (ring-protocol.md section 6: the host publishes nothing after the stop).
         out.store_release32(PDC_OFF_STOP, drain ? PDC_STOP_DRAIN : PDC_STOP_NOW);
         bool now_passed = !drain;
         pdc_u32 delay = PDC_BACKOFF_MIN_NS;
+        // Acquire: the next stage's error words, and everything before its DONE (the
+        // last stage's final replies), are ordered before this stage's DONE.
         while (out.load_acquire32(PDC_OFF_DONE) == 0u) {
             if (!now_passed && in.load_relaxed32(PDC_OFF_STOP) == PDC_STOP_NOW) {
-                out.store_release32(PDC_OFF_STOP, PDC_STOP_NOW);  // NOW wins
+                // Relaxed: NOW carries no data, and follows the DRAIN in the same word.
+                out.store_relaxed32(PDC_OFF_STOP, PDC_STOP_NOW);  // NOW wins
                 now_passed = true;
             }
             delay = back_off(delay);
         }
         if (in.word32(PDC_OFF_ERROR_CODE) == 0u) adopt_error(in, out);
 #endif
-        if (paused) in.store_release32(PDC_OFF_PAUSED, 0u);
-        in.store_release32(PDC_OFF_DONE, 1u);  // the last store to the region
+        // Relaxed: DONE below is the release that covers it.
+        if (paused) in.store_relaxed32(PDC_OFF_PAUSED, 0u);
+        // Release: every store of this kernel (replies, heads, error words) is visible
+        // before DONE; nothing touches the region after it.
+        in.store_release32(PDC_OFF_DONE, 1u);
     }
 }
