@@ -294,3 +294,19 @@ def test_the_error_in_the_host_region_names_the_stage_and_release_frees_the_link
     resident.release()
     assert all(link.device_array is None for link in links)
     assert device.backend.resident_kernels() == []
+
+
+def test_release_after_a_fault_frees_the_links_without_raising():
+    device = Device()
+    pipeline = abc()
+    resident = launch_pipeline(device.backend, pipeline, device.host_region(pipeline))
+    for stream in device.streams:
+        stream.done = True
+
+    def faulted() -> None:
+        raise RuntimeError("cudaErrorIllegalAddress: the context is gone")
+
+    for link in resident.links:
+        link.refresh = faulted  # type: ignore[method-assign]
+    resident.release()
+    assert all(link.device_array is None for link in resident.links)
