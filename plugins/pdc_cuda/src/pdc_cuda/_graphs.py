@@ -372,7 +372,7 @@ class MessageLauncher:
     ``launcher(*args)`` waits for its own stream (never the device);
     ``await launcher.launch_async(*args)`` polls it in the event loop. One message runs
     at a time: concurrent ``launch_async`` calls take turns; a synchronous call while a
-    message is in flight raises ``RuntimeError``.
+    message is in flight raises ``RuntimeError``. One event loop drives a launcher.
 
     Launch geometry: ``grid`` and ``block`` when given; otherwise the kernel's
     automatic configuration (:meth:`CudaKernel.config`) over ``size=`` of the call, or
@@ -414,7 +414,6 @@ class MessageLauncher:
         self._busy = False
         self._closed = False
         self._freed = False
-        self._waiter = PollingWaiter()
         self._messages = self._captures = self._replays = self._plain = self._evictions = 0
         self._finalizer = weakref.finalize(self, _destroy_all, self._ops, self._entries)
 
@@ -590,7 +589,8 @@ class MessageLauncher:
             self._evictions += 1
 
     async def _wait(self) -> None:
-        ops, stream, waiter = self._ops, self._stream, self._waiter
+        ops, stream = self._ops, self._stream
+        waiter = PollingWaiter()  # per wait: it binds to the running event loop
         waiter.begin()
         while not ops.done(stream):  # raises when the work failed
             try:
