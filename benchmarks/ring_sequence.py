@@ -1,8 +1,8 @@
-"""What the sequence words of sequenced input slots cost the host (ring-protocol.md §12).
+"""What sequenced input slots cost the host, and what they buy a GPU (ring-protocol.md §12).
 
-On the cpu backend, the same persistent kernel with a plain input ring and with
-sequenced input slots (the host then stores a sequence word after each record, and
-copies records into strided slots), in interleaved rounds:
+The same persistent kernel with a plain input ring and with sequenced input slots (the
+host then stores a sequence word after each record, into strided slots), in
+interleaved rounds:
 
 * round trip: ``await session.request(record)``, p50 over ``--requests`` per round;
 * throughput: ``session.request_batch`` of ``--batch`` records through ``--capacity``
@@ -14,12 +14,20 @@ The table reports medians over rounds and the median of the per-round ratios
 sequenced/plain, under asyncio and trio.
 
     .venv/bin/python benchmarks/ring_sequence.py --rounds 7
+    .venv/bin/python benchmarks/ring_sequence.py --backend cuda --rounds 7
+
+On the cpu backend (plain slots by default) the kernel's layout asks for sequence
+words; on cuda (sequenced slots by default) the plain contender runs on a cuda backend
+that declares ``ring_sequenced_input = False``, so the kernel polls ``IN_HEAD`` and
+reads the slot with a second PCIe read. ``--backend cuda`` needs a GPU: without one it
+prints why and exits with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -33,10 +41,18 @@ from pdc_core.backend import Offset, RingHost, RingLayout, RingMemory
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 LAYOUTS = ("plain", "sequenced")
+CUDA_DOUBLE = (
+    "__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {\n"
+    "    reply.id = request.id;\n"
+    "    reply.x = request.x * 2.0;\n"
+    "    return 0;\n"
+    "}\n"
+)
 
 
 def kernel(capacity: int, sequenced: bool) -> PersistentKernel:
     k = PersistentKernel("double", REQ, REQ, capacity=capacity)
+    k.add_body("cuda", CUDA_DOUBLE)
 
     @k.body("cpu")
     def body(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
@@ -51,11 +67,31 @@ def kernel(capacity: int, sequenced: bool) -> PersistentKernel:
     return k
 
 
-async def session_round(args: argparse.Namespace, sequenced: bool) -> dict[str, float]:
+def backends(name: str) -> dict[str, Any]:
+    """The backend each contender runs on (exits with status 2 if ``name`` cannot run)."""
+    try:
+        backend = pdc_core.get_backend(name)
+    except pdc_core.BackendUnavailable as exc:
+        print(f"ring_sequence: cannot measure on the {name} backend: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if name == "cpu":
+        return {"plain": backend, "sequenced": backend}
+
+    class PlainSlots(type(backend)):  # type: ignore[misc]
+        ring_sequenced_input = False
+
+    return {"plain": PlainSlots(backend.device), "sequenced": backend}
+
+
+async def session_round(
+    args: argparse.Namespace, backend: Any, sequenced: bool
+) -> dict[str, float]:
     batch = np.zeros(args.batch, REQ)
     batch["id"] = np.arange(args.batch)
     batch["x"] = np.arange(args.batch, dtype=np.float64)
-    async with open_persistent_kernel(kernel(args.capacity, sequenced), "cpu") as session:
+    # On cpu the kernel's layout asks for sequence words; on cuda the backend decides.
+    ask = sequenced and args.backend == "cpu"
+    async with open_persistent_kernel(kernel(args.capacity, ask), backend) as session:
         assert session.memory.layout.sequenced_input is sequenced
         for index in range(50):  # warm up
             await session.request((index, 1.0))
@@ -90,7 +126,9 @@ def host_write_ns(count: int, sequenced: bool, repeat: int) -> float:
     return best / count * 1e9
 
 
-def measure(args: argparse.Namespace, loop: str) -> dict[str, dict[str, list[float]]]:
+def measure(
+    args: argparse.Namespace, loop: str, contenders: dict[str, Any]
+) -> dict[str, dict[str, list[float]]]:
     results: dict[str, dict[str, list[float]]] = {
         name: {"p50": [], "rate": [], "write 1": [], "write batch": []} for name in LAYOUTS
     }
@@ -98,7 +136,7 @@ def measure(args: argparse.Namespace, loop: str) -> dict[str, dict[str, list[flo
         order = LAYOUTS if round_ % 2 == 0 else tuple(reversed(LAYOUTS))
         for name in order:
             sequenced = name == "sequenced"
-            measured = anyio.run(session_round, args, sequenced, backend=loop)
+            measured = anyio.run(session_round, args, contenders[name], sequenced, backend=loop)
             results[name]["p50"].append(measured["p50"])
             results[name]["rate"].append(measured["rate"])
             results[name]["write 1"].append(host_write_ns(1, sequenced, 20))
@@ -130,6 +168,7 @@ def report(loop: str, results: dict[str, dict[str, list[float]]]) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--requests", type=int, default=1000, help="round trips per round")
     parser.add_argument("--batch", type=int, default=16384, help="records per batch")
@@ -137,14 +176,16 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=1024, help="slots per ring")
     parser.add_argument("--loops", default="asyncio,trio")
     args = parser.parse_args()
-    print(f"pdc-core {pdc_core.__version__}, numpy {np.__version__}, {args}")
+    contenders = backends(args.backend)
+    device = contenders["sequenced"].device_info.name
+    print(f"pdc-core {pdc_core.__version__}, numpy {np.__version__}, {device}, {args}")
     print(
         "| loop | input slots | round trip p50 (us) | request_batch (M records/s) | "
         "host write, 1 record (ns) | host write, batch (ns/record) |"
     )
     print("|---|---|---:|---:|---:|---:|")
     for loop in args.loops.split(","):
-        for row in report(loop, measure(args, loop)):
+        for row in report(loop, measure(args, loop, contenders)):
             print(row, flush=True)
 
 

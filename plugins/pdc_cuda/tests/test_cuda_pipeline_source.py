@@ -33,7 +33,8 @@ from pdc_core import PersistentKernel, PersistentPipeline
 from pdc_core.backend import LinkedDevice, RingMemory, StageLink
 
 needs_nvrtc = cuda_test_support.needs_nvrtc()
-BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "k2k_pipeline.py"
+BENCHMARKS = Path(__file__).resolve().parents[3] / "benchmarks"
+BENCHMARK = BENCHMARKS / "k2k_pipeline.py"
 
 #: (name, wiring) for every place a stage can hold.
 PLACES = [
@@ -47,8 +48,8 @@ PLACES = [
 ]
 
 
-def load_benchmark():
-    spec = importlib.util.spec_from_file_location("pdc_k2k_benchmark", BENCHMARK)
+def load_benchmark(path: Path = BENCHMARK):
+    spec = importlib.util.spec_from_file_location(f"pdc_benchmark_{path.stem}", path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -138,6 +139,19 @@ def test_every_gpu_test_body_compiles(name):
 
 
 @needs_nvrtc
+@pytest.mark.parametrize("sequenced", [False, True])
+def test_the_sequence_benchmark_body_compiles_for_both_layouts(sequenced):
+    benchmark = load_benchmark(BENCHMARKS / "ring_sequence.py")
+    ptx = compile_ring_kernel_ptx(
+        benchmark.CUDA_DOUBLE,
+        benchmark.REQ,
+        benchmark.REQ,
+        wiring=RingWiring(sequenced_input=sequenced),
+    )
+    assert ".entry pdc_ring_kernel(" in ptx
+
+
+@needs_nvrtc
 def test_the_benchmark_stages_compile():
     benchmark = load_benchmark()
     for kernel in benchmark.kernels(16):
@@ -151,14 +165,15 @@ def test_the_benchmark_stages_compile():
 # -- the benchmark -----------------------------------------------------------------------
 
 
-def test_the_benchmark_refuses_cuda_without_a_gpu_and_says_why():
+@pytest.mark.parametrize("script", ["k2k_pipeline.py", "ring_sequence.py"])
+def test_the_benchmarks_refuse_cuda_without_a_gpu_and_say_why(script):
     from pdc_cuda import CudaBackend
 
     availability = CudaBackend.availability()
     if availability.available:
         pytest.skip("a CUDA GPU is available here: the refusal cannot be seen")
     done = subprocess.run(
-        [sys.executable, str(BENCHMARK), "--backend", "cuda"],
+        [sys.executable, str(BENCHMARKS / script), "--backend", "cuda"],
         capture_output=True,
         text=True,
         timeout=120,
