@@ -148,6 +148,7 @@ BACKEND = [
     "RING_VERSION",
     "ResidentKernel",
     "RingDevice",
+    "RingFeature",
     "RingHost",
     "RingLayout",
     "RingMemory",
@@ -174,6 +175,7 @@ BACKEND = [
     "record_dtype",
     "record_from_mapping",
     "records_copy",
+    "sequenced_slot_size",
 ]
 
 LOWLEVEL = [

@@ -18,15 +18,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdc_core import PersistentKernel, RingProtocolError, open_persistent_kernel
-from pdc_core._backend._ring import RingFeature, sequenced_slot_size
 from pdc_core.backend import (
     LINE_SIZE,
     RING_VERSION,
     Offset,
     RingDevice,
+    RingFeature,
     RingHost,
     RingLayout,
     RingMemory,
+    sequenced_slot_size,
 )
 
 REP = np.dtype([("seq", "<u8"), ("y", "<i8")], align=True)

@@ -70,6 +70,7 @@ from ._backend._ring import (
     ErrorCode,
     Offset,
     RingDevice,
+    RingFeature,
     RingHost,
     RingLayout,
     RingMemory,
@@ -80,6 +81,7 @@ from ._backend._ring import (
     record_dtype,
     record_from_mapping,
     records_copy,
+    sequenced_slot_size,
 )
 from ._backend._worker_stream import ThreadContext, WorkerEvent, WorkerStream
 from ._buffer import normalize_shape_dtype
@@ -145,6 +147,7 @@ __all__ = [
     "PollingWaiter",
     "ResidentKernel",
     "RingDevice",
+    "RingFeature",
     "RingHost",
     "RingLayout",
     "RingMemory",
@@ -162,4 +165,5 @@ __all__ = [
     "record_dtype",
     "record_from_mapping",
     "records_copy",
+    "sequenced_slot_size",
 ]

@@ -214,7 +214,12 @@ class Backend(abc.ABC):
 
     Subclasses set the class attributes and implement the abstract methods. The
     optional ones raise :class:`~pdc_core.CapabilityError` unless the matching
-    :class:`Capability` is declared and the method overridden.
+    :class:`Capability` is declared and the method overridden. A backend that runs
+    kernel-to-kernel pipelines its own way (links in device memory, every stage
+    launched at once) may also define ``launch_pipeline(pipeline, memory, **options)``
+    returning a :class:`~pdc_core.backend.PipelineResident`;
+    :func:`~pdc_core.backend.launch_pipeline` calls it instead of launching the stages
+    one by one with the ``link=`` option.
     """
 
     #: The name users select it by (``"cuda"``, ``"cuda:1"`` picks device 1).
@@ -225,6 +230,10 @@ class Backend(abc.ABC):
     priority: ClassVar[int] = 0
     #: What it can do.
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    #: Whether its persistent kernels' rings carry a sequence word in each input slot
+    #: (ring protocol section 12): for a device that reads a request and its sequence
+    #: number with one read across a bus. Host-memory backends leave it off.
+    ring_sequenced_input: ClassVar[bool] = False
 
     def __init__(self, device: int = 0) -> None:
         self.device = device
