@@ -35,6 +35,8 @@ Three tables:
    (``n`` tasks doing ``await asyncio.wait_for(queue.get(), 0.1)``; under trio
    ``with trio.move_on_after(0.1): await receive()``). Process CPU time over a
    ``--window`` second wall-clock window after they settle, as a percentage of one core.
+   Last, the interpreter's floor: the CPU of throwing a ``TimeoutError`` into ``--n``
+   parked seed loops, ten times a second each, with no event loop or timer at all.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ import statistics
 import sys
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable
+import types
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any
 
 import anyio
@@ -282,6 +285,49 @@ async def _idle_cpu_floor(n: int, window: float) -> float:
     return used
 
 
+class _FloorContext:
+    should_terminate = False
+    is_active = True
+
+
+@types.coroutine
+def _parked() -> Generator[None, None, None]:
+    yield
+
+
+def _idle_cpu_interpreter_floor(n: int, timeouts_per_second: float, rounds: int = 20) -> float:
+    """Percent of a core that ``n`` seed loops cost at ``timeouts_per_second`` each when
+    a timeout costs only what CPython must do for it: no event loop, no timer, just a
+    ``TimeoutError`` thrown into each parked loop, caught by the seeds' ``except``, the
+    two flags looked at, and the loop parked again. Any implementation costs more."""
+
+    async def receive() -> None:
+        await _parked()
+
+    async def seed_loop(ctx: _FloorContext) -> None:
+        while not ctx.should_terminate:
+            if not ctx.is_active:
+                continue
+            try:
+                await receive()
+            except TimeoutError:
+                continue
+
+    loops = [seed_loop(_FloorContext()) for _ in range(n)]
+    for loop in loops:
+        loop.send(None)
+    best = float("inf")
+    for _ in range(5):
+        started = time.process_time()
+        for _ in range(rounds):
+            for loop in loops:
+                loop.throw(TimeoutError())
+        best = min(best, (time.process_time() - started) / (rounds * n))
+    for loop in loops:
+        loop.close()
+    return 100.0 * best * n * timeouts_per_second
+
+
 def _run(backend: str, fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
     gc.collect()
     return anyio.run(fn, *args, backend=backend)
@@ -374,6 +420,8 @@ def main() -> int:
         used = _run(backend, _idle_cpu_floor, n, args.window)
         floor = "wait_for(queue.get(), 0.1)" if backend == "asyncio" else "move_on_after(0.1)"
         rows.append([backend, f"plain tasks, {floor}", f"{used:.1f}%"])
+    used = _idle_cpu_interpreter_floor(n, timeouts_per_second=10.0)
+    rows.append(["none", "CPython floor: TimeoutError thrown into parked loops", f"{used:.1f}%"])
     print(table(["backend", "idle loop", "% of a core"], rows, "llr"))
     return 0
 
