@@ -15,17 +15,14 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 import pytest
+from host_memory_backend import HostMemoryBackend
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdc_core import Backend, CapabilityError, PersistentKernel, PersistentPipeline
 from pdc_core.backend import (
-    Availability,
     Capability,
-    DeviceInfo,
     LinkedDevice,
-    MemoryKind,
-    MemoryStatistics,
     Offset,
     ResidentKernel,
     RingHost,
@@ -236,40 +233,10 @@ def test_stop_now_passes_down_and_done_comes_back_up() -> None:
 # -- backends that cannot run a pipeline ---------------------------------------------------
 
 
-class _HostMemoryBackend(Backend):
+class _HostMemoryBackend(HostMemoryBackend):
     """Host memory for rings; persistent kernels only as its subclasses say."""
 
     name: ClassVar[str] = "nolinks"
-    distribution: ClassVar[str] = "none"
-
-    @classmethod
-    def availability(cls) -> Availability:
-        return Availability.yes()
-
-    @classmethod
-    def devices(cls) -> list[DeviceInfo]:
-        return [DeviceInfo(backend=cls.name, index=0, name="host", kind="cpu")]
-
-    def allocate(self, shape: Any, dtype: Any, kind: MemoryKind = MemoryKind.DEVICE) -> Any:
-        return np.zeros(shape, dtype)
-
-    def to_device(self, host: Any, out: Any = None, stream: Any = None) -> Any:
-        return np.array(host)
-
-    def to_host(self, device: Any, out: Any = None, stream: Any = None) -> Any:
-        return np.array(device)
-
-    def memory_statistics(self) -> MemoryStatistics:
-        return MemoryStatistics()
-
-    def create_stream(self) -> Any:
-        raise NotImplementedError
-
-    def create_event(self) -> Any:
-        raise NotImplementedError
-
-    def synchronize(self) -> None:
-        pass
 
 
 class _KernelsWithoutLinks(_HostMemoryBackend):

@@ -15,6 +15,7 @@ import anyio.lowlevel
 import numpy as np
 import numpy.typing as npt
 import pytest
+from host_memory_backend import HostMemoryBackend
 
 from pdc_core import (
     ActorCrashed,
@@ -22,7 +23,6 @@ from pdc_core import (
     Backend,
     Capability,
     CapabilityError,
-    DeviceInfo,
     DeviceSource,
     KernelBodyMissing,
     KernelStopTimeout,
@@ -35,10 +35,8 @@ from pdc_core import (
     persistent_kernel,
 )
 from pdc_core.backend import (
-    Availability,
     ErrorCode,
     MemoryKind,
-    MemoryStatistics,
     ResidentKernel,
     RingDevice,
     RingMemory,
@@ -131,45 +129,18 @@ class ScriptedKernel(ResidentKernel):
         self.released = True
 
 
-class ScriptedBackend(Backend):
+class ScriptedBackend(HostMemoryBackend):
     name: ClassVar[str] = "scripted"
-    distribution: ClassVar[str] = "none"
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.PERSISTENT_KERNELS})
 
     def __init__(self, device: int = 0) -> None:
         super().__init__(device)
         self.launched: list[ScriptedKernel] = []
 
-    @classmethod
-    def availability(cls) -> Availability:
-        return Availability.yes()
-
-    @classmethod
-    def devices(cls) -> list[DeviceInfo]:
-        return [DeviceInfo(backend=cls.name, index=0, name="script", kind="cpu")]
-
     def allocate(
         self, shape: tuple[int, ...], dtype: np.dtype[Any], kind: MemoryKind = MemoryKind.DEVICE
     ) -> Any:
         return np.full(shape, 0xAB, dtype=np.uint8).view(dtype)  # garbage: must be initialised
-
-    def to_device(self, host: Any, out: Any = None, stream: Any = None) -> Any:
-        return np.array(host)
-
-    def to_host(self, device: Any, out: Any = None, stream: Any = None) -> Any:
-        return np.array(device)
-
-    def memory_statistics(self) -> MemoryStatistics:
-        return MemoryStatistics()
-
-    def create_stream(self) -> Any:
-        raise NotImplementedError
-
-    def create_event(self) -> Any:
-        raise NotImplementedError
-
-    def synchronize(self) -> None:
-        pass
 
     def launch_persistent_kernel(
         self, kernel: PersistentKernel, rings: RingMemory, **options: Any
