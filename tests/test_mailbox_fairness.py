@@ -16,7 +16,7 @@ from typing import TypeVar
 import anyio
 import anyio.lowlevel
 
-from pdc_core import ActorRef, Mailbox, RingKernelRuntime, open_nursery
+from pdc_core import ActorRef, Mailbox, RingKernelContext, RingKernelRuntime, open_nursery
 
 T = TypeVar("T")
 
@@ -164,25 +164,17 @@ async def test_a_busy_producer_of_one_mailbox_lets_another_task_run_again_and_ag
 async def test_seed_facade_sends_spread_over_many_kernels_let_another_task_run() -> None:
     """The seed facade's ``runtime.send`` takes the same turns as a mailbox's send."""
 
-    async def sink(ctx: Any) -> None:
+    async def sink(ctx: RingKernelContext) -> None:
         while True:
             await ctx.receive()
 
-    kernels = SPREAD // 4
+    kernel_ids = [f"fair_{index}" for index in range(SPREAD // 4)]
     witness = Witness()
-    sent = 0
     async with RingKernelRuntime() as runtime:
-        for index in range(kernels):
-            await runtime.launch(f"fair_{index}", sink, queue_size=PER_MAILBOX)
+        for kernel_id in kernel_ids:
+            await runtime.launch(kernel_id, sink, queue_size=PER_MAILBOX)
         async with anyio.create_task_group() as tg:
             tg.start_soon(witness.run)
-            for round_index in range(PER_MAILBOX):
-                for index in range(kernels):
-                    await runtime.send(f"fair_{index}", round_index)
-                    sent += 1
-                    if witness.ran:
-                        break
-                if witness.ran:
-                    break
-        assert witness.ran, f"{sent} sends over {kernels} kernels never yielded"
-        assert sent < kernels * PER_MAILBOX
+            sent = await round_robin(kernel_ids, runtime.send, witness)
+        assert witness.ran, f"{sent} sends over {len(kernel_ids)} kernels never yielded"
+        assert sent < len(kernel_ids) * PER_MAILBOX
