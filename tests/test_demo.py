@@ -27,11 +27,7 @@ from pdc_core._cli._demo import (
     synthetic_stream,
     uses_persistent_kernel,
 )
-
-
-def thread_count() -> int:
-    """Threads other than trio's idle worker-thread cache (which outlives tasks)."""
-    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
+from pdc_core.testing import thread_count
 
 
 async def test_pipeline_runs_the_feature_stage_as_a_persistent_kernel_on_cpu() -> None:

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from pdc_core import (
     RestartPolicy,
     open_nursery,
 )
+from pdc_core.testing import settle_threads, thread_count
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
@@ -56,18 +56,6 @@ def records(start: int, count: int) -> Any:
 
 def state_of(ref: ActorRef[Any, Any]) -> ActorState:
     return ref.state
-
-
-def thread_count() -> int:
-    """Threads other than trio's idle worker-thread cache (which outlives tasks)."""
-    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
-
-
-async def settle_threads(baseline: int) -> None:
-    with anyio.move_on_after(2):
-        while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
-            await anyio.sleep(0.005)
-    assert thread_count() == baseline, threading.enumerate()
 
 
 async def test_kernel_actor_tell_ask_batches_pause_and_stop() -> None:
@@ -111,7 +99,7 @@ async def test_kernel_actor_tell_ask_batches_pause_and_stop() -> None:
             with pytest.raises(ActorStopped, match="'double' is stopped"):
                 await op
         await ref.stop()  # idempotent
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=2)
 
 
 async def test_runner_with_backend_name_and_nursery_exit_stops_it() -> None:
@@ -127,7 +115,7 @@ async def test_runner_with_backend_name_and_nursery_exit_stops_it() -> None:
         assert float((await other.ask((1, 2.5)))["y"]) == 5.0
     assert ref.state is ActorState.STOPPED
     assert other.state is ActorState.STOPPED
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=2)
 
 
 async def test_body_error_crashes_the_nursery() -> None:
@@ -150,7 +138,7 @@ async def test_body_error_crashes_the_nursery() -> None:
     assert ref.state is ActorState.CRASHED
     with pytest.raises(ActorCrashed):
         await ref.tell((1, 1.0))
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=2)
 
 
 async def test_idle_kernel_crash_is_seen_without_a_request() -> None:
@@ -177,7 +165,7 @@ async def test_stop_timeout_is_reported() -> None:
         assert isinstance(info.value.cause, KernelStopTimeout)
     finally:
         held.release.set()
-    await settle_threads(baseline)  # the worker exits once the body returns
+    await settle_threads(baseline, within=2)  # the worker exits once the body returns
 
 
 async def test_cancelling_the_nursery_stops_the_kernel() -> None:
@@ -207,7 +195,7 @@ async def test_cancelling_the_nursery_stops_the_kernel() -> None:
     assert scope.cancelled_caught
     assert ref.state is ActorState.STOPPED
     assert len(pending) == 1
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=2)
 
     with anyio.CancelScope() as scope2:
         async with open_nursery() as nursery:
@@ -215,7 +203,7 @@ async def test_cancelling_the_nursery_stops_the_kernel() -> None:
             nursery.cancel()
     assert not scope2.cancelled_caught
     assert ref.state is ActorState.STOPPED
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=2)
 
 
 async def test_start_failures() -> None:
@@ -255,7 +243,7 @@ async def test_restart_policy_launches_a_fresh_kernel() -> None:
         stats = ref.statistics()
         assert (stats.restarts, stats.errors) == (1, 1)
         assert stats.handled == 1
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=2)
 
 
 async def test_a_cancelled_caller_ends_cancelled_when_the_kernel_stopped_first() -> None:

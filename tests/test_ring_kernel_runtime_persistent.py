@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,7 @@ from pdc_core import (
     open_nursery,
 )
 from pdc_core.backend import StopMode
+from pdc_core.testing import settle_threads, thread_count
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
@@ -62,17 +62,6 @@ async def release_once_escalated(held: HeldBatch, ref: Any) -> None:
     resident = ref.session.resident
     await wait_for(lambda: resident.status.stop is StopMode.NOW)
     held.release.set()
-
-
-def thread_count() -> int:
-    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
-
-
-async def settle_threads(baseline: int) -> None:
-    with anyio.move_on_after(3):
-        while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
-            await anyio.sleep(0.005)
-    assert thread_count() == baseline, threading.enumerate()
 
 
 async def test_lifecycle_send_receive_ask_and_telemetry() -> None:
@@ -122,7 +111,7 @@ async def test_lifecycle_send_receive_ask_and_telemetry() -> None:
             await runtime.send("double", (4, 1.0))
         with pytest.raises(KernelStateError, match="receive"):
             await runtime.receive("double")
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=3)
 
 
 async def test_terminate_drains_what_was_sent_before_a_launched_kernel_ran() -> None:
@@ -147,7 +136,7 @@ async def test_runtime_exit_terminates_persistent_kernels() -> None:
         assert float((await runtime.ask("a", (1, 1.0)))["y"]) == 2.0
         assert thread_count() == baseline + 2
     assert runtime.kernel_states == {"a": KernelState.TERMINATED, "b": KernelState.TERMINATED}
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=3)
 
 
 async def test_terminate_escalates_after_the_timeout_and_fails_unconsumed_requests() -> None:
@@ -262,7 +251,7 @@ async def test_cancellation_stops_the_kernel_and_leaves_nothing_running() -> Non
             await anyio.sleep_forever()
     assert scope.cancelled_caught
     assert runtime.kernel_states == {"double": KernelState.TERMINATED}
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=3)
 
 
 async def test_kernel_actor_stop_without_drain_escalates_a_draining_stop() -> None:

@@ -36,6 +36,7 @@ from pdc_core import (
     open_persistent_kernel,
 )
 from pdc_core.backend import ErrorCode, HostWorkerKernel, RingMemory
+from pdc_core.testing import settle_threads, thread_count
 
 pytestmark = needs_mlx
 
@@ -62,18 +63,6 @@ def records(start: int, count: int) -> Any:
 
 def kernel_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("pdc-metal-kernel-")]
-
-
-def thread_count() -> int:
-    """Threads other than trio's idle worker-thread cache (which outlives tasks)."""
-    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
-
-
-async def settle_threads(baseline: int) -> None:
-    with anyio.move_on_after(3):
-        while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
-            await anyio.sleep(0.005)
-    assert thread_count() == baseline, threading.enumerate()
 
 
 def test_metal_backend_declares_persistent_kernels() -> None:
@@ -186,7 +175,7 @@ async def test_kernel_actor_on_metal_end_to_end(monkeypatch: pytest.MonkeyPatch)
         assert ref.state is ActorState.STOPPED
         with pytest.raises(ActorStopped):
             await ref.ask((1, 1.0))
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=3)
 
 
 async def test_device_resident_state_in_place_and_replaced() -> None:
@@ -234,7 +223,7 @@ async def test_body_that_raises_crashes_the_nursery() -> None:
     assert isinstance(error, PersistentKernelError)
     assert error.code == ErrorCode.BODY
     assert isinstance(error.__cause__, ZeroDivisionError)
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=3)
 
 
 @pytest.mark.parametrize(
@@ -295,13 +284,13 @@ async def test_stop_and_cancellation_leave_nothing_running() -> None:
             await ref.ask((1, 0.0))
     assert scope.cancelled_caught
     assert ref.state is ActorState.STOPPED
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=3)
 
     session = await PersistentKernelSession.start(make(), backend)
     assert int((await session.request((5, 1.0)))["id"]) == 5
     await session.stop(drain=True)
     assert session.state is SessionState.STOPPED
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=3)
 
 
 async def test_bad_launches() -> None:

@@ -30,6 +30,7 @@ from pdc_core import (
     RecordError,
     open_nursery,
 )
+from pdc_core.testing import settle_threads, thread_count
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
@@ -84,18 +85,6 @@ async def start(
     return ref
 
 
-def thread_count() -> int:
-    """Threads other than trio's idle worker-thread cache (which outlives tasks)."""
-    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
-
-
-async def settle_threads(baseline: int) -> None:
-    with anyio.move_on_after(2):
-        while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
-            await anyio.sleep(0.005)
-    assert thread_count() == baseline, threading.enumerate()
-
-
 @pytest.fixture(autouse=True)
 def _fresh_logs() -> None:
     BATCHES.clear()
@@ -143,7 +132,7 @@ async def test_a_kernel_runs_resident_remotely_and_a_batch_is_one_call_and_one_r
             assert remote.handled == handled
         assert engine.alive() == []
         assert ref.state is ActorState.STOPPED
-    await settle_threads(baseline)  # the kernel's worker thread was joined
+    await settle_threads(baseline, within=2)  # the kernel's worker thread was joined
 
 
 async def test_concurrent_asks_share_one_array_and_each_gets_its_own_replies() -> None:
@@ -295,7 +284,7 @@ async def test_cancelling_the_nursery_kills_the_process_and_ends_the_kernel() ->
             assert engine.processes[0].killed
             assert ref.state is ActorState.STOPPED
             GATE.set()  # the body in hand returns; the dead process's kernel stops
-    await settle_threads(baseline)
+    await settle_threads(baseline, within=2)
 
 
 async def test_a_hung_process_is_lost_at_its_heartbeat() -> None:

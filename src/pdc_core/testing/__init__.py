@@ -5,13 +5,16 @@
 - ``pdc_core.testing.pytest_plugin``: fixtures ``actor_nursery`` and
   ``ring_kernel_runtime`` for tests that anyio's pytest plugin runs
   (``@pytest.mark.anyio``); pytest loads it through its ``pytest11`` entry point.
+- :func:`thread_count` and :func:`settle_threads`: check that stopping or cancelling
+  left no thread behind (count before, wait for the count to come back after).
 
 This package needs pytest: ``pip install 'pdc-core[testing]'``.
 """
 
 from .._publish import publish
 from ._conformance import BackendConformance
+from ._threads import settle_threads, thread_count
 
-__all__ = ["BackendConformance"]
+__all__ = ["BackendConformance", "settle_threads", "thread_count"]
 
 publish(__name__, globals(), __all__)

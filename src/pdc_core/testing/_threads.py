@@ -1,0 +1,31 @@
+"""Checks that work leaves no thread behind (worker streams, resident kernels' host
+threads, remote actors' bridges): count the threads before, wait for the count to come
+back after."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+
+__all__ = ["settle_threads", "thread_count"]
+
+#: How often :func:`settle_threads` looks again (a thread's end sets no event to wait on).
+_POLL_SECONDS = 0.005
+
+
+def thread_count() -> int:
+    """Live threads, less trio's idle worker-thread cache, whose threads outlive the
+    tasks that used them by design."""
+    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
+
+
+async def settle_threads(baseline: int, *, within: float) -> None:
+    """Return once :func:`thread_count` is back to ``baseline``; after ``within``
+    seconds without that, fail with an ``AssertionError`` listing the live threads."""
+    with anyio.move_on_after(within):
+        while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
+            await anyio.sleep(_POLL_SECONDS)
+    left = thread_count()
+    if left != baseline:
+        raise AssertionError(f"{left} threads, not {baseline}: {threading.enumerate()}")
