@@ -1,6 +1,6 @@
 """Launch configuration and the launch/stream paths of the cuda backend, with a fake CuPy.
 
-The automatic configuration is the core's (``tests/test_kernel_launch_config.py``
+The automatic configuration is the core's (``tests/kernels/test_kernel_launch_config.py``
 tests its table and limits); here: that pdc-cuda uses it with the device's and the
 kernel's limits, that explicit grids become the triples ``RawKernel`` takes, and that
 the paths which wait (``launch_kernel`` without a stream, ``synchronize`` while a

@@ -196,7 +196,7 @@ FACES: dict[types.ModuleType, list[str]] = {
 }
 PUBLIC_MODULES = [pdc_core, pdc_core.backend, pdc_core.lowlevel, pdc_core.cuda, pdc_core.testing]
 SRC = Path(pdc_core.__file__).parent
-DOCS = Path(__file__).parent.parent / "docs"
+DOCS = Path(__file__).parents[2] / "docs"
 
 
 def _exported(module: types.ModuleType) -> list[tuple[str, Any]]:

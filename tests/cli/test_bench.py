@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import numpy as np
 import pytest
-from subprocess_support import StderrLines, start_interruptible
+from support.subprocess_support import StderrLines, start_interruptible
 
 from pdc_core._cli import main
 from pdc_core._cli._bench import BenchResult, _no_ratio, run_suite

@@ -11,8 +11,8 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from placement_plugin import HERE_PLACEMENT
-from subprocess_support import StderrLines, start_interruptible
+from support.placement_plugin import HERE_PLACEMENT
+from support.subprocess_support import StderrLines, start_interruptible
 
 import pdc_core
 from pdc_core import PersistentKernel

@@ -17,7 +17,7 @@ import pytest
 import pdc_core
 
 SRC = Path(pdc_core.__file__).parent
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def _module_name(path: Path) -> str:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 import pytest
-from host_memory_backend import HostMemoryBackend
+from support.host_memory_backend import HostMemoryBackend
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -1,4 +1,4 @@
-"""A user program of pdc_core's public API, type-checked by tests/test_typing.py.
+"""A user program of pdc_core's public API, type-checked by tests/project/test_typing.py.
 
 It is never run: ``mypy --strict`` checks it. Every line ending in
 ``# expect-error: <code>`` must fail with exactly that mypy error code; every other

@@ -1,6 +1,6 @@
 """Types flow through the public API: ``mypy --strict`` over a user program.
 
-``tests/typing/user_program.py`` uses the public API with ``assert_type`` checks. Lines
+``tests/project/typing/user_program.py`` uses the public API with ``assert_type`` checks. Lines
 ending in ``# expect-error: <code>`` must fail with exactly that mypy error code; every
 other line must pass. The program is checked as a user would check theirs: strict, with
 no project configuration, against ``pdc_core``'s sources and its ``py.typed`` marker.
@@ -17,7 +17,7 @@ mypy_api = pytest.importorskip(
     "mypy.api", reason="mypy is not installed (pip install mypy) to check the public types"
 )
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 PROGRAM = Path(__file__).parent / "typing" / "user_program.py"
 
 _EXPECT = re.compile(r"#\s*expect-error:\s*([a-z0-9-]+)\s*$")

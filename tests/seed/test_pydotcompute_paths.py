@@ -20,7 +20,7 @@ import pytest
 
 import pdc_core
 
-DOC = Path(__file__).parents[1] / "docs" / "migrating-from-pydotcompute.md"
+DOC = Path(__file__).parents[2] / "docs" / "migrating-from-pydotcompute.md"
 
 #: PyDotCompute's module path (after ``pydotcompute``) -> {name: the pdc object}.
 PATHS: dict[str, dict[str, object]] = {

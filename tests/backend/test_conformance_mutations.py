@@ -30,8 +30,8 @@ KIT_TIMEOUT = 0.5  # seconds: a stuck call fails the check after this long
 @pytest.fixture
 def mutants(install_plugins: Any, example_backend_importable: None) -> ModuleType:
     """``conformance_mutants``, installed as a plugin for this test."""
-    module = importlib.import_module("conformance_mutants")
-    install_plugins(module.DISTRIBUTION, {"mutants": "conformance_mutants"})
+    module = importlib.import_module("support.conformance_mutants")
+    install_plugins(module.DISTRIBUTION, {"mutants": "support.conformance_mutants"})
     return module
 
 

@@ -15,7 +15,7 @@ import anyio.lowlevel
 import numpy as np
 import numpy.typing as npt
 import pytest
-from host_memory_backend import HostMemoryBackend
+from support.host_memory_backend import HostMemoryBackend
 
 from pdc_core import (
     ActorCrashed,

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-from held_batch import HeldBatch
+from support.held_batch import HeldBatch
 
 from pdc_core import (
     ActorCrashed,

@@ -15,7 +15,7 @@ import pytest
 
 pytest_plugins = ["pytester"]
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 PDC_PLUGIN = "pdc_core.testing.pytest_plugin"
 HAS_PYTEST_ASYNCIO = importlib.util.find_spec("pytest_asyncio") is not None
 needs_pytest_asyncio = pytest.mark.skipif(

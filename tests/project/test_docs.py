@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 DOCUMENTS = [
     ROOT / "README.md",
     *sorted((ROOT / "plugins").glob("*/README.md")),

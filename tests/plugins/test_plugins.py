@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from placement_plugin import HERE_PLACEMENT
+from support.placement_plugin import HERE_PLACEMENT
 
 import pdc_core
 from pdc_core import BackendUnavailable, get_backend, list_plugins
