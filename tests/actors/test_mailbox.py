@@ -196,6 +196,19 @@ def test_receive_many_nowait_respects_priority_and_limit() -> None:
     assert mailbox.receive_many_nowait(10) == [2, 3]
 
 
+@pytest.mark.parametrize("max_items", [0, -3])
+async def test_receive_many_and_receive_many_nowait_refuse_fewer_than_one_item(
+    max_items: int,
+) -> None:
+    mailbox: Mailbox[int] = Mailbox(10)
+    mailbox.send_many_nowait([1, 2])
+    with pytest.raises(ValueError, match=f"max_items must be at least 1, got {max_items}"):
+        mailbox.receive_many_nowait(max_items)
+    with pytest.raises(ValueError, match=f"max_items must be at least 1, got {max_items}"):
+        await mailbox.receive_many(max_items)
+    assert mailbox.receive_many_nowait(5) == [1, 2]  # nothing was taken
+
+
 def test_repr_and_len() -> None:
     mailbox: Mailbox[int] = Mailbox(2, name="inbox")
     mailbox.send_nowait(1)

@@ -963,7 +963,12 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                 remaining = deadline - kit.now()
 
     def receive_many_nowait(self, max_items: int) -> list[T | Control]:
-        """Take up to ``max_items`` deliverable items (control first) without waiting."""
+        """Take up to ``max_items`` deliverable items (control first) without waiting.
+
+        Raises :class:`ValueError` when ``max_items`` is less than 1, as :meth:`receive_many`.
+        """
+        if max_items < 1:
+            raise ValueError(f"max_items must be at least 1, got {max_items}")
         out: list[T | Control] = []
         ctrl = self._ctrl
         while ctrl and len(out) < max_items:
