@@ -45,6 +45,32 @@ __all__ = [
 ShapeLike = SupportsIndex | Sequence[SupportsIndex]
 
 
+class _ReadOnlyBase:
+    """A read-only view's base: NumPy lets no array over it be made writable again.
+
+    NumPy collapses chains of array bases, so a read-only ndarray between a view and
+    its writable owner would be skipped and ``view.flags.writeable = True`` allowed; a
+    base that is not an array and exports its memory as read-only is never skipped.
+    """
+
+    __slots__ = ("__array_interface__", "owner")
+
+    def __init__(self, owner: npt.NDArray[Any]) -> None:
+        self.owner = owner  # keeps the memory alive for as long as a view lives
+        self.__array_interface__ = {
+            "data": (owner.ctypes.data, True),
+            "shape": (owner.nbytes,),
+            "typestr": "|u1",
+            "version": 3,
+        }
+
+
+def _readonly_view(host: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    """A view of the C-contiguous ``host`` that cannot be made writable."""
+    raw: npt.NDArray[Any] = np.asarray(_ReadOnlyBase(host))
+    return raw.view(host.dtype).reshape(host.shape)
+
+
 def normalize_shape_dtype(
     shape: ShapeLike, dtype: npt.DTypeLike
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
@@ -276,9 +302,7 @@ class UnifiedBuffer:
         with self._lock:
             self._check_open()
             self._pull()
-            view = self._host.view()
-            view.flags.writeable = False
-            return view
+            return _readonly_view(self._host)
 
     @property
     def device(self) -> Any:
@@ -385,14 +409,22 @@ class UnifiedBuffer:
             raise ValueError(f"this UnifiedBuffer of shape {self._shape} is closed")
 
     def mark_host_dirty(self) -> None:
-        """Declare that the host copy was written (through an array kept from earlier)."""
+        """Declare that the host copy was written (through an array kept from earlier).
+
+        Raises ``ValueError`` on a closed buffer, as every other use after :meth:`close`.
+        """
         with self._lock:
+            self._check_open()
             if self._device is not None and not self._unified:
                 self._state = BufferState.HOST_DIRTY
 
     def mark_device_dirty(self) -> None:
-        """Declare that the device copy was written."""
+        """Declare that the device copy was written.
+
+        Raises ``ValueError`` on a closed buffer, as every other use after :meth:`close`.
+        """
         with self._lock:
+            self._check_open()
             if not self._unified:
                 self._push()
                 self._state = BufferState.DEVICE_DIRTY
@@ -413,6 +445,18 @@ class UnifiedBuffer:
             if stream is not None:
                 stream.synchronize()
             self._state = BufferState.SYNCHRONIZED
+
+    # -- copying ----------------------------------------------------------------------
+
+    def __reduce_ex__(self, protocol: SupportsIndex) -> Any:
+        # copy.copy, copy.deepcopy and pickle all come here. A buffer is memory on a
+        # backend (with a lock and maybe a device copy): copying the object would share
+        # or lose that, so say how to copy the data instead.
+        raise TypeError(
+            "a UnifiedBuffer cannot be copied or pickled (it owns host and device memory "
+            "on its backend): copy its data with numpy.array(buf) (a NumPy array) or "
+            "UnifiedBuffer.from_array(numpy.array(buf)) (a new buffer), and pickle that"
+        )
 
     # -- interoperability -------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -84,6 +85,10 @@ class MemoryPool:
         self._free: OrderedDict[int, tuple[_Key, UnifiedBuffer]] = OrderedDict()
         self._free_by_key: dict[_Key, list[UnifiedBuffer]] = {}
         self._in_use: dict[int, UnifiedBuffer] = {}
+        # Every buffer this pool made and that is still alive: a release of one that is
+        # neither in use nor free is a second release (after a release that dropped it,
+        # closed, or an eviction), not a stranger.
+        self._made: weakref.WeakSet[UnifiedBuffer] = weakref.WeakSet()
         self._hits = 0
         self._misses = 0
         self._bytes_in_use = 0
@@ -116,6 +121,10 @@ class MemoryPool:
         key: _Key = (resolved.qualified_name, shape, canonical.str, bool(pinned))
         with self._lock:
             candidates = self._free_by_key.get(key)
+            while candidates and candidates[-1].closed:  # closed after its release
+                gone = candidates.pop()
+                del self._free[id(gone)]
+                self._bytes_held -= gone.nbytes
             if candidates:
                 buffer = candidates.pop()
                 del self._free[id(buffer)]
@@ -123,6 +132,7 @@ class MemoryPool:
             else:
                 self._make_room(nbytes)
                 buffer = UnifiedBuffer(shape, canonical, pinned=pinned, backend=resolved)
+                self._made.add(buffer)
                 self._misses += 1
                 self._bytes_held += buffer.nbytes
             self._in_use[id(buffer)] = buffer
@@ -133,11 +143,12 @@ class MemoryPool:
         """Give ``buffer`` back for reuse; it must not be used afterwards.
 
         Raises :class:`~pdc_core.PoolError` if this pool did not hand it out or it
-        was already released.
+        was already released (also when the buffer was closed before its first release,
+        or dropped from the free buffers since).
         """
         with self._lock:
             if self._in_use.pop(id(buffer), None) is None:
-                if id(buffer) in self._free:
+                if id(buffer) in self._free or buffer in self._made:
                     raise PoolError(f"{buffer!r} was released twice")
                 raise PoolError(f"{buffer!r} was not handed out by this pool")
             self._bytes_in_use -= buffer.nbytes

@@ -55,6 +55,37 @@ def test_release_errors():
         pool.release(foreign)
 
 
+async def test_a_second_release_is_named_so_however_the_buffer_left_the_pool():
+    pool = MemoryPool()
+    closed = pool.acquire((4,))
+    closed.close()
+    pool.release(closed)  # dropped: its memory went back with close()
+    with pytest.raises(PoolError, match="released twice"):
+        pool.release(closed)
+    evicted = pool.acquire((8,))
+    pool.release(evicted)
+    pool.clear()
+    with pytest.raises(PoolError, match="released twice"):
+        pool.release(evicted)
+    foreign = MemoryPool().acquire((4,))
+    with pytest.raises(PoolError, match="not handed out by this pool"):
+        pool.release(foreign)
+    stats = pool.statistics()
+    assert (stats.bytes_in_use, stats.bytes_held, stats.buffers_free) == (0, 0, 0)
+
+
+async def test_a_buffer_closed_after_its_release_is_never_handed_out_again():
+    pool = MemoryPool()
+    buf = pool.acquire((4,))
+    pool.release(buf)
+    buf.close()  # a misuse: it was given back
+    again = pool.acquire((4,))
+    assert again is not buf
+    assert not again.closed
+    stats = pool.statistics()
+    assert (stats.bytes_held, stats.buffers_free) == (again.nbytes, 0)
+
+
 def test_limit_evicts_free_buffers_then_refuses():
     pool = MemoryPool(limit=1000)
     a = pool.acquire((100,), dtype=np.uint8)

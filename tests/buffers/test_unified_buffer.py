@@ -219,6 +219,50 @@ def test_close_gives_the_memory_back_and_refuses_later_use(example_backend):
     buf.close()  # idempotent
 
 
+async def test_a_closed_buffer_refuses_dirty_marks(example_backend):
+    buf = UnifiedBuffer((4,), dtype=np.int32, backend=example_backend)
+    buf.sync_to_device()
+    buf.close()
+    for mark in (buf.mark_host_dirty, buf.mark_device_dirty):
+        with pytest.raises(ValueError, match=r"UnifiedBuffer of shape \(4,\) is closed"):
+            mark()
+
+
+@pytest.mark.parametrize("backend_name", ["example", "cpu"])
+async def test_a_readonly_view_cannot_be_made_writable_again(backend_name, example_backend):
+    backend = example_backend if backend_name == "example" else get_backend("cpu")
+    buf = UnifiedBuffer((2, 3), dtype=[("id", "<u8"), ("x", "<f8")], backend=backend)
+    buf.host["id"] = np.arange(6).reshape(2, 3)
+    view = buf.host_readonly()
+    for derived in (view, view[1:], view["x"], view.view(), view.reshape(6), view.T):
+        with pytest.raises(ValueError, match="WRITEABLE"):
+            derived.flags.writeable = True
+    assert view.shape == (2, 3)
+    assert view.dtype == buf.dtype
+    assert list(view["id"].ravel()) == list(range(6))
+    buf.host["id"][0, 0] = 42  # a view, not a copy: later writes show through
+    assert buf.host_readonly()["id"][0, 0] == 42
+    assert UnifiedBuffer((0, 5), backend=backend).host_readonly().shape == (0, 5)
+    assert UnifiedBuffer((), dtype=np.int16, backend=backend).host_readonly().shape == ()
+
+
+async def test_copying_or_pickling_a_buffer_is_a_type_error_saying_how_to_copy_the_data(
+    example_backend,
+):
+    import copy
+    import pickle
+
+    buf = UnifiedBuffer((3,), dtype=np.float32, backend=example_backend)
+    for attempt in (copy.copy, copy.deepcopy, pickle.dumps):
+        with pytest.raises(TypeError, match=r"UnifiedBuffer cannot be copied or pickled") as info:
+            attempt(buf)
+        assert "numpy.array(buf)" in str(info.value)
+        assert "_thread" not in str(info.value)
+    data = np.array(buf)  # what the message says does work
+    assert pickle.loads(pickle.dumps(data)).shape == (3,)
+    assert UnifiedBuffer.from_array(data, backend=example_backend).shape == (3,)
+
+
 def test_a_closed_buffer_is_not_kept_by_its_pool(example_backend):
     from pdc_core import MemoryPool
 
