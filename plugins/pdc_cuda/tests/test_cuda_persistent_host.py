@@ -12,7 +12,7 @@ from pdc_core import CapabilityError
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 persistent = pytest.importorskip("pdc_core.backend")
-from cuda_test_support import fake_backend
+from cuda_test_support import fake_backend, needs_nvrtc
 from pdc_cuda import CudaRingBody
 from pdc_cuda._nvrtc import min_compute_capability
 from pdc_cuda._persistent import (
@@ -245,6 +245,7 @@ class _FailingKernel:
         raise KeyboardInterrupt  # interrupted around the launch
 
 
+@needs_nvrtc()  # launch_persistent_kernel renders and compiles the source first
 def test_a_failed_launch_leaves_a_stop_word_and_nothing_resident(monkeypatch):
     backend = _fake_backend()
     stream = _LaunchStream()
