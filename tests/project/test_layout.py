@@ -3,7 +3,9 @@
 The import graph is built from the source: every ``import`` and ``from ... import`` of
 a pdc_core module, at any depth (function-level ones included), except those under
 ``if TYPE_CHECKING:``. Importing a package runs its ``__init__``, so an import of
-``pdc_core.a.b`` is an edge to ``pdc_core.a`` and to ``pdc_core.a.b``.
+``pdc_core.a.b`` is an edge to ``pdc_core.a`` and to ``pdc_core.a.b``; a module's
+import of its own package by name (``import pdc_core.a`` inside ``pdc_core.a.b``) is an
+edge too, since the package's ``__init__`` imports the module.
 """
 
 from __future__ import annotations
@@ -34,8 +36,14 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST, module: str, is_package: bool) -> list[str]:
-    """Absolute names of the modules ``module`` imports, outside TYPE_CHECKING blocks."""
+def _imports(
+    tree: ast.AST, module: str, is_package: bool, modules: frozenset[str] = frozenset()
+) -> list[str]:
+    """Absolute names of the modules ``module`` imports, outside TYPE_CHECKING blocks.
+
+    ``from pkg import name`` imports ``pkg`` itself unless every name is a submodule of
+    it (one of ``modules``): ``from . import _sibling`` reads no name of the package.
+    """
     found: list[str] = []
     package = module if is_package else module.rpartition(".")[0]
 
@@ -53,9 +61,10 @@ def _imports(tree: ast.AST, module: str, is_package: bool) -> list[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            found.append(target)
-            for alias in node.names:  # `from pkg import submodule`
-                found.append(f"{target}.{alias.name}")
+            submodules = [f"{target}.{alias.name}" for alias in node.names]
+            if not all(name in modules for name in submodules):
+                found.append(target)
+            found.extend(submodules)  # `from pkg import submodule`
         for child in ast.iter_child_nodes(node):
             visit(child)
 
@@ -68,13 +77,17 @@ def _graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        for target in _imports(tree, name, path.name == "__init__.py"):
+        for target in _imports(tree, name, path.name == "__init__.py", frozenset(modules)):
             parts = target.split(".")
             for depth in range(1, len(parts) + 1):
                 prefix = ".".join(parts[:depth])
                 # A module's own ancestors are already being imported when it runs:
-                # importing pdc_core.x.y runs pdc_core and pdc_core.x first.
-                if prefix in modules and prefix != name and not name.startswith(prefix + "."):
+                # importing pdc_core.x.y runs pdc_core and pdc_core.x first, so the
+                # packages on the way to a target are no edge back to an ancestor. An
+                # ancestor imported by name (``import pdc_core.x`` or ``from pdc_core.x
+                # import name`` inside pdc_core.x.y) is one: its __init__ imports us.
+                ancestor = name.startswith(prefix + ".") and depth < len(parts)
+                if prefix in modules and prefix != name and not ancestor:
                     graph[name].add(prefix)
     return graph
 
@@ -125,6 +138,14 @@ def test_the_graph_sees_function_level_imports() -> None:
 
 def test_no_import_cycles_inside_pdc_core() -> None:
     assert _cycles(_graph()) == []
+
+
+def test_the_graph_sees_a_module_importing_its_own_package() -> None:
+    tree = ast.parse("import pdc_core.cuda\nfrom . import _sibling\nfrom . import jit\n")
+    modules = frozenset({"pdc_core.cuda", "pdc_core.cuda._simulator", "pdc_core.cuda._sibling"})
+    found = _imports(tree, "pdc_core.cuda._simulator", False, modules)
+    package = "pdc_core.cuda"
+    assert found == [package, f"{package}._sibling", package, f"{package}.jit"]
 
 
 def test_the_cycle_finder_finds_cycles() -> None:

@@ -27,6 +27,7 @@ primitives (``syncwarp``, shuffles, votes) are not simulated.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,7 @@ from ._simulator import (
     to_numba,
     warpsize,
 )
+from ._simulator import bind_vocabulary as _bind_vocabulary
 from ._simulator import laneid as _laneid
 
 __all__ = [
@@ -139,3 +141,6 @@ def __getattr__(name: str) -> Any:
 
 
 publish(__name__, globals(), __all__)
+
+
+_bind_vocabulary(sys.modules[__name__])  # the simulator rebinds bodies' ``cuda`` to us

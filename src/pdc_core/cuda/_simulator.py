@@ -1218,11 +1218,23 @@ def _lane_print_for(run: _ChunkRun) -> Callable[..., None]:
 
 _OUR_MODULE = "pdc_core.cuda"
 
+# The public vocabulary module, pdc_core.cuda, which hands itself over here when it is
+# imported (see bind_vocabulary). This module never imports its package: importing it
+# runs pdc_core.cuda first, which imports this module and then binds itself, so no body
+# is ever rebound before the binding.
+_vocabulary: types.ModuleType | None = None
+
+
+def bind_vocabulary(module: types.ModuleType) -> None:
+    """Make ``module`` the one that bodies' ``cuda`` (pdc's or numba's) is rebound to."""
+    global _vocabulary
+    _vocabulary = module
+
 
 def _our_cuda() -> types.ModuleType:
-    import pdc_core.cuda
-
-    return pdc_core.cuda
+    if _vocabulary is None:  # pragma: no cover - pdc_core.cuda binds itself on import
+        raise RuntimeError(f"{_OUR_MODULE} has not finished importing")
+    return _vocabulary
 
 
 def _is_numba_cuda(value: Any) -> bool:
