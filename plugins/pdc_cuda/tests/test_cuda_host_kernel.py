@@ -1,0 +1,139 @@
+"""The GPU tests of the resident ring kernel, run on the host build of the same source.
+
+``pdc_cuda.testing.HostCudaBackend`` is the cuda backend whose device is the host: the
+rendered ``ring_kernel.cu`` (NVRTC checks it first) built by ``g++ -std=c++20`` with the
+CUDA vocabulary header, launched as one block of real OS threads over host memory.
+The tests below are the GPU modules' own test functions, imported unchanged: only the
+``cuda`` fixture differs. Marked ``cuda_host`` (``pytest -m cuda_host`` runs them all);
+they skip with the reason where no C++20 compiler or no NVRTC is found. Every async test
+runs under asyncio and trio. ``test_cuda_host_tsan.py`` runs the same kernels under
+ThreadSanitizer.
+"""
+
+# ruff: noqa: E402, F401 - imports after the skip guard; the imported tests are collected
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
+from cuda_pipeline_support import ADD_ONE, MINUS_THREE, REC, TWICE, expected, records, stage
+from cuda_test_support import DOUBLE, REPLY, REQUEST
+from pdc_cuda import CudaCompileError
+from pdc_cuda._ring_source import RingWiring, render_ring_kernel
+from pdc_cuda.testing import (
+    HEADER_DIR,
+    HostCudaBackend,
+    HostKernelFault,
+    build_ring_kernel,
+    compiler_missing,
+)
+from pdc_cuda.testing._build import compiler
+
+# The GPU modules' tests of the resident kernel and of pipelines, unchanged.
+from test_cuda_gpu import (
+    test_body_that_does_not_compile_fails_the_launch,
+    test_device_state_is_shared_and_read_back,
+    test_drain_answers_every_published_request,
+    test_error_word_surfaces_as_actor_crashed,
+    test_resident_kernel_round_trips_and_stops,
+    test_the_kernel_takes_a_request_by_its_sequence_word_alone,
+)
+from test_cuda_gpu_pipeline import (
+    test_a_crash_in_the_middle_stage_names_it_and_fails_what_is_in_flight,
+    test_a_stage_crash_crashes_the_nursery_naming_the_stage,
+    test_a_stage_that_does_not_compile_is_named_and_nothing_runs,
+    test_cancellation_leaves_no_stage_running,
+    test_concurrent_callers_each_get_their_own_replies,
+    test_drain_stop_answers_everything_in_flight_stage_by_stage,
+    test_pause_and_resume_go_through_every_stage,
+    test_stop_now_fails_every_request_in_flight,
+    test_the_pipeline_as_an_actor,
+    test_three_stages_in_order_with_backpressure_through_small_links,
+)
+
+from pdc_core import PersistentKernel, PersistentPipeline, open_persistent_pipeline
+from pdc_core.backend import MemoryKind, Offset, RingMemory
+from pdc_core.testing import BackendConformance
+from pdc_core.testing.pytest_plugin import anyio_backend  # noqa: F811 - asyncio and trio
+
+
+def _host_build_missing() -> str | None:
+    availability = HostCudaBackend.availability()
+    return None if availability.available else availability.reason
+
+
+_missing = _host_build_missing()
+
+pytestmark = [
+    pytest.mark.cuda_host,
+    pytest.mark.skipif(_missing is not None, reason=f"no host build of the ring kernel: {_missing}"),
+    pytest.mark.anyio,
+    pytest.mark.usefixtures("gpu_watchdog"),
+]
+
+#: Tests of the GPU modules that are not about the ring kernel, with the reason they do
+#: not run here; every other test of those modules is imported above.
+NOT_HERE = {
+    "test_devices_and_properties": "device discovery of a real GPU",
+    "test_device_index_out_of_range_lists_devices": "device discovery of a real GPU",
+    "test_memory_kinds": "CuPy arrays and mapped memory read by a GPU",
+    "test_pinned_unified_buffer_gives_cupy_arrays_and_interop": "CuPy interop",
+    "test_kernels_compile_launch_and_report_errors": "plain CuPy kernels, not the ring kernel",
+    "test_launch_kernel_without_a_stream_returns_completed": "plain CuPy kernels",
+    "test_kernel_source_decorator_with_numpy_arguments": "plain CuPy kernels",
+    "test_kernel_launch_async": "plain CuPy kernels",
+    "test_python_kernel_through_numba": "numba-cuda kernels",
+    "test_plain_launches_while_a_kernel_is_resident": "plain CuPy kernels beside a resident one",
+}
+
+
+@pytest.fixture
+def cuda() -> HostCudaBackend:
+    """The cuda backend, its device the host build on CPU threads."""
+    return HostCudaBackend()
+
+
+def test_every_gpu_ring_kernel_test_runs_here() -> None:
+    here = {name for name in globals() if name.startswith("test_")}
+    tests = Path(__file__).parent
+    for module in ("test_cuda_gpu.py", "test_cuda_gpu_pipeline.py"):
+        source = (tests / module).read_text(encoding="utf-8")
+        names = {
+            line.split("(")[0].split()[-1]
+            for line in source.splitlines()
+            if line.startswith(("def test_", "async def test_"))
+        }
+        missing = names - here - set(NOT_HERE)
+        assert not missing, f"{module} has ring-kernel tests this module does not run: {missing}"
+
+
+class TestHostConformance(BackendConformance):
+    """The conformance kit's persistent-kernel checks (and the memory and stream checks
+    the host device supports) against the host build."""
+
+    backend_name = "cuda"
+    timeout = 30.0
+
+    @pytest.fixture
+    def backend(self) -> HostCudaBackend:
+        return HostCudaBackend()
+
+    def persistent_kernel(self, backend: Any) -> PersistentKernel:
+        kernel = PersistentKernel("conformance_affine", np.float32, np.float32, capacity=8)
+        return kernel.add_body(
+            "cuda",
+            "__device__ int pdc_body(const pdc_request& q, pdc_reply& r) {"
+            " r.value = 2.0f * q.value + 1.0f; return 0; }",
+        )
+
+    def failing_persistent_kernel(self, backend: Any) -> PersistentKernel:
+        kernel = PersistentKernel("conformance_failing", np.float32, np.float32, capacity=8)
+        return kernel.add_body(
+            "cuda", "__device__ int pdc_body(const pdc_request& q, pdc_reply& r) { return 1; }"
+        )
