@@ -319,6 +319,18 @@ def _run_bench(args: argparse.Namespace) -> int:
     return _bench.run(args)
 
 
+def _add_check(parser: argparse.ArgumentParser) -> None:
+    from . import _check
+
+    _check.add_arguments(parser)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from . import _check
+
+    return _check.run(args)
+
+
 COMMANDS: dict[str, Command] = {
     "info": Command("show backends, devices and versions", _add_json, _run_info),
     "plugins": Command("list installed plugins and their hooks", _add_json, _run_plugins),
@@ -327,6 +339,11 @@ COMMANDS: dict[str, Command] = {
     ),
     "bench": Command(
         "latency and throughput benchmarks, with an optional plot", _add_bench, _run_bench
+    ),
+    "check": Command(
+        "check one backend end to end: memory, copies, a kernel, a resident kernel",
+        _add_check,
+        _run_check,
     ),
 }
 

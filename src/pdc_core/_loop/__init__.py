@@ -50,6 +50,7 @@ __all__ = [
     "current_library",
     "current_sleep",
     "fail",
+    "thread_count",
     "wake",
     "woken_value",
 ]
@@ -59,6 +60,13 @@ _trio_kits = threading.local()
 _asyncio_kits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioKit] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def thread_count() -> int:
+    """Live threads, less trio's idle worker-thread cache, whose threads outlive the
+    tasks that used them by design: the count that must come back after work that
+    started threads (``pdc check``, :func:`pdc_core.testing.settle_threads`)."""
+    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
 
 
 def _running_trio() -> bool:

@@ -8,16 +8,12 @@ import threading
 
 import anyio
 
+from .._loop import thread_count
+
 __all__ = ["settle_threads", "thread_count"]
 
 #: How often :func:`settle_threads` looks again (a thread's end sets no event to wait on).
 _POLL_SECONDS = 0.005
-
-
-def thread_count() -> int:
-    """Live threads, less trio's idle worker-thread cache, whose threads outlive the
-    tasks that used them by design."""
-    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
 
 
 async def settle_threads(baseline: int, *, within: float) -> None:

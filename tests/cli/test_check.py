@@ -1,0 +1,142 @@
+"""``pdc check``: one backend end to end, one line per step, non-zero on any failure.
+
+Run on the cpu backend on every CI run (and on the metal backend's MLX CPU device where
+MLX is installed); a backend with a planted fault shows that a failing step is reported
+and the exit status says so; a cancelled check leaves no kernel or thread behind.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from pdc_core._cli._check import run_checks
+from pdc_core._cli._main import main
+from pdc_core.testing import settle_threads, thread_count
+
+STEPS = [
+    "backend",
+    "allocate host",
+    "allocate device",
+    "allocate pinned",
+    "allocate mapped",
+    "allocate managed",
+    "copy to device",
+    "copy to host",
+    "kernel (Python body)",
+    "persistent launch",
+    "persistent request",
+    "persistent batch",
+    "round trip (await)",
+    "round trip (spin)",
+    "persistent stop",
+    "released",
+]
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_check_passes_on_the_cpu_backend(capsys: pytest.CaptureFixture[str], async_backend: str):
+    status = main(
+        [
+            "check",
+            "--backend",
+            "cpu",
+            "--json",
+            "--requests",
+            "50",
+            "--async-backend",
+            async_backend,
+        ]
+    )
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    assert report["ok"] is True
+    assert [step["name"] for step in report["steps"]] == STEPS
+    statuses = {step["name"]: step["status"] for step in report["steps"]}
+    # The cpu backend computes on host memory: no pinned, mapped or managed kinds.
+    assert {name for name, status in statuses.items() if status == "skip"} == {
+        "allocate pinned",
+        "allocate mapped",
+        "allocate managed",
+    }
+    round_trip = next(s for s in report["steps"] if s["name"] == "round trip (spin)")
+    assert "p50" in round_trip["detail"]
+    assert "over 50 requests" in round_trip["detail"]
+    assert all(step["seconds"] >= 0 for step in report["steps"])
+
+
+def test_check_prints_one_line_per_step(capsys: pytest.CaptureFixture[str]):
+    assert main(["check", "--backend", "cpu", "--requests", "20"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(STEPS) + 1
+    assert [line.split()[0] for line in lines[:-1]] == [
+        "SKIP" if name.startswith(("allocate p", "allocate m")) else "PASS" for name in STEPS
+    ]
+    assert lines[-1] == "all checks passed"
+
+
+BROKEN_BACKEND = """
+import numpy as np
+from pdc_core.backend import hookimpl
+from pdc_example_backend import ExampleBackend
+
+
+class Flaky(ExampleBackend):
+    '''The example backend, with a copy to the host that loses the last element.'''
+
+    name = "flaky"
+
+    def to_host(self, device, out=None, stream=None):
+        host = np.array(super().to_host(device, out=out, stream=stream))
+        host[-1] += 1
+        return host
+
+
+@hookimpl
+def pdc_register_backends(register):
+    register(Flaky)
+"""
+
+
+def test_a_failing_step_is_reported_and_the_exit_status_says_so(
+    install_plugins: Any, example_backend_importable: None, capsys: pytest.CaptureFixture[str]
+):
+    install_plugins("pdc-flaky", {"flaky": "pdc_flaky"}, modules={"pdc_flaky": BROKEN_BACKEND})
+    assert main(["check", "--backend", "flaky", "--requests", "5", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False
+    steps = {step["name"]: step for step in report["steps"]}
+    assert steps["copy to host"]["status"] == "fail"
+    assert "the array copied back differs from the one sent" in steps["copy to host"]["detail"]
+    # Reading device memory back goes through the same faulty copy.
+    failed = [name for name, step in steps.items() if step["status"] == "fail"]
+    assert failed == ["allocate device", "copy to host"]
+    # The steps after it still ran: the example backend declares no persistent kernels.
+    assert steps["persistent launch"]["status"] == "skip"
+    assert steps["released"]["status"] == "pass"
+
+
+def test_an_unknown_backend_is_a_usage_error(capsys: pytest.CaptureFixture[str]):
+    assert main(["check", "--backend", "no-such-backend"]) == 2
+    assert "invalid choice: 'no-such-backend'" in capsys.readouterr().err
+
+
+def test_requests_must_be_positive(capsys: pytest.CaptureFixture[str]):
+    assert main(["check", "--backend", "cpu", "--requests", "0"]) == 2
+    assert "--requests must be at least 1" in capsys.readouterr().err
+
+
+async def test_a_cancelled_check_leaves_no_kernel_or_thread_behind():
+    baseline = thread_count()
+    with anyio.CancelScope() as scope:
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: run_checks("cpu", requests=10**9))
+            # The check's resident kernel runs on a worker thread: cancel once it is up.
+            while thread_count() == baseline:  # noqa: ASYNC110 - a thread sets no event
+                await anyio.sleep(0.001)
+            scope.cancel()
+    assert scope.cancelled_caught
+    await settle_threads(baseline, within=5.0)
