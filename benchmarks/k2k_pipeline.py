@@ -10,8 +10,9 @@ the host, on the cpu backend or on a CUDA GPU.
 
 Per record latency (one ``request`` through all three stages, p50 and p99) and
 throughput (``request_batch`` of ``--batch`` records), under asyncio and trio. Rounds
-interleave the two paths (alternating which goes first); the table reports medians
-over rounds and the median of the per-round ratios links/host.
+interleave the two paths (alternating which goes first), each opened on its own for its
+turn and closed after it (never a module loaded beside a resident kernel); the table
+reports medians over rounds and the median of the per-round ratios links/host.
 
     .venv/bin/python benchmarks/k2k_pipeline.py --rounds 7
     .venv/bin/python benchmarks/k2k_pipeline.py --backend cuda --rounds 7
@@ -26,8 +27,8 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import anyio
@@ -99,17 +100,21 @@ async def throughput(call: Callable[[Any], Awaitable[Any]], batch: Any, repeat: 
     return len(batch) * repeat / (time.perf_counter() - start)
 
 
-async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
-    results: dict[str, dict[str, list[float]]] = {
-        path: {"p50": [], "p99": [], "rate": []} for path in ("links", "host")
-    }
-    batch = np.zeros(args.batch, REC)
-    batch["id"] = np.arange(args.batch)
-    batch["x"] = np.arange(args.batch, dtype=np.float64)
+Call = Callable[[Any], Awaitable[Any]]
+
+
+@asynccontextmanager
+async def open_path(name: str, args: argparse.Namespace) -> AsyncIterator[tuple[Call, Call]]:
+    """Open one configuration alone: ``(request, request_batch)`` of the links pipeline or
+    of the host-chained sessions. Never both at once: loading a module while a kernel is
+    resident may wait for the whole device (on CUDA: for ever, as the resident kernel
+    never ends), so nothing is compiled or loaded beside a resident kernel here."""
+    if name == "links":
+        pipeline = PersistentPipeline(*kernels(args.capacity))
+        async with open_persistent_pipeline(pipeline, args.backend) as pipe:
+            yield pipe.request, pipe.request_batch
+        return
     async with AsyncExitStack() as stack:
-        pipe = await stack.enter_async_context(
-            open_persistent_pipeline(PersistentPipeline(*kernels(args.capacity)), args.backend)
-        )
         chain = [
             await stack.enter_async_context(open_persistent_kernel(kernel, args.backend))
             for kernel in kernels(args.capacity)
@@ -125,18 +130,25 @@ async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]
                 records = await session.request_batch(records)
             return records
 
-        paths = {
-            "links": (pipe.request, pipe.request_batch),
-            "host": (host_request, host_batch),
-        }
-        expected = (batch["x"] + 1) * 2 - 1
-        for name, (_, many) in paths.items():  # warm up, and check both compute the same
-            assert np.array_equal((await many(batch))["x"], expected), name
-            await latency(paths[name][0], 50)
-        for round_ in range(args.rounds):
-            order = list(paths) if round_ % 2 == 0 else list(reversed(paths))
-            for name in order:
-                one, many = paths[name]
+        yield host_request, host_batch
+
+
+async def measure(args: argparse.Namespace) -> dict[str, dict[str, list[float]]]:
+    paths = ("links", "host")
+    results: dict[str, dict[str, list[float]]] = {
+        path: {"p50": [], "p99": [], "rate": []} for path in paths
+    }
+    batch = np.zeros(args.batch, REC)
+    batch["id"] = np.arange(args.batch)
+    batch["x"] = np.arange(args.batch, dtype=np.float64)
+    expected = (batch["x"] + 1) * 2 - 1
+    for round_ in range(args.rounds):
+        order = paths if round_ % 2 == 0 else paths[::-1]
+        for name in order:
+            async with open_path(name, args) as (one, many):
+                # Warm up (and check both paths compute the same) in every opening.
+                assert np.array_equal((await many(batch))["x"], expected), name
+                await latency(one, 50)
                 times = sorted(await latency(one, args.requests))
                 results[name]["p50"].append(times[len(times) // 2] * 1e6)
                 results[name]["p99"].append(times[int(len(times) * 0.99)] * 1e6)
