@@ -295,9 +295,17 @@ def test_an_impostor_cannot_replace_a_first_party_plugin(impostor, select, selec
 
 
 def test_an_impostor_is_loaded_only_when_named_by_distribution(impostor, select):
+    """Named by distribution, its entry point loads; the backend name ``cpu`` still stays
+    with pdc-cpu (issue 26, item 4), so its ``cpu`` backend is refused."""
     select("pdc-impostor:cpu")
-    assert type(get_backend("cpu")).__name__ == "ImpostorCpu"
     assert set(_plugins("cpu")) == {"pdc-impostor"}
+    assert "pdc_impostor" in sys.modules
+    assert _plugins("cpu")["pdc-impostor"].error == (
+        "refused backend 'cpu': pdc-impostor registers it, but 'cpu' is reserved for the "
+        "first-party pdc-cpu; a third-party backend needs a name of its own"
+    )
+    with pytest.raises(BackendUnavailable, match="unknown backend 'cpu'"):
+        get_backend("cpu")
 
 
 @pytest.fixture

@@ -191,8 +191,10 @@ def pdc_register_backends(register):
 """
     install_plugins("pdc-copycat", {"zz_copycat": "pdc_copycat"}, {"pdc_copycat": source})
     plugins = _by_name()
-    assert "also registers" in plugins["zz_copycat"].error
+    # cpu is a first-party name: the copy is refused before any clash is considered.
+    assert "'cpu' is reserved for the first-party pdc-cpu" in plugins["zz_copycat"].error
     assert plugins["cpu"].backends == ["cpu"]
+    assert plugins["cpu"].error is None
 
 
 def test_cli_plugins_and_info(third_party, capsys):

@@ -14,7 +14,15 @@ Loading is lazy (the first time backends are needed, never at ``import pdc_core`
 and isolated: a plugin that fails to import, raises (``sys.exit()`` included: every
 exception but :class:`KeyboardInterrupt` is contained) in a hook, registers something
 that is not a backend or returns a value from a ``register`` hook is recorded with
-its error and skipped.
+its error and skipped. So is a plugin whose hook implementations do not fit pdc's
+hooks, before any of its hooks runs: a ``@hookimpl`` that matches no hook (a typo such
+as ``pdc_register_backend``: the error names it and the nearest real hook), one whose
+arguments pdc cannot pass (pluggy's ``PluginValidationError``, made precise), or a
+function named after a hook but not marked ``@hookimpl``.
+
+The names of the first-party plugins (``cpu``, ``cuda``, ``metal``, ``ray``) stay
+with their distributions: a backend, placement or info section of that name from any
+other distribution is refused and reported on the claimant, whatever the load order.
 
 Plugins are identified by distribution and entry-point name. Two distributions that
 provide the same entry-point name are never chosen between silently: the first-party
@@ -28,7 +36,9 @@ Names are case-insensitive; entries that select nothing are warned about.
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata
+import inspect
 import logging
 import os
 import re
@@ -66,8 +76,17 @@ _log = logging.getLogger("pdc.plugins")
 
 #: The first-party plugins: entry-point name -> the distribution that owns it. In
 #: ``PDC_PLUGINS`` a plain ``cpu`` means pdc-cpu's ``cpu`` entry point, and another
-#: distribution's ``cpu`` entry point never replaces it. Also the "pip install" hints.
-KNOWN_DISTRIBUTIONS = {"cpu": "pdc-cpu", "cuda": "pdc-cuda", "metal": "pdc-metal"}
+#: distribution's ``cpu`` entry point never replaces it. The same names are reserved
+#: for what plugins register: only pdc-cpu may register a backend (or a placement, or
+#: an info section) called ``cpu``, whatever order the entry points load in; another
+#: distribution's claim is refused and reported on its plugin. Also the "pip install"
+#: hints.
+KNOWN_DISTRIBUTIONS = {
+    "cpu": "pdc-cpu",
+    "cuda": "pdc-cuda",
+    "metal": "pdc-metal",
+    "ray": "pdc-ray",
+}
 
 
 @dataclass
@@ -383,21 +402,148 @@ def _load_plugin(state: _PluginState, candidate: _Candidate) -> None:
     state.plugins[candidate.key] = info
     try:
         plugin = candidate.entry_point.load()
-        state.manager.register(plugin, name=candidate.key)
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # SystemExit too: a plugin must not end the process
         info.error = f"failed to load: {_format_error(exc)}"
         return
+    try:
+        state.manager.register(plugin, name=candidate.key)
+    except pluggy.PluginValidationError as exc:  # an implementation's arguments, checked by pluggy
+        info.error = _invalid_hooks(_argument_problems(state, plugin) or [_one_line(exc)])
+        return
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        info.error = f"failed to load: {_format_error(exc)}"
+        return
+    problems = _hook_problems(state, plugin)
+    try:
+        # Every plugin registered before this one passed, so whatever pluggy finds
+        # pending now (an implementation that matches no hook) belongs to this one.
+        state.manager.check_pending()
+    except pluggy.PluginValidationError as exc:
+        problems = problems or [_one_line(exc)]
+    if problems:
+        state.manager.unregister(name=candidate.key)
+        info.error = _invalid_hooks(problems)
+        return
     info.hooks = sorted(caller.name for caller in state.manager.get_hookcallers(plugin) or ())
+
+
+def _hook_names(state: _PluginState) -> list[str]:
+    """The hooks pdc defines (its hook specifications), sorted."""
+    return sorted(
+        name
+        for name, caller in vars(state.manager.hook).items()
+        if not name.startswith("_") and caller.has_spec()
+    )
+
+
+def _invalid_hooks(problems: list[str]) -> str:
+    return "invalid hook implementation: " + "; ".join(problems) + "; the plugin is not loaded"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _nearest(name: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(name, choices, n=1, cutoff=0.6)
+    return f"did you mean {close[0]}? " if close else ""
+
+
+def _signature(function: Callable[..., Any]) -> str:
+    try:
+        return f"{function.__name__}{inspect.signature(function)}"
+    except (TypeError, ValueError):
+        return getattr(function, "__name__", repr(function))
+
+
+def _implementations(
+    state: _PluginState, plugin: object
+) -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
+    """``(hook name, function, options)`` of each ``@hookimpl`` the plugin carries, as
+    pluggy finds them (``specname`` honoured)."""
+    found = []
+    for attr in dir(plugin):
+        opts = state.manager.parse_hookimpl_opts(plugin, attr)
+        if opts is None:
+            continue
+        function = getattr(plugin, attr, None)
+        if callable(function):
+            found.append((opts.get("specname") or attr, function, dict(opts)))
+    return found
+
+
+def _argument_problems(state: _PluginState, plugin: object) -> list[str]:
+    """What is wrong with the arguments of the plugin's implementations of pdc's hooks."""
+    hooks = set(_hook_names(state))
+    problems = []
+    for hook, function, _ in _implementations(state, plugin):
+        if hook not in hooks:
+            continue
+        try:
+            inspect.signature(function).bind(register=None)
+        except TypeError:
+            problems.append(
+                f"{_signature(function)} does not match the hook {hook}(register): pdc calls "
+                "it with the one argument 'register'"
+            )
+        except ValueError:  # no signature to inspect (a builtin): pluggy accepted it
+            continue
+    return problems
+
+
+def _hook_problems(state: _PluginState, plugin: object) -> list[str]:
+    """Implementations that match no hook of pdc, implementations pdc could not call,
+    and functions named after a hook but not marked with ``@hookimpl``."""
+    hooks = _hook_names(state)
+    problems = []
+    for hook, _, opts in _implementations(state, plugin):
+        if hook not in hooks and not opts.get("optionalhook"):
+            # (optionalhook=True is pluggy's way of implementing another plugin's hook.)
+            problems.append(
+                f"{hook} matches no pdc hook ({_nearest(hook, hooks)}pdc's hooks are "
+                f"{', '.join(hooks)})"
+            )
+        elif hook in hooks and (opts.get("wrapper") or opts.get("hookwrapper")):
+            problems.append(f"{hook} is marked as a wrapper, which pdc's hooks do not support")
+    problems += _argument_problems(state, plugin)
+    for hook in hooks:
+        function = getattr(plugin, hook, None)
+        if callable(function) and state.manager.parse_hookimpl_opts(plugin, hook) is None:
+            problems.append(
+                f"{hook} is not marked with @hookimpl (from pdc_core.backend import hookimpl), "
+                "so pdc would never call it"
+            )
+    return problems
+
+
+def _reserved(info: PluginInfo, kind: str, name: str) -> str | None:
+    """Why ``info`` may not register ``name``: it is a first-party name (cpu, cuda,
+    metal, ray) and ``info`` is not that name's first-party distribution."""
+    owner = KNOWN_DISTRIBUTIONS.get(name)
+    if owner is None:
+        return None
+    if info.distribution is not None and _normalize(info.distribution) == owner:
+        return None
+    claimant = info.distribution or "a plugin of no known distribution"
+    return (
+        f"refused {kind} {name!r}: {claimant} registers it, but {name!r} is reserved for "
+        f"the first-party {owner}; a third-party {kind} needs a name of its own"
+    )
 
 
 def _call_register_hooks(state: _PluginState) -> None:
     """Call each plugin's ``pdc_register_backends`` on its own, so one failure is contained.
 
-    When two plugins register a backend of the same name, the plugin from the
-    distribution the backend class names in ``distribution`` keeps it (else the first
-    plugin by name); the other is reported.
+    A backend named after a first-party plugin (``cpu``, ``cuda``, ``metal``, ``ray``)
+    is accepted only from that plugin's distribution (:data:`KNOWN_DISTRIBUTIONS`),
+    whatever order the plugins load in; from any other it is refused and reported on
+    the claimant. When two plugins register a backend of any other name, the plugin
+    from the distribution the backend class names in ``distribution`` keeps it (else
+    the first plugin by name); the other is reported.
     """
     claims: dict[str, list[tuple[str, type[Backend]]]] = {}
     impls = state.manager.hook.pdc_register_backends.get_hookimpls()
@@ -422,6 +568,10 @@ def _call_register_hooks(state: _PluginState) -> None:
             state.manager.unregister(name=impl.plugin_name)
             continue
         for backend in registered:
+            squatting = _reserved(info, "backend", backend.name)
+            if squatting is not None:
+                info.error = squatting if info.error is None else f"{info.error}; {squatting}"
+                continue
             claims.setdefault(backend.name, []).append((impl.plugin_name, backend))
     for name, candidates in claims.items():
         winner = next(
@@ -497,6 +647,10 @@ def _call_named_hooks(
             info.error = failure if info.error is None else f"{info.error}; {failure}"
             continue
         for registration in registered:
+            squatting = _reserved(info, kind, registration.name)
+            if squatting is not None:
+                info.error = squatting if info.error is None else f"{info.error}; {squatting}"
+                continue
             owner = registry.get(registration.name)
             if owner is not None:
                 clash = (

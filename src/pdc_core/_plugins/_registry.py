@@ -300,7 +300,7 @@ def _unknown_message(base: str) -> str:
             f"unknown backend {base!r}: {where}. Add {_entry_for(provider)} to "
             f"PDC_PLUGINS, or unset PDC_PLUGINS.\n{details}"
         )
-    hint = KNOWN_DISTRIBUTIONS.get(base)
+    hint = KNOWN_DISTRIBUTIONS.get(base) if base != "ray" else None  # pdc-ray: no backend
     install = (
         f" Install it with: pip install {hint}"
         if hint
