@@ -78,6 +78,13 @@ template <cuda::thread_scope Scope>
 struct Words {
     unsigned char* base;
 
+    // Plain access to a word: only for words no other agent stores while this kernel
+    // runs (the header, written before the launch, which orders it before every load
+    // of the kernel; words only this kernel stores), or for words read after an acquire
+    // that orders their stores before (the next stage's error words after its DONE).
+    // Each use says which. A word another agent may store concurrently is loaded with
+    // load_relaxed*/load_acquire*: a plain load racing with a store is a data race in
+    // the PTX memory model as in C++'s.
     __device__ pdc_u64& word64(pdc_u64 offset) const {
         return *reinterpret_cast<pdc_u64*>(base + offset);
     }
@@ -192,6 +199,7 @@ __device__ void report_error(const InWords& in, pdc_u32 code, const char* text,
     length = put_text(message, length, text);
     if (with_number) length = put_number(message, length, number);
     if (text2) length = put_text(message, length, text2);
+    // Plain store: the release of ERROR_CODE below publishes it (and the message).
     in.word32(PDC_OFF_ERROR_LENGTH) = whole_characters(message, length);
     in.store_release32(PDC_OFF_ERROR_CODE, code);
 }
@@ -200,6 +208,8 @@ __device__ void report_error(const InWords& in, pdc_u32 code, const char* text,
 // The next stage failed first: its error words (which already name it) become ours.
 // Called after an acquire load of its DONE, which its error words precede.
 __device__ void adopt_error(const InWords& in, const OutWords& out) {
+    // Plain: the next stage stored its error words before its DONE (release), and the
+    // caller acquired that DONE; it stores nothing after it.
     const pdc_u32 code = out.word32(PDC_OFF_ERROR_CODE);
     if (code == 0u) return;
     pdc_u32 length = out.word32(PDC_OFF_ERROR_LENGTH);
@@ -207,7 +217,7 @@ __device__ void adopt_error(const InWords& in, const OutWords& out) {
     for (pdc_u32 i = 0; i < length; ++i) {
         in.base[PDC_OFF_ERROR_MESSAGE + i] = out.base[PDC_OFF_ERROR_MESSAGE + i];
     }
-    in.word32(PDC_OFF_ERROR_LENGTH) = length;
+    in.word32(PDC_OFF_ERROR_LENGTH) = length;  // plain: the release below publishes it
     in.store_release32(PDC_OFF_ERROR_CODE, code);
 }
 #endif
@@ -216,6 +226,8 @@ enum Command : pdc_u32 { WORK = 0, EXIT = 1 };
 
 // Check both regions' headers against what this kernel was compiled for; on a
 // mismatch report it (PROTOCOL) and return false.
+// Plain loads: every word read here is header, written before the launch and never
+// after.
 __device__ bool check_headers(const InWords& in, const OutWords& out) {
     const pdc_u32 bad_request = pdc_request_layout_mismatch();
     const pdc_u32 bad_reply = pdc_reply_layout_mismatch();
@@ -297,17 +309,25 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         if (!check_headers(in, out)) {
             s_command = EXIT;
         } else {
+            // Plain: header words, written before the launch and never after.
             s_in_cap = in.word64(PDC_OFF_IN_CAPACITY);
             s_out_cap = out.word64(PDC_OUT_CAPACITY_WORD);
             s_in_ring = in.word64(PDC_OFF_IN_RING);
             s_out_ring = out.word64(PDC_OUT_RING_WORD);
+            // Plain: IN_TAIL, the output ring's head and BATCHES are stored by this
+            // kernel only (their first value was written before the launch).
             in_tail = in.word64(PDC_OFF_IN_TAIL);
-#if PDC_IN_SEQUENCED
-            in_head_seen = in.word64(PDC_OFF_IN_HEAD);
-#endif
             out_head = out.word64(PDC_OUT_HEAD_WORD);
-            out_tail = out.word64(PDC_OUT_TAIL_WORD);
             batches = in.word64(PDC_OFF_BATCHES);
+#if PDC_IN_SEQUENCED
+            // Relaxed: the host may be storing IN_HEAD already (a sequenced ring's
+            // requests may be published before STARTED); it only bounds the run.
+            in_head_seen = in.load_relaxed64(PDC_OFF_IN_HEAD);
+#endif
+            // Relaxed: the output ring's tail belongs to its reader (the host, or the
+            // next stage), which stores it concurrently once replies flow; the value
+            // is only a lower bound, reloaded with acquire before any slot is reused.
+            out_tail = out.load_relaxed64(PDC_OUT_TAIL_WORD);
 #if PDC_OUT_LINK
             // STARTED only once the next stage is resident (or has given up, or a stop
             // NOW came): stage 0's STARTED then means every stage is. Relaxed: these
@@ -546,6 +566,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         // stage by stage.
         // (A drain that finished was checked after the acquire fence above; this load
         // of IN_HEAD decides nothing else, so it is relaxed.)
+        // ERROR_CODE plain: this thread is the only one that stores it.
         const bool drain = in.load_relaxed32(PDC_OFF_STOP) == PDC_STOP_DRAIN &&
                            in.word32(PDC_OFF_ERROR_CODE) == 0u &&
                            in.load_relaxed64(PDC_OFF_IN_HEAD) == in_tail;
@@ -564,7 +585,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
             }
             delay = back_off(delay);
         }
-        if (in.word32(PDC_OFF_ERROR_CODE) == 0u) adopt_error(in, out);
+        if (in.word32(PDC_OFF_ERROR_CODE) == 0u) adopt_error(in, out);  // plain: ours
 #endif
         // Relaxed: DONE below is the release that covers it.
         if (paused) in.store_relaxed32(PDC_OFF_PAUSED, 0u);
