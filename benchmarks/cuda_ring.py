@@ -32,15 +32,20 @@ the record, copying every byte on the device):
   wait for the stream.
 * **graph replay**: ``MessageLauncher(graph=True)``: the same calls captured once into
   a CUDA graph and replayed per message.
+* **cuda.bindings launch**: the lowest per-message launch cost Python has: the driver
+  API of ``cuda.bindings`` (``cuMemcpyHtoDAsync``, ``cuLaunchKernel`` with the kernel's
+  parameters packed once into a ``void*[]``, ``cuMemcpyDtoHAsync``,
+  ``cuStreamSynchronize``) on pinned staging buffers, every result checked.
 
 The launched variants wait synchronously for their stream (``cudaStreamSynchronize``,
 no event loop): their best case, so the ratios against the resident kernel are
 conservative. Plus the round trip at several idle back-offs of the kernel
 (0/64/256/1024 ns, 8 B), and batched throughput (``request_batch`` of whole rings of
 8-byte records, asyncio and trio). Round trips are reported as p50/p99 in microseconds;
-ratios are of medians measured in the same run. Targets (issue 12, H100/H200): resident
-p50 <= 5 us with ``wait="spin"`` and <= 10 us without, at least 5x faster than CuPy
-launch + copies, batched >= 100 M records/s.
+ratios are of medians measured in the same run. Targets (issues 12 and 24, H100/H200):
+resident p50 <= 5 us with ``wait="spin"`` and <= 10 us without, at least 5x faster than
+CuPy launch + copies and 2x faster than the cuda.bindings launch, batched >= 100 M
+records/s.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ BATCH_CAPACITY = 1 << 16
 TARGET_P50_SPIN_US = 5.0
 TARGET_P50_US = 10.0
 TARGET_SPEEDUP = 5.0
+TARGET_BINDINGS_SPEEDUP = 2.0
 TARGET_BATCHED = 100e6
 #: The columns of the round-trip table, in order.
 RESIDENT = "resident (asyncio)"
@@ -76,6 +82,9 @@ RESIDENT_TRIO = "resident (trio)"
 CUPY = "CuPy launch + copies"
 PLAIN = "plain launch"
 GRAPH = "graph replay"
+BINDINGS = "cuda.bindings launch"
+#: The columns launched per message, in order.
+LAUNCHED = (CUPY, PLAIN, GRAPH, BINDINGS)
 Wait = Literal["sleep", "spin"]
 #: (column, wait, event loop) of the resident measurements.
 RESIDENT_COLUMNS: tuple[tuple[str, Wait, str], ...] = (
@@ -274,6 +283,107 @@ def launcher_round_trips(launcher: Any, size: int, count: int) -> list[float]:
         return timed(lambda: launcher(In(host), result, n)[0], host, count)
 
 
+def cuda_driver() -> Any:
+    """``cuda.bindings.driver`` (cuda-bindings >= 12.6), else the older ``cuda.cuda``."""
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        from cuda import cuda as driver  # type: ignore[no-redef]
+    return driver
+
+
+class PrePackedLaunch:
+    """One message through ``echo`` with the driver API and nothing rebuilt per message.
+
+    ``host_in``/``host_out`` are pinned host arrays of ``words`` 8-byte words, ``src``
+    and ``dst`` device addresses of as many, ``function`` the ``CUfunction`` of ``echo``
+    and ``stream`` a ``CUstream``: the parameters (``src``, ``dst``, ``words``) are
+    packed once into a ``void*[3]`` whose address every launch passes. Calling it
+    copies the message into ``host_in``, then copy in, launch, copy out and
+    synchronize, checking each call's ``CUresult``; it returns a copy of the reply.
+    """
+
+    def __init__(
+        self,
+        driver: Any,
+        function: Any,
+        stream: Any,
+        src: int,
+        dst: int,
+        host_in: Any,
+        host_out: Any,
+        threads: int,
+    ) -> None:
+        self.driver = driver
+        self.function = function
+        self.stream = stream
+        self.src = driver.CUdeviceptr(src)
+        self.dst = driver.CUdeviceptr(dst)
+        self.host_in = host_in
+        self.host_out = host_out
+        self.nbytes = host_in.nbytes
+        self.threads = threads
+        # The argument values, and the void*[] of their addresses (kept alive here).
+        self._values = np.array([src, dst, host_in.size], dtype=np.uint64)
+        base = self._values.ctypes.data
+        self._params = np.array([base, base + 8, base + 16], dtype=np.uint64)
+        self.params = int(self._params.ctypes.data)
+        self.success = driver.CUresult.CUDA_SUCCESS
+
+    def _check(self, result: tuple[Any, ...], call: str) -> None:
+        if result[0] != self.success:
+            raise RuntimeError(f"{call} failed: {result[0]!r}")
+
+    def __call__(self, message: Any) -> Any:
+        driver, stream = self.driver, self.stream
+        np.copyto(self.host_in, message)
+        self._check(
+            driver.cuMemcpyHtoDAsync(self.src, self.host_in.ctypes.data, self.nbytes, stream),
+            "cuMemcpyHtoDAsync",
+        )
+        self._check(
+            driver.cuLaunchKernel(
+                self.function, 1, 1, 1, self.threads, 1, 1, 0, stream, self.params, 0
+            ),
+            "cuLaunchKernel",
+        )
+        self._check(
+            driver.cuMemcpyDtoHAsync(self.host_out.ctypes.data, self.dst, self.nbytes, stream),
+            "cuMemcpyDtoHAsync",
+        )
+        self._check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        return self.host_out.copy()
+
+
+def bindings_round_trips(backend: Any, size: int, count: int) -> list[float]:
+    """Per message through :class:`PrePackedLaunch`: the CuPy-compiled ``echo`` launched
+    by its ``CUfunction`` handle, device and pinned memory from CuPy, a non-blocking
+    stream."""
+    import cupy
+
+    driver = cuda_driver()
+    words = size // 8
+    kernel = backend.compile_kernel(ECHO_KERNEL, "echo")
+    host = np.arange(words, dtype=np.uint64)
+    with backend.device_context():
+        stream = cupy.cuda.Stream(non_blocking=True)
+        src = cupy.empty(words, np.uint64)
+        dst = cupy.empty_like(src)
+        pinned = [cupy.cuda.alloc_pinned_memory(size) for _ in range(2)]
+        host_in, host_out = (np.frombuffer(memory, np.uint64, words) for memory in pinned)
+        launch = PrePackedLaunch(
+            driver,
+            driver.CUfunction(int(kernel.raw.kernel.ptr)),
+            driver.CUstream(int(stream.ptr)),
+            int(src.data.ptr),
+            int(dst.data.ptr),
+            host_in,
+            host_out,
+            echo_threads(words),
+        )
+        return timed(lambda: launch(host), host, count)
+
+
 def timed(once: Callable[[], Any], expected: Any, count: int) -> list[float]:
     """``count`` timings of ``once()`` after a warm-up; its last result must be ``expected``."""
     for _ in range(min(200, count)):
@@ -291,9 +401,11 @@ def timed(once: Callable[[], Any], expected: Any, count: int) -> list[float]:
 
 
 def per_message_round_trips(backend: Any, size: int, count: int, column: str) -> list[float]:
-    """The launched column ``column`` (CUPY, PLAIN or GRAPH) for ``size``-byte messages."""
+    """The launched column ``column`` (one of ``LAUNCHED``) for ``size``-byte messages."""
     if column == CUPY:
         return cupy_round_trips(backend, size, count)
+    if column == BINDINGS:
+        return bindings_round_trips(backend, size, count)
     return launcher_round_trips(echo_launcher(backend, size, column == GRAPH), size, count)
 
 
@@ -397,6 +509,14 @@ def targets(results: dict[str, Any]) -> list[str]:
             f"batched >= {TARGET_BATCHED / 1e6:g} M records/s (8-byte records): "
             f"{best / 1e6:.2f} M records/s, {verdict}"
         )
+    for point, how in ((resident, "the default wait"), (spin, 'wait="spin"')):
+        speedup = p50_ratio(small.get(BINDINGS), point)
+        if speedup is not None:
+            verdict = "met" if speedup >= TARGET_BINDINGS_SPEEDUP else "missed"
+            lines.append(
+                f">= {TARGET_BINDINGS_SPEEDUP:g}x faster than the cuda.bindings launch (8 B, "
+                f"resident with {how}): {speedup:.1f}x, {verdict}"
+            )
     graph_vs_plain = p50_ratio(small.get(GRAPH), small.get(PLAIN))
     if graph_vs_plain is not None:
         lines.append(f"(no target) graph replay / plain launch p50 (8 B): {graph_vs_plain:.2f}x")
@@ -441,7 +561,7 @@ def round_trip_row(
             f"{column} {label}",
             functools.partial(resident_round_trips, backend, size, n, library, wait=wait),
         )
-    for column in (CUPY, PLAIN, GRAPH):
+    for column in LAUNCHED:
         point[column] = measurements.point(
             f"{column} {label}",
             functools.partial(per_message_round_trips, backend, size, n, column),
@@ -505,13 +625,15 @@ def run(backend: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-COLUMNS = (RESIDENT, RESIDENT_SPIN, RESIDENT_TRIO, CUPY, PLAIN, GRAPH)
+COLUMNS = (RESIDENT, RESIDENT_SPIN, RESIDENT_TRIO, *LAUNCHED)
 #: (heading, numerator, denominator) of the ratio columns.
 RATIOS = (
     ("CuPy / resident", CUPY, RESIDENT),
     ("CuPy / resident spin", CUPY, RESIDENT_SPIN),
     ("graph / plain", GRAPH, PLAIN),
     ("graph / resident", GRAPH, RESIDENT),
+    ("bindings / resident", BINDINGS, RESIDENT),
+    ("bindings / resident spin", BINDINGS, RESIDENT_SPIN),
     ("trio / asyncio", RESIDENT_TRIO, RESIDENT),
 )
 
@@ -547,7 +669,7 @@ def print_markdown(results: dict[str, Any]) -> None:
         )
     )
     if results.get("targets"):
-        print("\nTargets (issue 12):\n")
+        print("\nTargets (issues 12 and 24):\n")
         for line in results["targets"]:
             print(f"- {line}")
     if results.get("failures"):

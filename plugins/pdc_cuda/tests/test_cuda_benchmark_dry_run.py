@@ -12,6 +12,8 @@ fixed samples.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import enum
 import json
 from typing import Any
 
@@ -76,6 +78,79 @@ def test_launcher_round_trips_on_fake_cuda_calls(graph, size):
     assert launcher.statistics.captures == (1 if graph else 0)
 
 
+class FakeDriver:
+    """The four driver calls of ``PrePackedLaunch`` on host memory: device addresses are
+    host addresses here, and ``echo`` runs in Python on the packed ``void*[3]``."""
+
+    class CUresult(enum.IntEnum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_LAUNCH_FAILED = 719
+
+    CUdeviceptr = int
+    CUfunction = int
+    CUstream = int
+
+    def __init__(self, fail: str | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+        self.kernel_params: set[int] = set()
+
+    def _result(self, call: str) -> tuple[CUresult]:
+        self.calls.append(call)
+        ok = self.fail != call
+        return (self.CUresult.CUDA_SUCCESS if ok else self.CUresult.CUDA_ERROR_LAUNCH_FAILED,)
+
+    def cuMemcpyHtoDAsync(self, dst: int, src: int, nbytes: int, stream: int) -> Any:
+        ctypes.memmove(dst, src, nbytes)
+        return self._result("cuMemcpyHtoDAsync")
+
+    def cuMemcpyDtoHAsync(self, dst: int, src: int, nbytes: int, stream: int) -> Any:
+        ctypes.memmove(dst, src, nbytes)
+        return self._result("cuMemcpyDtoHAsync")
+
+    def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        assert isinstance(params, int)  # packed once: an address, not a tuple per launch
+        self.kernel_params.add(params)
+        pointers = (ctypes.c_uint64 * 3).from_address(params)
+        src, dst, words = (ctypes.c_uint64.from_address(p).value for p in pointers)
+        ctypes.memmove(dst, src, words * 8)
+        return self._result("cuLaunchKernel")
+
+    def cuStreamSynchronize(self, stream: int) -> Any:
+        return self._result("cuStreamSynchronize")
+
+
+def pre_packed(driver: FakeDriver, words: int) -> Any:
+    src, dst, host_in, host_out = (np.zeros(words, np.uint64) for _ in range(4))
+    launch = benchmark.PrePackedLaunch(
+        driver, 1, 2, src.ctypes.data, dst.ctypes.data, host_in, host_out, 32
+    )
+    launch.keep = (src, dst)  # the fake's "device memory" lives as long as the launch
+    return launch
+
+
+@pytest.mark.parametrize("size", [8, 4096])
+def test_the_cuda_bindings_launch_echoes_through_its_packed_parameters(size):
+    driver = FakeDriver()
+    launch = pre_packed(driver, size // 8)
+    message = np.arange(size // 8, dtype=np.uint64) + 7
+    samples = benchmark.timed(lambda: launch(message), message, 30)
+    assert len(samples) == 30
+    assert driver.calls[:4] == [
+        "cuMemcpyHtoDAsync",
+        "cuLaunchKernel",
+        "cuMemcpyDtoHAsync",
+        "cuStreamSynchronize",
+    ]
+    assert driver.kernel_params == {launch.params}  # one packing for every launch
+
+
+def test_a_failing_driver_call_fails_the_measurement():
+    launch = pre_packed(FakeDriver(fail="cuLaunchKernel"), 1)
+    with pytest.raises(RuntimeError, match=r"cuLaunchKernel failed: <CUresult\.CUDA_ERROR_LAUNCH"):
+        launch(np.ones(1, np.uint64))
+
+
 def test_the_time_budget_skips_what_would_start_after_it(capsys):
     measurements = benchmark.Measurements(60)
     assert measurements.point("first", lambda: [1e-6, 2e-6]) == (2.0, 2.0)
@@ -104,7 +179,12 @@ def test_the_report(on_cpu, monkeypatch, capsys, tmp_path):
         if column == benchmark.GRAPH and size == 64:
             raise RuntimeError("capture failed")
         return [
-            {benchmark.CUPY: 30e-6, benchmark.PLAIN: 20e-6, benchmark.GRAPH: 10e-6}[column]
+            {
+                benchmark.CUPY: 30e-6,
+                benchmark.PLAIN: 20e-6,
+                benchmark.GRAPH: 10e-6,
+                benchmark.BINDINGS: 12e-6,
+            }[column]
         ] * count
 
     monkeypatch.setattr(benchmark, "per_message_round_trips", per_message)
@@ -119,17 +199,20 @@ def test_the_report(on_cpu, monkeypatch, capsys, tmp_path):
     out = capsys.readouterr()
     assert (
         "| 8 B | 5.0 / 5.0 | 4.0 / 4.0 | 5.0 / 5.0 | 30.0 / 30.0 | 20.0 / 20.0 | 10.0 / 10.0 "
-        "| 6.0x | 7.5x | 0.5x | 2.0x | 1.0x |" in out.out
+        "| 12.0 / 12.0 | 6.0x | 7.5x | 0.5x | 2.0x | 2.4x | 3.0x | 1.0x |" in out.out
     )
     assert (
         "| 64 B | 5.0 / 5.0 | 4.0 / 4.0 | 5.0 / 5.0 | 30.0 / 30.0 | 20.0 / 20.0 | failed "
-        "| 6.0x | 7.5x | n/a | n/a | 1.0x |" in out.out
+        "| 12.0 / 12.0 | 6.0x | 7.5x | n/a | n/a | 2.4x | 3.0x | 1.0x |" in out.out
     )
     for line in (
         'resident round trip p50 <= 5 us with wait="spin" (8 B, asyncio): 4.0 us, met',
         "resident round trip p50 <= 10 us with the default wait (8 B, asyncio): 5.0 us, met",
         ">= 5x faster than CuPy launch + copies (8 B, resident with the default wait): 6.0x, met",
         '>= 5x faster than CuPy launch + copies (8 B, resident with wait="spin"): 7.5x, met',
+        ">= 2x faster than the cuda.bindings launch (8 B, resident with the default wait): "
+        "2.4x, met",
+        '>= 2x faster than the cuda.bindings launch (8 B, resident with wait="spin"): 3.0x, met',
         "batched >= 100 M records/s (8-byte records): 120.00 M records/s, met",
         "(no target) graph replay / plain launch p50 (8 B): 0.50x",
         "graph replay 64 B: RuntimeError: capture failed",
