@@ -806,3 +806,46 @@ async def test_stop_timeout_is_checked_before_anything_is_launched() -> None:
         with pytest.raises(ValueError, match="stop_timeout"):
             await PersistentKernelSession.start(make_kernel(), backend, stop_timeout=bad)
     assert backend.launched == []
+
+
+async def test_a_session_used_from_another_event_loop_says_so_and_goes_on() -> None:
+    """Every async method, from a loop in another thread (asyncio or trio), raises the
+    session's RuntimeError before it touches the ring; the owner's loop goes on."""
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+        assert (await session.request((1, 1.0)))["y"] == 2.0
+        uses = {
+            "request": lambda: session.request((2, 1.0)),
+            "request_batch": lambda: session.request_batch(batch(0, 2)),
+            "send": lambda: session.send((3, 1.0)),
+            "send_batch": lambda: session.send_batch(batch(0, 2)),
+            "receive": session.receive,
+            "receive_batch": session.receive_batch,
+            "pause": session.pause,
+            "resume": session.resume,
+            "wait_until": lambda: session.wait_until(lambda: False),
+            "watch_until": lambda: session.watch_until(lambda: False),
+            "stop": session.stop,
+        }
+
+        def from_another_loop(library: str) -> dict[str, str]:
+            async def misuse() -> dict[str, str]:
+                errors = {}
+                for name, use in uses.items():
+                    with pytest.raises(RuntimeError) as info:
+                        await use()
+                    errors[name] = str(info.value)
+                return errors
+
+            return anyio.run(misuse, backend=library)
+
+        for library in ("asyncio", "trio"):
+            errors = await anyio.to_thread.run_sync(from_another_loop, library)
+            assert set(errors) == set(uses)
+            for text in errors.values():
+                assert "persistent kernel 'doubler' belongs to the " in text
+                assert "cannot be used from another event loop" in text
+        stats = session.statistics()
+        assert (stats.sent, stats.replied) == (1, 1)  # nothing was written
+        assert session.state is SessionState.RUNNING
+        assert (await session.request((4, 2.0)))["y"] == 4.0
+    assert session.state is SessionState.STOPPED

@@ -48,6 +48,7 @@ __all__ = [
     "check_timeout",
     "current_kit",
     "current_library",
+    "current_loop",
     "current_sleep",
     "fail",
     "thread_count",
@@ -107,6 +108,27 @@ def current_kit() -> Kit:
             trio_kit = _trio_kits.kit = TrioKit()
         return trio_kit
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def current_loop() -> object:
+    """An object that identifies the running event loop, cheaply (tens of ns).
+
+    The asyncio loop itself, or trio's token of the running ``trio.run``: two
+    consecutive ``trio.run`` calls in one thread are two loops (they share a kit).
+    Raises :class:`RuntimeError` outside of both.
+    """
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        return loop
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            token: object = trio.lowlevel.current_trio_token()
+        except RuntimeError:
+            pass
+        else:
+            return token
+    raise RuntimeError("pdc runs under asyncio or trio (anyio.run), and neither is running here")
 
 
 def current_sleep() -> Callable[[float], Awaitable[None]]:

@@ -48,7 +48,14 @@ from .._backend._ring import (
     records_copy,
 )
 from .._exceptions import ActorCrashed, ActorStopped, KernelStopTimeout, PersistentKernelError
-from .._loop import check_duration, check_timeout, current_kit, wake
+from .._loop import (
+    check_duration,
+    check_timeout,
+    current_kit,
+    current_library,
+    current_loop,
+    wake,
+)
 from .._plugins import resolve_backend
 
 if TYPE_CHECKING:
@@ -254,7 +261,10 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     while it spins. Spinning holds the event loop: other tasks wait up to 1 ms at
     most, after which the caller lets the loop run before it spins again.
 
-    One event loop drives a session; it is not thread-safe.
+    One event loop drives a session (the one that first uses it: the one that starts
+    it); it is not thread-safe. Every async method used from another event loop (in
+    another thread, or a later ``anyio.run``) raises :class:`RuntimeError` saying so,
+    before it touches the ring.
 
     Types: ``PersistentKernelSession[ReqT, RepT]`` carries the NumPy scalar types of
     the kernel's request and reply records: :meth:`request` returns a ``RepT``
@@ -302,6 +312,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if self.receive_window < 1:
             raise ValueError(f"receive_window must be at least 1, not {self.receive_window}")
         self._state = SessionState.STARTING
+        self._loop: object = None  # the event loop that drives it (see _check_loop)
+        self._loop_name = ""
         self._routes: collections.deque[_Route] = collections.deque()
         self._inbox: collections.deque[npt.NDArray[Any]] = collections.deque()
         self._inbox_count = 0
@@ -462,6 +474,23 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     def read_state(self) -> npt.NDArray[Any] | None:
         """A host copy of the kernel's device-resident state (see ``ResidentKernel``)."""
         return self.resident.read_state()
+
+    def _check_loop(self) -> None:
+        """Bind the session to the running event loop at first use; refuse any other."""
+        loop = current_loop()
+        if loop is not self._loop:
+            self._bind_loop(loop)
+
+    def _bind_loop(self, loop: object) -> None:
+        if self._loop is None:
+            self._loop = loop
+            self._loop_name = current_library()
+            return
+        raise RuntimeError(
+            f"persistent kernel {self.kernel.name!r} belongs to the {self._loop_name} event "
+            "loop that started it; a persistent-kernel session (and a kernel actor) cannot "
+            "be used from another event loop"
+        )
 
     # -- the ring ---------------------------------------------------------------------------
 
@@ -648,6 +677,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         kernel's :class:`HostWaiter`; the others sleep until the leader sees their
         predicate hold, or until one of them is promoted when the leader leaves.
         """
+        loop = current_loop()
+        if loop is not self._loop:
+            self._bind_loop(loop)
         while True:
             if not self._leader:
                 self._leader = True
@@ -685,6 +717,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         0.5 ms to 20 ms, so a crash or a stop is seen within 20 ms with no request in
         flight. :meth:`notify_changed` wakes it at once. Cancelling the wait is safe.
         """
+        self._check_loop()
         kit = current_kit()
         delay = _WATCH_MIN
         while True:
@@ -762,6 +795,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         return await self._send(batch, _RECEIVE if reply else _DISCARD)
 
     async def _send(self, batch: npt.NDArray[Any], sink: int) -> int:
+        self._check_loop()
         self._check_open()
         first = self._ring.in_head
         await self._write_all(batch, sink)
@@ -826,6 +860,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         return await self._request(batch)
 
     async def _request(self, batch: npt.NDArray[Any]) -> npt.NDArray[RepT]:
+        self._check_loop()
         self._check_open()
         total = len(batch)
         if total == 0:
@@ -876,6 +911,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """Between 1 and ``max_count`` (default: all available) replies to sends, in order."""
         if max_count is not None and max_count < 1:
             raise ValueError(f"max_count must be at least 1, not {max_count}")
+        self._check_loop()
         self._pump()
         if not self._inbox_count:
             if self._terminal is None:
@@ -913,6 +949,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
         Requests sent while paused wait in the ring (and sends wait when it is full).
         """
+        self._check_loop()
         self._check_open()
         self.resident.pause()
         await self.wait_until(lambda: self._ring.paused)
@@ -921,6 +958,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
     async def resume(self) -> None:
         """Let a paused kernel go on; returns once it has left its pause."""
+        self._check_loop()
         self._check_open()
         self.resident.resume()
         await self.wait_until(lambda: not self._ring.paused)
@@ -941,6 +979,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """
         if self._released:
             return
+        self._check_loop()
         if timeout is None:
             timeout = self.stop_timeout
         else:
