@@ -21,10 +21,14 @@ from ._actors import (
     ActorState,
     ActorStatistics,
     Backpressure,
+    BroadcastReceiveStream,
+    BroadcastSendStream,
+    BroadcastStreamStatistics,
     Control,
     Mailbox,
     MailboxStatistics,
     RestartPolicy,
+    create_broadcast_stream,
     open_nursery,
 )
 from ._buffer import BufferState, UnifiedBuffer
@@ -125,6 +129,11 @@ __all__ = [
     "MailboxStatistics",
     "RestartPolicy",
     "open_nursery",
+    # broadcast streams
+    "BroadcastReceiveStream",
+    "BroadcastSendStream",
+    "BroadcastStreamStatistics",
+    "create_broadcast_stream",
     # persistent kernels
     "DeviceSource",
     "KernelActorRef",

@@ -2,6 +2,12 @@
 actors and the nursery. Knows no device. Only this package touches a
 :class:`Mailbox`'s internals; other layers use its public fast-path methods."""
 
+from ._broadcast import (
+    BroadcastReceiveStream,
+    BroadcastSendStream,
+    BroadcastStreamStatistics,
+    create_broadcast_stream,
+)
 from ._mailbox import (
     CATCH_UP_AT,
     DEFAULT_CAPACITY,
@@ -39,6 +45,9 @@ __all__ = [
     "ActorStatistics",
     "Backpressure",
     "BatchReply",
+    "BroadcastReceiveStream",
+    "BroadcastSendStream",
+    "BroadcastStreamStatistics",
     "Control",
     "Mailbox",
     "MailboxActor",
@@ -49,6 +58,7 @@ __all__ = [
     "StartOptions",
     "cancellation_first",
     "check_priority",
+    "create_broadcast_stream",
     "open_nursery",
     "runner_for",
 ]
