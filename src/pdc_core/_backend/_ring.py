@@ -86,21 +86,21 @@ class Offset(enum.IntEnum):
     All words are little-endian and naturally aligned. ``u64`` words are indices and
     sizes, ``u32`` words are flags and codes. The writer of each line is fixed:
 
-    =====  ==========  ========================================================
-    line   writer      words
-    =====  ==========  ========================================================
-    0      host (once) header: magic, version, capacities, slot sizes, offsets
-    1      host        ``IN_HEAD``
-    2      kernel      ``IN_TAIL``
-    3      kernel      ``OUT_HEAD``
-    4      host        ``OUT_TAIL``
-    5      host        ``STOP``, ``PAUSE``
-    6      kernel      ``STARTED``, ``PAUSED``, ``DONE``, ``ERROR_CODE``,
-                       ``ERROR_LENGTH``, ``BATCHES``
-    7-10   kernel      ``ERROR_MESSAGE`` (256 bytes)
-    11     host (once) ``FEATURES`` (a :class:`RingFeature`), then reserved, zero
-    12-15  nobody      reserved, zero
-    =====  ==========  ========================================================
+    =====  ===========  ========================================================
+    line   writer       words
+    =====  ===========  ========================================================
+    0      host (once)  header: magic, version, capacities, slot sizes, offsets
+    1      host         ``IN_HEAD``
+    2      kernel       ``IN_TAIL``
+    3      kernel       ``OUT_HEAD``
+    4      host         ``OUT_TAIL``
+    5      host         ``STOP``, ``PAUSE``
+    6      kernel       ``STARTED``, ``PAUSED``, ``DONE``, ``ERROR_CODE``,
+                        ``ERROR_LENGTH``, ``BATCHES``
+    7-10   kernel       ``ERROR_MESSAGE`` (256 bytes)
+    11     host (once)  ``FEATURES`` (a :class:`RingFeature`), then reserved, zero
+    12-15  nobody       reserved, zero
+    =====  ===========  ========================================================
     """
 
     # line 0: header (host, before launch; read-only afterwards)
