@@ -67,6 +67,7 @@ __all__ = [
     "launch_pipeline",
     "link_placement",
     "resident_capacity",
+    "stage_wirings",
 ]
 
 #: Grids a device keeps resident at once, from compute capability 7.0 on (CUDA C++
@@ -272,6 +273,28 @@ def _prepare_stage(
     return _Stage(resident, threads, input_address, output_address)
 
 
+def stage_wirings(
+    pipeline: PersistentPipeline, link_scopes: Sequence[Scope], sequenced_input: bool
+) -> list[RingWiring]:
+    """How each stage's kernel is rendered: its input ring the host region (stage 0,
+    system scope, sequenced slots if the host region has them) or link ``index - 1``,
+    its output ring link ``index`` (``output_link``) or the host region (the last stage);
+    ``link_scopes[i]`` is link ``i``'s scope (from :func:`link_placement`)."""
+    count = len(pipeline.stages)
+    if len(link_scopes) != count - 1:
+        raise ValueError(f"{count} stages need {count - 1} link scopes, not {len(link_scopes)}")
+    return [
+        RingWiring(
+            input_scope="system" if index == 0 else link_scopes[index - 1],
+            output_scope="system" if index == count - 1 else link_scopes[index],
+            output_link=index != count - 1,
+            stage=(index, pipeline.stages[index].name),
+            sequenced_input=index == 0 and sequenced_input,
+        )
+        for index in range(count)
+    ]
+
+
 def launch_pipeline(
     backend: CudaBackend, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
 ) -> CudaPipelineResident:
@@ -300,17 +323,13 @@ def launch_pipeline(
         for index in range(1, count)
     ]
     host_address = region_device_address(backend, memory)
+    wirings = stage_wirings(
+        pipeline, [link.scope for link in links], memory.layout.sequenced_input
+    )
     stages: list[_Stage] = []
     try:
-        for index in range(count):
+        for index, wiring in enumerate(wirings):
             first, last = index == 0, index == count - 1
-            wiring = RingWiring(
-                input_scope="system" if first else links[index - 1].scope,
-                output_scope="system" if last else links[index].scope,
-                output_link=not last,
-                stage=(index, pipeline.stages[index].name),
-                sequenced_input=first and memory.layout.sequenced_input,
-            )
             stages.append(
                 _prepare_stage(
                     backend,

@@ -50,8 +50,11 @@ __all__ = [
 HEADER_DIR = Path(__file__).resolve().parent / "host"
 
 #: Flags of every host build (``sanitize``: plus ``-fsanitize=thread``).
-BASE_FLAGS = ("-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing")
-TSAN_FLAGS = ("-fsanitize=thread", "-Wno-tsan")
+BASE_FLAGS = (
+    "-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
+    "-fvisibility=hidden",
+)  # fmt: skip
+TSAN_FLAGS = ("-fsanitize=thread", "-Wno-tsan", "-O0")
 
 
 class HostBuildError(RuntimeError):

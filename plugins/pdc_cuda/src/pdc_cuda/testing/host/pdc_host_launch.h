@@ -47,7 +47,7 @@ inline void run_thread(Launch* launch, unsigned index, unsigned char* in, unsign
 
 }  // namespace pdc_host
 
-extern "C" void* pdc_host_launch(unsigned char* in, unsigned char* out, void* state,
+extern "C" __attribute__((visibility("default"))) void* pdc_host_launch(unsigned char* in, unsigned char* out, void* state,
                                  unsigned threads, const unsigned long long* regions,
                                  unsigned count) {
     auto* launch = new pdc_host::Launch(threads);
@@ -68,11 +68,11 @@ extern "C" void* pdc_host_launch(unsigned char* in, unsigned char* out, void* st
     return launch;
 }
 
-extern "C" int pdc_host_status(void* handle) {
+extern "C" __attribute__((visibility("default"))) int pdc_host_status(void* handle) {
     return static_cast<pdc_host::Launch*>(handle)->status.load(std::memory_order_acquire);
 }
 
-extern "C" long pdc_host_failure(void* handle, char* buffer, long size) {
+extern "C" __attribute__((visibility("default"))) long pdc_host_failure(void* handle, char* buffer, long size) {
     auto* launch = static_cast<pdc_host::Launch*>(handle);
     std::lock_guard<std::mutex> lock(launch->failure_mutex);
     const long length = static_cast<long>(launch->failure.size());
@@ -84,14 +84,14 @@ extern "C" long pdc_host_failure(void* handle, char* buffer, long size) {
     return length;
 }
 
-extern "C" void pdc_host_abort(void* handle) {
+extern "C" __attribute__((visibility("default"))) void pdc_host_abort(void* handle) {
     static_cast<pdc_host::Launch*>(handle)->fail(
         "aborted by the host: the launch was discarded while its threads still ran");
 }
 
-extern "C" void pdc_host_join(void* handle) {
+extern "C" __attribute__((visibility("default"))) void pdc_host_join(void* handle) {
     auto* launch = static_cast<pdc_host::Launch*>(handle);
     for (std::thread& worker : launch->workers) worker.join();
 }
 
-extern "C" void pdc_host_free(void* handle) { delete static_cast<pdc_host::Launch*>(handle); }
+extern "C" __attribute__((visibility("default"))) void pdc_host_free(void* handle) { delete static_cast<pdc_host::Launch*>(handle); }
