@@ -10,7 +10,7 @@ runs under asyncio and trio. ``test_cuda_host_tsan.py`` runs the same kernels un
 ThreadSanitizer.
 """
 
-# ruff: noqa: E402, F401 - imports after the skip guard; the imported tests are collected
+# ruff: noqa: F401 - imports after the skip guard; the imported tests are collected
 from __future__ import annotations
 
 import subprocess
@@ -60,7 +60,7 @@ from test_cuda_gpu_pipeline import (
 from pdc_core import PersistentKernel, PersistentPipeline, open_persistent_pipeline
 from pdc_core.backend import MemoryKind, Offset, RingMemory
 from pdc_core.testing import BackendConformance
-from pdc_core.testing.pytest_plugin import anyio_backend  # noqa: F811 - asyncio and trio
+from pdc_core.testing.pytest_plugin import anyio_backend
 
 
 def _host_build_missing() -> str | None:
@@ -72,7 +72,9 @@ _missing = _host_build_missing()
 
 pytestmark = [
     pytest.mark.cuda_host,
-    pytest.mark.skipif(_missing is not None, reason=f"no host build of the ring kernel: {_missing}"),
+    pytest.mark.skipif(
+        _missing is not None, reason=f"no host build of the ring kernel: {_missing}"
+    ),
     pytest.mark.anyio,
     pytest.mark.usefixtures("gpu_watchdog"),
 ]
@@ -137,3 +139,82 @@ class TestHostConformance(BackendConformance):
         return kernel.add_body(
             "cuda", "__device__ int pdc_body(const pdc_request& q, pdc_reply& r) { return 1; }"
         )
+
+
+# -- what only the host build checks -----------------------------------------------------
+
+
+def _double(capacity: int = 64) -> PersistentKernel:
+    kernel = PersistentKernel("double", REQUEST, REPLY, capacity=capacity)
+    return kernel.add_body("cuda", DOUBLE)
+
+
+@pytest.mark.parametrize("threads", [1, 7, 64])
+async def test_any_block_size_answers_every_request_in_order(cuda: Any, threads: int) -> None:
+    from pdc_core import open_persistent_kernel
+
+    batch = np.zeros(300, REQUEST)
+    batch["id"] = np.arange(300)
+    batch["x"] = np.arange(300)
+    async with open_persistent_kernel(_double(16), cuda, threads=threads) as session:
+        replies = await session.request_batch(batch)
+        assert session.resident.stream.launch.instance.build.path.exists()
+    assert replies["id"].tolist() == list(range(300))
+    assert np.array_equal(replies["y"], np.arange(300, dtype=np.float32) * 2)
+
+
+async def test_a_two_stage_pipeline(cuda: Any) -> None:
+    pipeline = PersistentPipeline(stage("a", ADD_ONE, 3), stage("c", MINUS_THREE, 2))
+    async with open_persistent_pipeline(pipeline, cuda) as pipe:
+        replies = await pipe.request_batch(records(500))
+        assert replies["id"].tolist() == list(range(500))
+        assert np.array_equal(replies["x"], np.arange(500) - 2.0)
+    assert cuda.resident_kernels() == []
+
+
+async def test_a_scope_narrower_than_the_memory_needs_fails_the_launch(cuda: Any) -> None:
+    """Device scope on the mapped host region: the host would not see those accesses
+    ordered on a GPU; the host build refuses at the first such atomic, naming the line."""
+    kernel = _double()
+    memory = RingMemory.allocate(cuda, kernel.layout)
+    wrong = RingWiring(input_scope="device", sequenced_input=True)
+    source = render_ring_kernel(DOUBLE, REQUEST, REPLY, None, wrong)
+    compiled = cuda.compile_kernel(source, "pdc_ring_kernel")
+    stream = cuda.create_stream()
+    address = np.uint64(memory.address)
+    compiled.launch((1,), (4,), (address, address, np.uint64(0)), stream=stream)
+    with anyio.fail_after(30):
+        while True:
+            try:
+                if stream.done:
+                    pytest.fail("the launch finished instead of failing")
+            except HostKernelFault as fault:
+                message = str(fault)
+                break
+            await anyio.sleep(0.001)
+    stream.discard()
+    assert "cuda::atomic_ref at thread_scope_device on mapped host memory" in message
+    assert "needs thread_scope_system" in message
+    assert "pdc_ring_kernel.cu:" in message
+    assert memory.load32(Offset.STARTED) == 0  # it failed before it started
+
+
+def test_nvrtc_gates_every_host_build(tmp_path: Path) -> None:
+    """The header includes <thread>, so g++ alone would accept a body using std::this_thread;
+    NVRTC does not, and neither does the host build: it compiles nothing NVRTC rejects."""
+    body = DOUBLE.replace(
+        "reply.id = request.id;", "reply.id = request.id; std::this_thread::yield();"
+    )
+    source = render_ring_kernel(body, REQUEST, REPLY, None, RingWiring(sequenced_input=True))
+    found = compiler()
+    assert found is not None
+    unit = tmp_path / "kernel.cu"
+    unit.write_text(source, encoding="utf-8")
+    accepted = subprocess.run(
+        [found[0], "-std=c++20", "-fsyntax-only", "-x", "c++", "-I", str(HEADER_DIR),
+         "-include", str(HEADER_DIR / "pdc_cuda_host.h"), str(unit)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert accepted.returncode == 0, accepted.stderr  # what the gate is there for
+    with pytest.raises(CudaCompileError, match="this_thread"):
+        build_ring_kernel(source)

@@ -7,7 +7,6 @@ its kind and the source line of each access. Runs in the normal suite (about 30 
 two cores, most of it building five kernels and the driver once per cache).
 """
 
-# ruff: noqa: E402 - imports after the skip guard
 from __future__ import annotations
 
 import functools
@@ -50,7 +49,9 @@ def test_a_kernel_whose_body_fails(threads: int) -> None:
     # FRAGILE fails on x == 14: request 14 of the driver's (x = index).
     error = (FRAGILE_CODE, "the kernel body returned an error for request #14")
     _check(
-        tsan_single(FRAGILE, threads=threads, scenario="error", count=100, mul=2, add=0, error=error)
+        tsan_single(
+            FRAGILE, threads=threads, scenario="error", count=100, mul=2, add=0, error=error
+        )
     )
 
 

@@ -42,7 +42,7 @@ from pdc_core.backend import (
 
 from .._backend import CudaBackend
 from .._kernels import CudaKernel, compile_options
-from .._launch import Dims
+from .._launch import Dims, explicit_config
 from .._nvrtc import find_nvrtc
 from .._properties import CudaDeviceProperties
 from .._ring_source import KERNEL_NAME
@@ -78,12 +78,12 @@ class _Pointer:
         self.ptr = ptr
 
 
-class DeviceArray(np.ndarray):  # type: ignore[type-arg]
+class DeviceArray(np.ndarray[Any, Any]):
     """*Device* memory of the host backend: a NumPy array with the slice of CuPy's API
     the cuda backend uses on device arrays (``data.ptr``, ``get``, ``set``)."""
 
-    @property  # type: ignore[override]
-    def data(self) -> _Pointer:
+    @property
+    def data(self) -> _Pointer:  # type: ignore[override]
         return _Pointer(int(self.ctypes.data))
 
     def get(self, stream: Any = None, out: Any = None, blocking: bool = True) -> Any:
@@ -209,9 +209,10 @@ class HostKernel(CudaKernel):
         stream: Stream | None = None,
         shared_mem: int = 0,
     ) -> None:
-        grid3 = tuple(grid) if isinstance(grid, tuple) else (int(grid),)
-        block3 = tuple(block) if isinstance(block, tuple) else (int(block),)
-        if any(int(extent) != 1 for extent in grid3) or any(int(e) != 1 for e in block3[1:]):
+        grid3, block3 = explicit_config(
+            grid, block, max_threads_per_block=self.max_threads_per_block
+        )
+        if grid3 != (1, 1, 1) or block3[1:] != (1, 1):
             raise ValueError(
                 f"the host build runs one block of threads along x, not grid {grid3} block {block3}"
             )
@@ -324,7 +325,9 @@ class HostCudaBackend(CudaBackend):
     def regions(self) -> list[tuple[int, int, int]]:
         """``(address, size, scope rank)`` of every live allocation of this backend."""
         with self._lock:
-            return [(base, size, scope) for ref, base, size, scope in self._regions if ref() is not None]
+            return [
+                (base, size, scope) for ref, base, size, scope in self._regions if ref() is not None
+            ]
 
     def device_pointer(self, host: npt.NDArray[Any]) -> int:
         return int(host.ctypes.data)

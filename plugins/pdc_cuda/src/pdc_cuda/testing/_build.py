@@ -127,7 +127,9 @@ def _nvrtc_gate(source: str, options: tuple[str, ...]) -> None:
     marker = cache_dir() / f"nvrtc-{digest}.ok"
     if marker.exists():
         return
-    compile_to_ptx(source, options=full, filename="pdc_ring_kernel.cu", what="the resident ring kernel")
+    compile_to_ptx(
+        source, options=full, filename="pdc_ring_kernel.cu", what="the resident ring kernel"
+    )
     marker.touch()
 
 
@@ -151,9 +153,9 @@ def build_ring_kernel(
     _nvrtc_gate(source, tuple(options))
     path, version = found
     flags = (*BASE_FLAGS, *(TSAN_FLAGS if sanitize else ()))
-    key = hashlib.sha256(
-        repr((source, _header_text(), path, version, flags)).encode()
-    ).hexdigest()[:32]
+    key = hashlib.sha256(repr((source, _header_text(), path, version, flags)).encode()).hexdigest()[
+        :32
+    ]
     directory = cache_dir()
     output = directory / f"ring-{key}.so"
     with _build_locks_guard:

@@ -59,7 +59,16 @@ def build_driver() -> Path:
         with tempfile.TemporaryDirectory(dir=cache_dir(), prefix="build-") as work:
             (Path(work) / "pdc_ring_constants.h").write_text(constants, encoding="utf-8")
             built = Path(work) / "driver"
-            command = [path, *flags, "-I", work, str(HEADER_DIR / "tsan_driver.cpp"), "-o", str(built), "-ldl"]
+            command = [
+                path,
+                *flags,
+                "-I",
+                work,
+                str(HEADER_DIR / "tsan_driver.cpp"),
+                "-o",
+                str(built),
+                "-ldl",
+            ]
             result = subprocess.run(command, capture_output=True, text=True, timeout=300)
             if result.returncode != 0:
                 raise RuntimeError("the TSan driver does not build:\n" + result.stderr[-6000:])
@@ -84,30 +93,33 @@ _FRAME = re.compile(r"^\s+#(\d+) (\S+) (\S+?):(\d+)(?::\d+)? \((\S+?)\+0x[0-9a-f
 
 
 def summarize_reports(stderr: str, sources: dict[str, str]) -> list[str]:
-    """One line per TSan report in ``stderr``: its kind, then for each access the first
-    frame outside the system headers, as ``file:line `source text``` (kernel frames are
-    looked up in ``sources``, rendered text by shared-object name)."""
+    """One line per TSan report in ``stderr``: its kind, then for each access (or
+    other event the report lists before its thread and location notes) the first frame
+    outside the system headers, as ``file:line in function `source text``` (kernel
+    frames are looked up in ``sources``, rendered text by shared-object name)."""
     reports = []
     for block in stderr.split("==================")[1:]:
         lines = block.strip().splitlines()
-        if not lines or "ThreadSanitizer:" not in lines[0]:
+        if not lines or not lines[0].startswith("WARNING: ThreadSanitizer:"):
             continue
         kind = lines[0].split("ThreadSanitizer:", 1)[1].split("(pid")[0].strip()
         places: list[str] = []
-        first_frame_done = True
+        looking = False
         for text in lines[1:]:
-            if not text.startswith("    #"):
-                first_frame_done = False
+            if text.startswith("  ") and not text.startswith("    "):
+                # a section: an access ("Read of size 8 ... by thread T1:") or a note
+                note = text.strip().startswith(("Location is", "Thread T", "Mutex", "SUMMARY"))
+                looking = not note
                 continue
             match = _FRAME.match(text)
-            if match is None or first_frame_done:
+            if not looking or match is None:
                 continue
             _, function, file, line, module = match.groups()
             if file.startswith("/usr/") or "/libsanitizer/" in file:
                 continue
-            first_frame_done = True
-            source = sources.get(Path(module).name)
+            looking = False
             code = ""
+            source = sources.get(Path(module).name)
             if source is not None and file.endswith(".cu"):
                 rendered = source.split("\n")
                 number = int(line)
@@ -219,10 +231,10 @@ def tsan_pipeline(
         for index in range(1, count_stages)
     ]
     names = ["host"] + [f"link{index}" for index in range(1, count_stages)]
-    wiring = [
+    connections = [
         (names[index], names[index + 1] if index + 1 < count_stages else "host")
         for index in range(count_stages)
     ]
     return _run(
-        builds, regions, wiring, threads, _scenario(scenario, count, mul, add, *error), timeout
+        builds, regions, connections, threads, _scenario(scenario, count, mul, add, *error), timeout
     )
