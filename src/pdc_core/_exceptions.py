@@ -20,6 +20,7 @@ __all__ = [
     "BackendUnavailable",
     "CapabilityError",
     "DuplicateActorError",
+    "EnvironmentSettingError",
     "KernelAlreadyExistsError",
     "KernelBodyMissing",
     "KernelNotFoundError",
@@ -68,6 +69,35 @@ class BackendUnavailable(BackendError, LookupError):
     The message lists the installed backends, says why the requested one is not
     available and which distribution to ``pip install``.
     """
+
+
+class EnvironmentSettingError(BackendUnavailable):
+    """An environment variable that pdc reads has a value pdc cannot use.
+
+    ``PDC_BACKEND`` naming no installed backend, a backend that cannot run here or a
+    device that does not exist, or a blank or malformed value; ``PDC_PLUGINS`` naming
+    no installed plugin, only commas and blanks, or plugins none of whose backends can
+    run here. :func:`~pdc_core.get_backend` without a name (and everything that uses
+    the default backend) raises it, before anything is started; the ``pdc`` command
+    prints its message as a one-line error and exits with status 2. An empty value
+    counts as unset.
+
+    The message is one line: ``variable=value``, the ``reason`` and the ``choices``
+    (the values that would work here). It is a :class:`BackendUnavailable`, so it is
+    also a :class:`LookupError`.
+    """
+
+    def __init__(
+        self, variable: str, value: str, reason: str, choices: tuple[str, ...] | list[str] = ()
+    ) -> None:
+        listing = ", ".join(choices) if choices else "none here"
+        super().__init__(
+            f"{variable}={value!r}: {reason}; choices: {listing} (or unset {variable})"
+        )
+        self.variable = variable
+        self.value = value
+        self.reason = reason
+        self.choices = tuple(choices)
 
 
 class CapabilityError(BackendError):

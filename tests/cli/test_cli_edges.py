@@ -36,10 +36,10 @@ def test_a_bad_pdc_backend_is_named(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PDC_BACKEND", "nope")
-    with pytest.raises(BackendUnavailable, match=r"PDC_BACKEND='nope' picks the default backend"):
+    with pytest.raises(BackendUnavailable, match=r"PDC_BACKEND='nope': no backend is named 'nope'"):
         pdc_core.get_backend()
-    assert main(["info"]) == 0
-    assert "warning: PDC_BACKEND='nope' names no available backend" in capsys.readouterr().out
+    assert main(["info"]) == 2
+    assert "error: PDC_BACKEND='nope': no backend is named 'nope'" in capsys.readouterr().out
     monkeypatch.setenv("PDC_BACKEND", "CPU")  # names are case-insensitive
     assert pdc_core.get_backend().name == "cpu"
 

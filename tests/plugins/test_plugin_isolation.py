@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import pdc_core
-from pdc_core import BackendError, BackendUnavailable, get_backend, list_plugins
+from pdc_core import (
+    BackendError,
+    BackendUnavailable,
+    EnvironmentSettingError,
+    get_backend,
+    list_plugins,
+)
 from pdc_core._cli import main
 
 Select = Callable[[str], None]
@@ -390,9 +396,11 @@ def test_a_selection_of_nothing_is_warned_about_and_named_in_errors(select, sele
     assert "cpu (pdc-cpu " in message
     assert f"PDC_PLUGINS entries that select no installed plugin: {selection!r}" in message
 
-    with pytest.raises(BackendUnavailable) as none:
+    with pytest.raises(EnvironmentSettingError) as none:
         get_backend()
-    assert str(none.value).startswith(f"no pdc backend is available with PDC_PLUGINS={selection!r}")
+    assert str(none.value).startswith(
+        f"PDC_PLUGINS={selection!r}: no installed plugin is named {selection!r}; choices: "
+    )
 
 
 def test_a_filtered_third_party_backend_is_named(

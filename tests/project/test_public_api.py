@@ -50,6 +50,7 @@ CORE = [
     "DeviceInfo",
     "DeviceSource",
     "DuplicateActorError",
+    "EnvironmentSettingError",
     "Kernel",
     "KernelActorRef",
     "KernelAlreadyExistsError",
@@ -299,6 +300,9 @@ def _errors() -> list[BaseException]:
         pdc_core.MessageTimeout("nothing within 1 s"),
         pdc_core.RecordError("wrong dtype"),
         pdc_core.BackendUnavailable("no cuda"),
+        pdc_core.EnvironmentSettingError(
+            "PDC_BACKEND", "nope", "no backend is named 'nope'", ["cpu"]
+        ),
         pdc_core.ShutdownTimeout(0.5, {"b": 2, "c": 0}),
     ]
 

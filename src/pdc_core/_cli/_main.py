@@ -14,12 +14,13 @@ import os
 import platform
 import sys
 import traceback
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .. import _plugins
-from .._exceptions import BackendError
+from .._exceptions import BackendError, BackendUnavailable, EnvironmentSettingError
 from .._version import __version__
 
 __all__ = [
@@ -159,16 +160,11 @@ def _info_payload() -> dict[str, Any]:
         default: str | None = _plugins.default_backend_name()
     except LookupError:
         default = None
-    warnings = []
-    chosen = os.environ.get("PDC_BACKEND", "").strip()
-    if chosen:
-        usable = {entry["name"] for entry in backends if entry["available"]}
-        if chosen.split(":", 1)[0].lower() not in usable:
-            listing = ", ".join(sorted(usable)) or "none"
-            warnings.append(
-                f"PDC_BACKEND={chosen!r} names no available backend (available: {listing}); "
-                "the default backend cannot be used until it does"
-            )
+    errors = []
+    try:
+        _plugins.check_environment()
+    except EnvironmentSettingError as exc:
+        errors.append(str(exc))
     return {
         "pdc_core": __version__,
         "python": platform.python_version(),
@@ -178,7 +174,7 @@ def _info_payload() -> dict[str, Any]:
         "packages": {name: _package_version(name) for name in _VERSIONED_PACKAGES},
         "plugin_errors": _plugin_errors(),
         "sections": _info_sections(),
-        "warnings": warnings,
+        "errors": errors,
     }
 
 
@@ -255,8 +251,8 @@ def _run_info(args: argparse.Namespace) -> int:
         return 0
     print(f"pdc-core {payload['pdc_core']} on Python {payload['python']} ({payload['platform']})")
     print(f"default backend: {payload['default_backend'] or 'none available'}")
-    for warning in payload["warnings"]:
-        print(f"warning: {warning}")
+    for error in payload["errors"]:
+        print(f"error: {error}")
     print()
     print("Backends:")
     if not payload["backends"]:
@@ -361,12 +357,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands that report on the installation: with an unusable PDC_BACKEND or
+#: PDC_PLUGINS they still print their report (the error is in it), then fail.
+_REPORTS = frozenset({"info", "plugins"})
+
+
+def _print_error(command: str, error: BaseException) -> None:
+    print(f"pdc {command}: error: {error}", file=sys.stderr)
+
+
+def _environment_error(args: argparse.Namespace) -> EnvironmentSettingError | None:
+    """What is wrong with PDC_PLUGINS and PDC_BACKEND for this command, if anything.
+
+    PDC_BACKEND matters only to a command that uses the default backend: not where
+    ``--backend`` names one.
+    """
+    try:
+        with warnings.catch_warnings():
+            # The loader warns about PDC_PLUGINS entries that select nothing: the error
+            # printed here says it in one line.
+            warnings.filterwarnings("ignore", message="PDC_PLUGINS=", category=UserWarning)
+            _plugins.check_environment(backend=getattr(args, "backend", None) is None)
+    except EnvironmentSettingError as exc:
+        return exc
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``pdc`` console script; returns the exit status."""
+    """Entry point of the ``pdc`` console script; returns the exit status.
+
+    An unusable ``PDC_BACKEND`` or ``PDC_PLUGINS`` (an
+    :class:`~pdc_core.EnvironmentSettingError`) is a one-line error on stderr and exit
+    status 2 in every command: ``info`` and ``plugins`` print their report first, the
+    others run nothing. A backend that cannot be used is an error message, never a
+    traceback.
+    """
     args = build_parser().parse_args(argv)
     try:
+        environment = _environment_error(args)
+        if environment is not None and args.command not in _REPORTS:
+            _print_error(args.command, environment)
+            return 2
         status: int = args.run(args)
         sys.stdout.flush()
+        if environment is not None:
+            _print_error(args.command, environment)
+            return 2
+    except BackendUnavailable as exc:  # EnvironmentSettingError included
+        _print_error(args.command, exc)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

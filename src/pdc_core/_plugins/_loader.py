@@ -126,12 +126,16 @@ class Registration:
 @dataclass(frozen=True)
 class PluginSelection:
     """What ``PDC_PLUGINS`` did: ``raw`` is its value (``None`` when unset or blank),
-    ``filtered_out`` the installed plugins it left out (not loaded, not listed), and
-    ``unmatched`` its entries that select no installed plugin."""
+    ``filtered_out`` the installed plugins it left out (not loaded, not listed),
+    ``unmatched`` its entries that select no installed plugin, ``problem`` what is
+    wrong with it (``None`` when nothing is) and ``choices`` the entries that select
+    each installed plugin."""
 
     raw: str | None = None
     filtered_out: tuple[PluginInfo, ...] = ()
     unmatched: tuple[str, ...] = ()
+    problem: str | None = None
+    choices: tuple[str, ...] = ()
 
 
 class _PluginState:
@@ -295,6 +299,7 @@ def _plan(candidates: list[_Candidate], raw_selection: str | None) -> _Plan:
     for candidate in candidates:
         groups.setdefault(candidate.lower_name, []).append(candidate)
     raw = (raw_selection or "").strip()
+    selectors = tuple(sorted({_selector(c, groups) for c in candidates}))
     if not raw:
         # Everything, except names claimed by several distributions: there the
         # first-party owner keeps the name, and otherwise no claimant is loaded.
@@ -309,8 +314,24 @@ def _plan(candidates: list[_Candidate], raw_selection: str | None) -> _Plan:
             for candidate in group:
                 if candidate not in kept:
                     refused[candidate.key] = _refusal(candidate, group, kept, asked=False)
-        return _Plan(load=load, refused=refused, selection=PluginSelection())
+        blank = None if not raw_selection else "it is blank, so it names no plugin"
+        return _Plan(
+            load=load,
+            refused=refused,
+            selection=PluginSelection(problem=blank, choices=selectors),
+        )
 
+    if not _parse_selection(raw):
+        return _Plan(
+            load=[],
+            refused={},
+            selection=PluginSelection(
+                raw=raw,
+                filtered_out=tuple(c.info() for c in candidates),
+                problem="it names no plugin (only commas and blanks)",
+                choices=selectors,
+            ),
+        )
     chosen: list[_Candidate] = []
     asked: list[str] = []  # plain names, whose other claimants are reported as refused
     unknown: list[str] = []
@@ -360,16 +381,19 @@ def _plan(candidates: list[_Candidate], raw_selection: str | None) -> _Plan:
         problems.append(f"{name!r} is provided by several distributions; name one: {choices}")
     warning = None
     if problems:
-        available = sorted({_selector(c, groups) for c in candidates})
         warning = (
             f"PDC_PLUGINS={raw!r}: {'; '.join(problems)}. "
-            f"Installed plugins: {', '.join(available) or 'none'}"
+            f"Installed plugins: {', '.join(selectors) or 'none'}"
         )
     return _Plan(
         load=chosen,
         refused=refused,
         selection=PluginSelection(
-            raw=raw, filtered_out=filtered_out, unmatched=tuple(unknown + ambiguous)
+            raw=raw,
+            filtered_out=filtered_out,
+            unmatched=tuple(unknown + ambiguous),
+            problem="; ".join(problems) or None,
+            choices=selectors,
         ),
         warning=warning,
     )

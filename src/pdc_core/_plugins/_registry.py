@@ -12,7 +12,7 @@ import threading
 from dataclasses import dataclass
 
 from .._backend._contract import Availability, Backend, Capability, DeviceInfo
-from .._exceptions import BackendError, BackendUnavailable
+from .._exceptions import BackendError, BackendUnavailable, EnvironmentSettingError
 from . import _loader
 from ._loader import KNOWN_DISTRIBUTIONS
 
@@ -21,6 +21,7 @@ __all__ = [
     "BackendInfo",
     "available_backends",
     "backend_devices",
+    "check_environment",
     "default_backend_name",
     "get_backend",
     "reload_plugins",
@@ -42,6 +43,8 @@ class BackendInfo:
 
 _instances: dict[tuple[str, int], Backend] = {}
 _availability: dict[str, Availability] = {}
+#: Settings (PDC_PLUGINS, PDC_BACKEND) already checked and found usable.
+_checked: set[tuple[str | None, str | None]] = set()
 _lock = threading.Lock()
 
 
@@ -54,6 +57,7 @@ def reload_plugins() -> None:
     with _lock:
         _instances.clear()
         _availability.clear()
+        _checked.clear()
 
 
 def _probe(backend: type[Backend]) -> Availability:
@@ -122,8 +126,94 @@ def available_backends() -> list[BackendInfo]:
     return infos
 
 
+def check_environment(*, backend: bool = True) -> None:
+    """Check ``PDC_PLUGINS`` and (with ``backend``) ``PDC_BACKEND``; raise if either is unusable.
+
+    Raises :class:`~pdc_core.EnvironmentSettingError` (one line: the variable, its value,
+    the reason and the choices) when ``PDC_PLUGINS`` is blank, only commas, names no
+    installed plugin, or (with ``backend`` and no ``PDC_BACKEND``) loads no backend that
+    can run here; or when ``PDC_BACKEND`` is blank, malformed, names no installed
+    backend, a backend that cannot run here or a device that does not exist. Unset and
+    empty variables are fine. A setting found usable is not checked again until
+    :func:`reload_plugins`.
+    """
+    plugins = os.environ.get("PDC_PLUGINS") or None
+    chosen = (os.environ.get("PDC_BACKEND") or None) if backend else None
+    key = (plugins, chosen)
+    if key in _checked:
+        return
+    if plugins is not None:
+        _check_plugins_setting(plugins, need_backend=backend and chosen is None)
+    if chosen is not None:
+        _check_backend_setting(chosen)
+    _checked.add(key)
+
+
+def _check_plugins_setting(raw: str, *, need_backend: bool) -> None:
+    selection = _loader.plugin_selection()
+    if selection.problem is not None:
+        raise EnvironmentSettingError("PDC_PLUGINS", raw, selection.problem, selection.choices)
+    if not need_backend:
+        return
+    infos = available_backends()
+    if any(info.availability.available for info in infos):
+        return
+    if infos:
+        why = ", ".join(f"{info.name}: {info.availability.reason}" for info in infos)
+        reason = f"no backend it loads can run here ({why})"
+    else:
+        reason = "it loads no backend"
+    raise EnvironmentSettingError("PDC_PLUGINS", raw, reason, selection.choices)
+
+
+def _check_backend_setting(raw: str) -> None:
+    def fail(reason: str, choices: list[str] | None = None) -> EnvironmentSettingError:
+        if choices is None:
+            choices = [info.name for info in available_backends() if info.availability.available]
+        return EnvironmentSettingError("PDC_BACKEND", raw, reason, choices)
+
+    text = raw.strip().lower()
+    if not text:
+        raise fail("it is blank, so it names no backend")
+    if "," in text:
+        raise fail("it takes one backend name (PDC_PLUGINS takes a list)")
+    try:
+        base, index = _parse(text)
+    except BackendUnavailable as exc:
+        raise fail(str(exc).replace(f"invalid backend name {text!r}: ", "")) from None
+    cls = _loader.registered_backends().get(base)
+    if cls is None:
+        provider = _filtered_provider(base)
+        owner = KNOWN_DISTRIBUTIONS.get(base) if base != "ray" else None
+        if provider is not None:
+            why = f"PDC_PLUGINS filtered out the plugin {_plugin_label(provider)} that provides it"
+        elif owner is not None:
+            why = f"{owner} is not installed (pip install {owner})"
+        else:
+            why = "no installed plugin provides it"
+        raise fail(f"no backend is named {base!r}: {why}")
+    availability = _probe(cls)
+    if not availability.available:
+        raise fail(f"the {base} backend is unavailable here: {availability.reason}")
+    try:
+        devices = backend_devices(cls)
+    except BackendError as exc:
+        raise fail(" ".join(str(exc).split())) from exc
+    if index >= len(devices):
+        raise fail(
+            f"the {base} backend has no device {index} ({len(devices)} device(s))",
+            [device.qualified_name for device in devices],
+        )
+
+
 def default_backend_name() -> str:
-    """``PDC_BACKEND`` if set, else the best available backend's name."""
+    """``PDC_BACKEND`` if set, else the best available backend's name.
+
+    Raises :class:`~pdc_core.EnvironmentSettingError` when ``PDC_BACKEND`` or
+    ``PDC_PLUGINS`` is unusable (see :func:`check_environment`), and
+    :class:`~pdc_core.BackendUnavailable` when no backend is available.
+    """
+    check_environment()
     chosen = os.environ.get("PDC_BACKEND", "").strip()
     if chosen:
         return chosen.lower()
@@ -157,18 +247,17 @@ def get_backend(name: str | None = None) -> Backend:
     Raises :class:`~pdc_core.BackendUnavailable` when the name is unknown, the
     backend cannot run here, or the device index is out of range; the message lists
     what is installed, why the requested one is unavailable and what to install (or
-    what ``PDC_PLUGINS`` filtered out). Raises :class:`~pdc_core.BackendError`, naming
-    the backend and its plugin and chained to the cause, when the backend's
-    ``devices()`` or constructor fails.
+    what ``PDC_PLUGINS`` filtered out). Without a name, raises its subclass
+    :class:`~pdc_core.EnvironmentSettingError` (one line) when ``PDC_BACKEND`` or
+    ``PDC_PLUGINS`` is unusable. Raises :class:`~pdc_core.BackendError`, naming the
+    backend and its plugin and chained to the cause, when the backend's ``devices()``
+    or constructor fails.
     """
-    if name is None and os.environ.get("PDC_BACKEND", "").strip():
-        chosen = os.environ["PDC_BACKEND"]
-        try:
-            return get_backend(chosen.strip().lower())
-        except BackendUnavailable as exc:
-            raise BackendUnavailable(
-                f"PDC_BACKEND={chosen!r} picks the default backend, which cannot be used: {exc}"
-            ) from None
+    if name is None:
+        check_environment()
+        chosen = os.environ.get("PDC_BACKEND", "").strip()
+        if chosen:
+            return get_backend(chosen.lower())
     base, index = _parse(name if name is not None else default_backend_name())
     key = (base, index)
     instance = _instances.get(key)
