@@ -15,28 +15,64 @@ After that, ``await nursery.start_actor(MyTarget(...))`` starts one, and the nur
 lifetime, supervision and restart rules apply to it. Persistent kernels plug in this
 way; the nursery imports none of their code. A :class:`Placement` does the same for
 actors that run elsewhere (``start_actor(target, placement=...)``), e.g. in a Ray
-worker process. :func:`cancellation_first` is the check
-a handle makes before it raises ``ActorStopped`` to a caller that is being cancelled.
+worker process.
+
+**The rules of a handle** (priorities, timeouts, cancellation, stop while asking,
+empty batches) are :class:`ActorRef`'s: its public ``tell``, ``ask``, ``tell_many``,
+``ask_many`` and ``ask_stream`` apply them, and a new kind of handle implements only
+delivery (``_deliver``, ``_request``, optionally ``_deliver_many`` and
+``_request_many``). For the extra methods of a kind (a kernel's ``ask_batch``, the
+seed facade's ``send``) the same checks are here:
+
+* :data:`DEFAULT_PRIORITY`, :func:`check_priority` and :func:`message_priority` (the
+  default taken from the message);
+* :func:`check_timeout` (``None``/``inf``: none, zero or negative: now, NaN refused)
+  and :data:`TIMED_OUT`, what ``_request`` returns when its timeout passed;
+* :func:`cancel_called` and :func:`raise_cancelled` (a per-message call raises the
+  cancellation of an already-cancelled scope on entry), and
+  :func:`cancellation_first`, the check a handle makes before it raises
+  ``ActorStopped`` to a caller that is being cancelled;
+* :func:`current_task`, the running task as a draining nursery's ``is_member``
+  knows it.
+
+:class:`pdc_core.testing.ActorRefConformance` checks a kind of handle against these
+rules.
 """
 
-from ._actors import (
+from ._actors._refs import (
+    DEFAULT_PRIORITY,
+    TIMED_OUT,
     ActorRef,
     ActorRunner,
     ActorState,
     ActorStatistics,
     Placement,
     StartOptions,
+    cancel_called,
     cancellation_first,
+    check_priority,
+    check_timeout,
+    current_task,
+    message_priority,
+    raise_cancelled,
     runner_for,
 )
 
 __all__ = [
+    "DEFAULT_PRIORITY",
+    "TIMED_OUT",
     "ActorRef",
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
     "Placement",
     "StartOptions",
+    "cancel_called",
     "cancellation_first",
+    "check_priority",
+    "check_timeout",
+    "current_task",
+    "message_priority",
+    "raise_cancelled",
     "runner_for",
 ]

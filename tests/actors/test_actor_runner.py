@@ -11,6 +11,7 @@ ring until told to stop, and releases everything in a ``finally``. Its handle is
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -25,11 +26,10 @@ from pdc_core import (
     ActorState,
     ActorStatistics,
     ActorStopped,
-    MessageTimeout,
     RestartPolicy,
     open_nursery,
 )
-from pdc_core.lowlevel import ActorRunner, Placement, StartOptions
+from pdc_core.lowlevel import TIMED_OUT, ActorRunner, Placement, StartOptions
 
 LIMIT = 10
 
@@ -46,18 +46,16 @@ class LoopbackRef(ActorRef[int, int]):
     def state(self) -> ActorState:
         return self._runner.state
 
-    async def tell(self, message: int, *, priority: int | None = None) -> None:
+    async def _deliver(self, message: int, priority: int) -> None:
         self._runner.submit(message, None)
 
-    async def ask(
-        self, message: int, *, priority: int | None = None, timeout: float | None = None
-    ) -> int:
+    async def _request(self, message: int, priority: int, timeout: float | None) -> Any:
         slot: dict[str, Any] = {"event": anyio.Event()}
         self._runner.submit(message, slot)
-        with anyio.move_on_after(timeout) as scope:
+        with anyio.move_on_after(math.inf if timeout is None else timeout):
             await slot["event"].wait()
-        if scope.cancelled_caught:
-            raise MessageTimeout("no reply")
+        if not slot["event"].is_set():
+            return TIMED_OUT
         if "error" in slot:
             raise slot["error"]
         return int(slot["value"])

@@ -188,9 +188,17 @@ LOWLEVEL = [
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
+    "DEFAULT_PRIORITY",
     "Placement",
     "StartOptions",
+    "TIMED_OUT",
+    "cancel_called",
     "cancellation_first",
+    "check_priority",
+    "check_timeout",
+    "current_task",
+    "message_priority",
+    "raise_cancelled",
     "runner_for",
 ]
 

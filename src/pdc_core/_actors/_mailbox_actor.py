@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import inspect
 import itertools
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Sequence
 from inspect import CO_COROUTINE
 from types import FunctionType
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar
 
 import anyio
 
@@ -24,10 +24,8 @@ from .._exceptions import (
     LifecycleError,
     MailboxClosed,
     MessageDropped,
-    MessageTimeout,
 )
 from .._loop import (
-    TIMED_OUT,
     TURN_CHECK_EVERY,
     Kit,
     check_timeout,
@@ -38,11 +36,9 @@ from .._loop import (
 )
 from ._mailbox import (
     CATCH_UP_AT,
-    DEFAULT_PRIORITY,
     EMPTY,
     Control,
     Mailbox,
-    check_priority,
 )
 from ._refs import (
     ActorRef,
@@ -209,9 +205,7 @@ class MailboxActorRef(ActorRef[M, R]):
             await cancellation_first()
             raise self._stopped_error() from None
 
-    async def tell(self, message: M, *, priority: int | None = None) -> None:
-        if priority is None:
-            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+    async def _deliver(self, message: M, priority: int) -> None:
         mailbox = self._mailbox
         kit = self._kit
         ops = kit.ops = kit.ops + 1
@@ -219,59 +213,28 @@ class MailboxActorRef(ActorRef[M, R]):
             # Yield at the end of a turn, or to let the actor catch up, before
             # enqueueing: a cancelled tell sends nothing.
             await kit.checkpoint()
-        if (
-            mailbox._size < mailbox._capacity
-            and not mailbox._closed
-            and type(priority) is int
-            and 0 <= priority <= 255
-        ):
+        if mailbox._size < mailbox._capacity and not mailbox._closed:
             envelope = (message, None, -1)
             if mailbox._taker is None or not mailbox._handoff(envelope):
                 mailbox._push(envelope, priority)
             return
-        await self._enqueue((message, None, -1), check_priority(priority))
+        await self._enqueue((message, None, -1), priority)
 
-    async def ask(
-        self, message: M, *, priority: int | None = None, timeout: float | None = None
-    ) -> R:
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        if priority is None:
-            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+    async def _request(self, message: M, priority: int, timeout: float | None) -> Any:
         kit = self._kit
         waiter = kit.waiter()
         mailbox = self._mailbox
-        if (
-            mailbox._size < mailbox._capacity
-            and not mailbox._closed
-            and type(priority) is int
-            and 0 <= priority <= 255
-        ):
+        if mailbox._size < mailbox._capacity and not mailbox._closed:
             envelope = (message, waiter, -1)
             if mailbox._taker is None or not mailbox._handoff(envelope):
                 self._check_not_self("ask")  # the actor is busy: is it asking itself?
                 mailbox._push(envelope, priority)
         else:
             self._check_not_self("ask")
-            await self._enqueue((message, waiter, -1), check_priority(priority))
+            await self._enqueue((message, waiter, -1), priority)
         if timeout is not None:
             kit.arm(waiter, timeout)
-        try:
-            result = await waiter
-        except ActorStopped:
-            await cancellation_first()
-            raise
-        if result is TIMED_OUT:
-            raise MessageTimeout(f"actor {self._actor_id!r} did not reply within {timeout} s")
-        return cast(R, result)
-
-    def _priorities(self, batch: list[M], priority: int | None) -> int | list[int]:
-        if priority is not None:
-            return check_priority(priority)
-        first = getattr(batch[0], "priority", DEFAULT_PRIORITY)
-        if all(getattr(m, "priority", DEFAULT_PRIORITY) == first for m in batch):
-            return check_priority(first)
-        return [check_priority(getattr(m, "priority", DEFAULT_PRIORITY)) for m in batch]
+        return await waiter
 
     async def _send_batch(
         self, envelopes: list[tuple[Any, Any, int]], prio: int | list[int]
@@ -291,43 +254,23 @@ class MailboxActorRef(ActorRef[M, R]):
             await cancellation_first()
             raise self._stopped_error() from None
 
-    async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
-        batch = messages if isinstance(messages, list) else list(messages)
-        if not batch:
-            return
-        prio = self._priorities(batch, priority)
-        await self._send_batch([(m, None, -1) for m in batch], prio)
+    async def _deliver_many(self, messages: Sequence[M], priority: int | list[int]) -> None:
+        await self._send_batch([(m, None, -1) for m in messages], priority)
 
-    async def ask_many(
-        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
-    ) -> list[R]:
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        batch = messages if isinstance(messages, list) else list(messages)
-        if not batch:
-            return []
+    async def _request_many(
+        self, messages: Sequence[M], priority: int | list[int], timeout: float | None
+    ) -> Any:
         self._check_not_self("ask_many")
-        prio = self._priorities(batch, priority)
         kit = self._kit
-        cell = BatchReply(kit.waiter(), len(batch), ordered=isinstance(prio, int))
-        envelopes = [(m, cell, i) for i, m in enumerate(batch)]
+        cell = BatchReply(kit.waiter(), len(messages), ordered=isinstance(priority, int))
+        envelopes = [(m, cell, i) for i, m in enumerate(messages)]
         if timeout is None:
-            await self._send_batch(envelopes, prio)
+            await self._send_batch(envelopes, priority)
         else:
             kit.arm(cell.waiter, timeout)
             with anyio.move_on_after(timeout):
-                await self._send_batch(envelopes, prio)
-        try:
-            result = await cell.waiter
-        except ActorStopped:
-            await cancellation_first()
-            raise
-        if result is TIMED_OUT:
-            raise MessageTimeout(
-                f"actor {self._actor_id!r} did not reply to a batch of {len(batch)} "
-                f"within {timeout} s ({len(batch) - cell.remaining} replies were ready)"
-            )
-        return cast(list[R], result)
+                await self._send_batch(envelopes, priority)
+        return await cell.waiter
 
     async def pause(self) -> None:
         runner = self._runner

@@ -17,25 +17,34 @@ import enum
 import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio
 from anyio.abc import ObjectSendStream
 
-from .._exceptions import ActorStopped
-from .._loop import IncarnationScope
-from ._mailbox import Backpressure, MailboxStatistics
+from .._exceptions import ActorStopped, MessageTimeout
+from .._loop import TIMED_OUT, IncarnationScope, check_timeout, current_kit
+from .._loop._cancel import cancel_called, raise_cancelled
+from ._mailbox import DEFAULT_PRIORITY, Backpressure, MailboxStatistics, check_priority
 
 __all__ = [
+    "DEFAULT_PRIORITY",
+    "TIMED_OUT",
     "ActorRef",
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
     "Placement",
     "StartOptions",
+    "cancel_called",
     "cancellation_first",
+    "check_priority",
+    "check_timeout",
+    "current_task",
+    "message_priority",
+    "raise_cancelled",
     "runner_for",
 ]
 
@@ -78,8 +87,35 @@ class ActorRef(ABC, Generic[M, R]):
 
     ``M`` is the type of message the actor accepts and ``R`` the type of its replies.
     Every implementation guarantees that ``ask`` completes (reply, timeout or error)
-    and never hangs after the actor has stopped. ``priority=None`` means the message's
-    own ``priority`` attribute when it has one, else 128.
+    and never hangs after the actor has stopped.
+
+    **The rules of the messaging methods**, applied here, once, for every kind of actor
+    (a kind supplies delivery only: :meth:`_deliver`, :meth:`_request` and, optionally,
+    their batch forms):
+
+    * **Priority**: ``priority`` if given, else the message's own ``priority``
+      attribute, else :data:`DEFAULT_PRIORITY` (128). An integer in 0..255 (NumPy
+      integer scalars too; higher is served first, FIFO within a priority); out of
+      range is a :class:`ValueError` naming the value, anything but an integer a
+      :class:`TypeError` (:func:`check_priority`). A kind whose queue is FIFO (a
+      persistent kernel's ring) checks priorities but cannot order by them.
+    * **Timeout**: ``None`` or ``inf`` waits as long as it takes; zero or negative
+      means now (a reply not already there is a timeout); NumPy scalars are numbers;
+      NaN is a :class:`ValueError` and anything but a number a :class:`TypeError`
+      (:func:`check_timeout`). A timeout raises :class:`~pdc_core.MessageTimeout`
+      (a :class:`TimeoutError`) "actor 'id' did not reply within T s" (``ask_many``:
+      "did not reply to a batch of N within T s"); ``ask_many``'s bounds the batch.
+    * **Cancellation**: each method raises the cancellation of an already-cancelled
+      cancel scope on entry, before anything is sent. Otherwise they complete without
+      yielding when they need not wait, and yield about once a millisecond (see
+      :class:`~pdc_core.Mailbox`). A cancelled ``ask`` leaves nothing behind: its
+      request is skipped if not yet handled and its reply, if one comes, is dropped.
+    * **Stop while asking**: a caller whose request cannot be answered because the
+      actor stopped gets :class:`~pdc_core.ActorStopped` (:class:`~pdc_core.ActorCrashed`
+      after a crash), unless it is being cancelled: then the cancellation, first.
+    * **Empty batches**: ``tell_many([])`` and ``ask_many([])`` send nothing and
+      return at once (``None`` and ``[]``), whatever the actor's state; their arguments
+      are still checked.
     """
 
     __slots__ = ()
@@ -99,19 +135,29 @@ class ActorRef(ABC, Generic[M, R]):
         """Whether the actor accepts messages (it has not stopped or crashed)."""
         return self.state not in (ActorState.STOPPING, ActorState.STOPPED, ActorState.CRASHED)
 
-    @abstractmethod
+    # -- the messaging methods: the rules, once ----------------------------------------
+
     async def tell(self, message: M, *, priority: int | None = None) -> None:
         """Send ``message`` without waiting for a reply (fire and forget).
 
-        Waits only for mailbox room under the ``"block"`` policy. A mailbox actor's
-        tell, like a mailbox's ``send``, still yields to other tasks about once a
-        millisecond, however a task spreads its tells over actors, and now and then
-        when the actor has fallen behind (see :class:`~pdc_core.Mailbox`); a tell
-        cancelled there sends nothing. Raises :class:`~pdc_core.ActorStopped` if the
-        actor is not running.
+        Waits only for mailbox room under the ``"block"`` policy. Like a mailbox's
+        ``send``, it still yields to other tasks about once a millisecond, however a
+        task spreads its tells over actors, and now and then when the actor has fallen
+        behind (see :class:`~pdc_core.Mailbox`); a tell cancelled there sends nothing.
+        Raises :class:`~pdc_core.ActorStopped` if the actor is not running.
         """
+        if cancel_called():
+            await raise_cancelled()
+        if priority is None:
+            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        if type(priority) is not int or not 0 <= priority <= 255:
+            priority = check_priority(priority)
+        try:
+            await self._deliver(message, priority)
+        except ActorStopped:
+            await cancellation_first()
+            raise
 
-    @abstractmethod
     async def ask(
         self, message: M, *, priority: int | None = None, timeout: float | None = None
     ) -> R:
@@ -121,11 +167,37 @@ class ActorRef(ABC, Generic[M, R]):
         ``timeout`` seconds, :class:`~pdc_core.ActorStopped` if the actor stops first,
         :class:`~pdc_core.ActorCrashed` if handling the message crashed the actor.
         """
+        if cancel_called():
+            await raise_cancelled()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        if priority is None:
+            priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        if type(priority) is not int or not 0 <= priority <= 255:
+            priority = check_priority(priority)
+        try:
+            result = await self._request(message, priority, timeout)
+        except ActorStopped:
+            await cancellation_first()
+            raise
+        if result is TIMED_OUT:
+            raise self._timeout_error(timeout)
+        return cast(R, result)
 
     async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
         """Send every message of ``messages``, in order, without waiting for replies."""
-        for message in messages:
-            await self.tell(message, priority=priority)
+        if cancel_called():
+            await raise_cancelled()
+        if priority is not None:
+            priority = check_priority(priority)
+        batch = self._batch(messages)
+        if not len(batch):
+            return
+        try:
+            await self._deliver_many(batch, _priorities(batch, priority))
+        except ActorStopped:
+            await cancellation_first()
+            raise
 
     async def ask_many(
         self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
@@ -135,12 +207,29 @@ class ActorRef(ABC, Generic[M, R]):
         ``timeout`` bounds the whole batch. If any request fails, this raises that
         request's error.
         """
-        deadline = None if timeout is None else anyio.current_time() + timeout
-        replies: list[R] = []
-        for message in messages:
-            remaining = None if deadline is None else max(0.0, deadline - anyio.current_time())
-            replies.append(await self.ask(message, priority=priority, timeout=remaining))
-        return replies
+        if cancel_called():
+            await raise_cancelled()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        if priority is not None:
+            priority = check_priority(priority)
+        batch = self._batch(messages)
+        if not len(batch):
+            return []
+        try:
+            result = await self._request_many(batch, _priorities(batch, priority), timeout)
+        except ActorStopped:
+            await cancellation_first()
+            raise
+        if result is TIMED_OUT:
+            raise self._timeout_error(timeout, len(batch))
+        return cast("list[R]", result)
+
+    def _timeout_error(self, timeout: float | None, batch: int | None = None) -> MessageTimeout:
+        """The :class:`~pdc_core.MessageTimeout` of an ``ask`` (``batch=None``) or of an
+        ``ask_many`` of ``batch`` messages that timed out after ``timeout`` seconds."""
+        what = "reply" if batch is None else f"reply to a batch of {batch}"
+        return MessageTimeout(f"actor {self.actor_id!r} did not {what} within {timeout:g} s")
 
     async def ask_stream(
         self,
@@ -154,8 +243,14 @@ class ActorRef(ABC, Generic[M, R]):
 
         ``messages`` may be an async iterable. ``timeout`` bounds each window.
         """
+        if cancel_called():
+            await raise_cancelled()
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        if priority is not None:
+            priority = check_priority(priority)
         chunk: list[M] = []
         if isinstance(messages, AsyncIterable):
             async for message in messages:
@@ -174,6 +269,65 @@ class ActorRef(ABC, Generic[M, R]):
         if chunk:
             for reply in await self.ask_many(chunk, priority=priority, timeout=timeout):
                 yield reply
+
+    # -- what each kind of actor supplies: delivery ------------------------------------
+
+    def _batch(self, messages: Iterable[M]) -> Sequence[M]:
+        """The messages of ``tell_many``/``ask_many`` as a sequence. The default makes a
+        list; a kind may coerce instead (a kernel makes one record array). Per-message
+        default priorities are read from the items of a list only."""
+        return messages if isinstance(messages, list) else list(messages)
+
+    @abstractmethod
+    async def _deliver(self, message: M, priority: int) -> None:
+        """Deliver one message whose reply is not wanted (``tell``).
+
+        ``priority`` is resolved and checked (an int in 0..255); the caller was not
+        cancelled on entry. Wait for room as the actor's policy says; raise
+        :class:`~pdc_core.ActorStopped` if the actor does not take messages (the rule
+        turns it into the cancellation of a cancelled caller).
+        """
+
+    @abstractmethod
+    async def _request(self, message: M, priority: int, timeout: float | None) -> Any:
+        """Deliver one request and return its reply, or :data:`TIMED_OUT` once
+        ``timeout`` seconds have passed (``None``: no timeout; zero or negative: now).
+
+        ``priority`` and ``timeout`` are resolved and checked. Raise
+        :class:`~pdc_core.ActorStopped` (or :class:`~pdc_core.ActorCrashed`) when the
+        request cannot be answered. A request whose caller is cancelled or times out
+        must leave nothing behind: no waiter registered, no timer armed for it, and no
+        reply delivered later to another request.
+        """
+
+    async def _deliver_many(self, messages: Sequence[M], priority: int | list[int]) -> None:
+        """Deliver a non-empty batch of messages, in order, whose replies are not wanted.
+
+        ``priority`` is one checked priority for all, or one per message. The default
+        delivers them one by one with :meth:`_deliver`.
+        """
+        priorities = [priority] * len(messages) if isinstance(priority, int) else priority
+        for message, one in zip(messages, priorities, strict=True):
+            await self._deliver(message, one)
+
+    async def _request_many(
+        self, messages: Sequence[M], priority: int | list[int], timeout: float | None
+    ) -> Any:
+        """Deliver a non-empty batch of requests; return their replies in order, or
+        :data:`TIMED_OUT` once ``timeout`` seconds have passed for the whole batch.
+
+        The default asks them one by one with :meth:`_request`, within one deadline.
+        """
+        priorities = [priority] * len(messages) if isinstance(priority, int) else priority
+        deadline = None if timeout is None else anyio.current_time() + timeout
+        replies: list[Any] = []
+        for message, one in zip(messages, priorities, strict=True):
+            remaining = None if deadline is None else deadline - anyio.current_time()
+            reply = await self._request(message, one, remaining)
+            if reply is TIMED_OUT:
+                return TIMED_OUT
+            replies.append(reply)
+        return replies
 
     def send_stream(self, *, priority: int | None = None) -> ObjectSendStream[M]:
         """Return an :class:`anyio.abc.ObjectSendStream` that tells the actor each item.
@@ -368,6 +522,36 @@ async def cancellation_first() -> None:
     """
     if anyio.current_effective_deadline() == -math.inf:
         await anyio.sleep_forever()
+
+
+def message_priority(message: object, priority: object = None) -> int:
+    """The priority a message is sent with: ``priority`` if not ``None``, else the
+    message's own ``priority`` attribute, else :data:`DEFAULT_PRIORITY`; checked with
+    :func:`check_priority` (an int in 0..255; NumPy integers accepted)."""
+    if priority is None:
+        priority = getattr(message, "priority", DEFAULT_PRIORITY)
+    if type(priority) is int and 0 <= priority <= 255:
+        return priority
+    return check_priority(priority)
+
+
+def _priorities(batch: Sequence[Any], priority: int | None) -> int | list[int]:
+    """One checked priority for a whole batch, or one per message when they differ (a
+    batch a kind coerced into something else than a list, such as a record array, has
+    no per-message priorities)."""
+    if priority is not None:
+        return priority
+    if not isinstance(batch, list):
+        return DEFAULT_PRIORITY
+    priorities = [message_priority(message) for message in batch]
+    first = priorities[0]
+    return first if all(p == first for p in priorities) else priorities
+
+
+def current_task() -> object:
+    """The running task, as the event loop knows it (an ``asyncio.Task`` or a
+    ``trio.lowlevel.Task``): what a draining nursery's ``is_member`` is asked about."""
+    return current_kit().current_task()
 
 
 @dataclass(frozen=True, slots=True)

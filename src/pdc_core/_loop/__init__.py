@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import numbers
 import sys
 import threading
 import weakref
@@ -155,8 +156,10 @@ def woken_value(waiter: Waiter) -> Any:
 
 
 def _seconds(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # numbers.Real takes NumPy's scalars (numpy.float32(0.5), numpy.int64(2)) as well.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of seconds or None, not {value!r}")
+    value = float(value)
     if math.isnan(value):
         raise ValueError(f"{name} is NaN; give a number of seconds, or None for no timeout")
     return float(value)
@@ -164,8 +167,9 @@ def _seconds(value: object, name: str) -> float:
 
 def check_timeout(value: float | None, name: str = "timeout") -> float | None:
     """A wait's timeout: ``None`` or ``inf`` for none (returns ``None``), a number of
-    seconds otherwise, zero or negative meaning "now". NaN is a ``ValueError`` naming
-    ``name``; anything but a number is a ``TypeError``."""
+    seconds otherwise (a float; NumPy scalars are numbers), zero or negative meaning
+    "now". NaN is a ``ValueError`` naming ``name``; anything but a number (a bool
+    included) is a ``TypeError``."""
     if value.__class__ is float and value == value:  # the common case, without calls
         return None if value == math.inf else value
     if value is None:

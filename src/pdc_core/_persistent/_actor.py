@@ -41,7 +41,7 @@ Messages go through the ring in order: ``priority`` is validated but has no effe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, cast
 
 import anyio
 import numpy as np
@@ -57,9 +57,10 @@ from .._actors import (
     check_priority,
     runner_for,
 )
+from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
 from .._backend._ring import StopMode
-from .._exceptions import ActorCrashed, ActorStopped, MessageTimeout
+from .._exceptions import ActorCrashed, ActorStopped
 from .._loop import check_duration, check_timeout
 from ._session import (
     PersistentKernelSession,
@@ -121,9 +122,7 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
             return ActorState.STOPPING
         return _STATES[runner.session.state]
 
-    def _open_session(self, priority: int | None) -> PersistentKernelSession[ReqT, RepT]:
-        if priority is not None:
-            check_priority(priority)
+    def _open_session(self) -> PersistentKernelSession[ReqT, RepT]:
         runner = self._runner
         if runner.final_error is not None:
             raise runner.final_error()
@@ -134,53 +133,63 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
             raise ActorStopped(f"actor {self.actor_id!r} is stopping", actor_id=self.actor_id)
         return session
 
-    async def _stopped(self, exc: ActorStopped) -> ActorStopped:
-        """The error to raise for ``exc``, naming this actor rather than the kernel.
-
-        A task being cancelled raises its cancellation instead: when a nursery is
-        cancelled the kernel may stop before the cancellation reaches a caller, which
-        must then end cancelled, not by an ``ActorStopped``.
-        """
-        await cancellation_first()
+    def _stopped(self, exc: ActorStopped) -> ActorStopped:
+        """The error to raise for ``exc``, naming this actor rather than the kernel (a
+        caller being cancelled gets its cancellation instead: ActorRef's rule)."""
         if exc.actor_id == self.actor_id:
             return exc
         if isinstance(exc, ActorCrashed):
             return ActorCrashed(self.actor_id, exc.cause)
         return ActorStopped(str(exc), actor_id=self.actor_id)
 
-    async def tell(self, message: RecordLike, *, priority: int | None = None) -> None:
+    def _batch(self, messages: Iterable[RecordLike]) -> Any:
+        """A batch is one record array of the kernel's ``request_dtype``."""
+        return _records(messages, self.kernel)
+
+    # -- delivery (the rules are ActorRef's) --------------------------------------------
+
+    async def _deliver(self, message: RecordLike, priority: int) -> None:
         """Publish one request whose reply is discarded; waits while the ring is full."""
         try:
-            session = self._open_session(priority)
-            await session.send(message, reply=False)
+            await self._open_session().send(message, reply=False)
         except ActorStopped as exc:
-            raise await self._stopped(exc) from exc.__cause__
+            raise self._stopped(exc) from exc.__cause__
 
-    async def tell_many(
-        self, messages: Iterable[RecordLike], *, priority: int | None = None
-    ) -> None:
+    async def _deliver_many(self, messages: Any, priority: int | list[int]) -> None:
         """Publish a batch of requests whose replies are discarded."""
         try:
-            session = self._open_session(priority)
-            await session.send_batch(_records(messages, session), reply=False)
+            await self._open_session().send_batch(messages, reply=False)
         except ActorStopped as exc:
-            raise await self._stopped(exc) from exc.__cause__
+            raise self._stopped(exc) from exc.__cause__
 
-    async def ask(
-        self, message: RecordLike, *, priority: int | None = None, timeout: float | None = None
-    ) -> RepT:
+    async def _request(self, message: RecordLike, priority: int, timeout: float | None) -> Any:
         """Send one request and return the kernel's reply record."""
-        if timeout is not None:
-            timeout = check_timeout(timeout)
         try:
-            session = self._open_session(priority)
+            session = self._open_session()
             if timeout is None:
                 return await session.request(message)
             with anyio.move_on_after(timeout):
                 return await session.request(message)
         except ActorStopped as exc:
-            raise await self._stopped(exc) from exc.__cause__
-        raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
+            raise self._stopped(exc) from exc.__cause__
+        return TIMED_OUT
+
+    async def _request_many(
+        self, messages: Any, priority: int | list[int], timeout: float | None
+    ) -> Any:
+        replies = await self._request_batch(messages, timeout)
+        return replies if replies is TIMED_OUT else list(replies)
+
+    async def _request_batch(self, records: npt.NDArray[Any], timeout: float | None) -> Any:
+        try:
+            session = self._open_session()
+            if timeout is None:
+                return await session.request_batch(records)
+            with anyio.move_on_after(timeout):
+                return await session.request_batch(records)
+        except ActorStopped as exc:
+            raise self._stopped(exc) from exc.__cause__
+        return TIMED_OUT
 
     async def ask_batch(
         self,
@@ -189,46 +198,43 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
         priority: int | None = None,
         timeout: float | None = None,
     ) -> npt.NDArray[RepT]:
-        """Send a batch and return the replies, in order, as one record array."""
+        """Send a batch and return the replies, in order, as one record array (the
+        rules of :meth:`ask_many` apply)."""
+        if cancel_called():
+            await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
+        if priority is not None:
+            check_priority(priority)
+        records = self._batch(messages)
+        if not len(records):
+            return np.empty(0, self.kernel.reply_dtype)
         try:
-            session = self._open_session(priority)
-            if timeout is None:
-                return await session.request_batch(_records(messages, session))
-            with anyio.move_on_after(timeout):
-                return await session.request_batch(_records(messages, session))
-        except ActorStopped as exc:
-            raise await self._stopped(exc) from exc.__cause__
-        raise MessageTimeout(f"actor {self.actor_id!r} did not reply within {timeout:g} s")
-
-    async def ask_many(
-        self,
-        messages: Iterable[RecordLike],
-        *,
-        priority: int | None = None,
-        timeout: float | None = None,
-    ) -> list[RepT]:
-        """Like :meth:`ask_batch`, returning a list of reply records."""
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        return list(await self.ask_batch(messages, priority=priority, timeout=timeout))
+            replies = await self._request_batch(records, timeout)
+        except ActorStopped:
+            await cancellation_first()
+            raise
+        if replies is TIMED_OUT:
+            raise self._timeout_error(timeout, len(records))
+        return cast("npt.NDArray[RepT]", replies)
 
     async def pause(self) -> None:
         """Park the kernel (pause word); returns once it has acknowledged."""
         try:
-            session = self._open_session(None)
+            session = self._open_session()
             await session.pause()
         except ActorStopped as exc:
-            raise await self._stopped(exc) from exc.__cause__
+            await cancellation_first()
+            raise self._stopped(exc) from exc.__cause__
 
     async def resume(self) -> None:
         """Let a paused kernel go on; returns once it has left its pause."""
         try:
-            session = self._open_session(None)
+            session = self._open_session()
             await session.resume()
         except ActorStopped as exc:
-            raise await self._stopped(exc) from exc.__cause__
+            await cancellation_first()
+            raise self._stopped(exc) from exc.__cause__
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop the kernel (stop word) and wait until the actor has stopped.
@@ -262,12 +268,12 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
 
 
 def _records(
-    messages: npt.NDArray[Any] | Iterable[RecordLike], session: PersistentKernelSession[Any, Any]
+    messages: npt.NDArray[Any] | Iterable[RecordLike], kernel: PersistentKernel
 ) -> npt.NDArray[Any]:
     """A batch the session can coerce: arrays pass through, iterables become lists."""
     if isinstance(messages, np.ndarray):
         return messages
-    return np.array(list(messages), dtype=session.kernel.request_dtype)
+    return np.array(list(messages), dtype=kernel.request_dtype)
 
 
 class PersistentKernelActor(ActorRunner):

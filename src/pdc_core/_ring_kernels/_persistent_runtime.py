@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._actors import ActorRunner, ActorState, cancellation_first, check_priority
+from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._exceptions import ActorStopped, KernelStateError, MessageTimeout
 from .._loop import check_timeout
 from .._persistent import KernelActorRef, PersistentKernelActor
@@ -192,6 +193,8 @@ class PersistentRingKernel(KernelActorRef):
         (:class:`~pdc_core.MessageTimeout`). Raises
         :class:`~pdc_core.KernelStateError` unless LAUNCHED, ACTIVE or DEACTIVATED.
         """
+        if cancel_called():
+            await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
         if priority is not None:
@@ -200,7 +203,7 @@ class PersistentRingKernel(KernelActorRef):
             await cancellation_first()  # a cancelled sender ends cancelled
             self._require("send to", *_SEND_STATES)
         try:
-            session = self._open_session(None)
+            session = self._open_session()
             if timeout is None:
                 await session.send(message)
                 return
@@ -219,6 +222,8 @@ class PersistentRingKernel(KernelActorRef):
         :class:`~pdc_core.KernelStateError` once the kernel has stopped and every
         reply it published has been received.
         """
+        if cancel_called():
+            await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
         session = self._runner.session
@@ -233,15 +238,12 @@ class PersistentRingKernel(KernelActorRef):
             raise self._state_error("receive from", RECEIVE_STATES) from None
         raise MessageTimeout(f"nothing received from kernel {self.kernel_id!r} within {timeout} s")
 
-    async def ask(
-        self, message: Any, *, priority: int | None = None, timeout: float | None = None
-    ) -> Any:
+    async def _request(self, message: Any, priority: int, timeout: float | None) -> Any:
         """Send one request and return its reply (every round trip is timed)."""
-        if timeout is not None:
-            timeout = check_timeout(timeout)
         started = time.perf_counter_ns()
-        reply = await super().ask(message, priority=priority, timeout=timeout)
-        self._runner.recorder.latency.record(time.perf_counter_ns() - started)
+        reply = await super()._request(message, priority, timeout)
+        if reply is not TIMED_OUT:
+            self._runner.recorder.latency.record(time.perf_counter_ns() - started)
         return reply
 
     def __repr__(self) -> str:

@@ -59,14 +59,13 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, overload
 
 import anyio
 
 from .._actors import (
     CATCH_UP_AT,
-    DEFAULT_PRIORITY,
     EMPTY,
     ActorRef,
     ActorRunner,
@@ -76,8 +75,8 @@ from .._actors import (
     BatchReply,
     Mailbox,
     cancellation_first,
-    check_priority,
 )
+from .._actors._refs import cancel_called, message_priority, raise_cancelled
 from .._exceptions import (
     ActorCrashed,
     ActorStopped,
@@ -108,8 +107,8 @@ _SAMPLE_EVERY: Final = 8
 
 
 def _priority_of(message: Any) -> int:
-    priority = getattr(message, "priority", DEFAULT_PRIORITY)
-    return priority if type(priority) is int and 0 <= priority <= 255 else DEFAULT_PRIORITY
+    """The priority an accepted reply went into the output queue with."""
+    return message_priority(message)
 
 
 KernelFunction = Callable[["RingKernelContext"], Awaitable[Any]]
@@ -486,11 +485,11 @@ class RingKernelContext:
                 if entry is not None:
                     kernel._resolve(entry, message)
                     return
-        priority = getattr(message, "priority", DEFAULT_PRIORITY)
+        priority = message_priority(message)
         if outbox.offer(message, priority):
             return
         try:
-            await outbox.send(message, check_priority(priority))
+            await outbox.send(message, priority)
         except MailboxClosed:
             raise KernelTerminated(
                 f"kernel {kernel._kernel_id!r} has stopped", actor_id=kernel._kernel_id
@@ -712,9 +711,21 @@ class RingKernel(ActorRef[Any, Any]):
     async def send(
         self, message: Any, *, timeout: float | None = None, priority: int | None = None
     ) -> None:
-        """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``)."""
+        """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``).
+
+        The rules of :class:`~pdc_core.ActorRef` apply: the priority's default and
+        range, the timeout's meanings, and the cancellation of an already-cancelled
+        scope raised on entry."""
+        if cancel_called():
+            await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
+        await self._send(message, message_priority(message, priority), timeout)
+
+    async def _deliver(self, message: Any, priority: int) -> None:
+        await self._send(message, priority, None)
+
+    async def _send(self, message: Any, priority: int, timeout: float | None) -> None:
         state = self._state
         if (
             state is not KernelState.ACTIVE
@@ -729,8 +740,6 @@ class RingKernel(ActorRef[Any, Any]):
                 f"kernel {self._kernel_id!r} accepts {input_type.__name__} messages, "
                 f"got {type(message).__name__}"
             )
-        if priority is None:
-            priority = getattr(message, "priority", DEFAULT_PRIORITY)
         inbox = self._inbox
         kit = self._kit
         ops = kit.ops = kit.ops + 1
@@ -742,7 +751,6 @@ class RingKernel(ActorRef[Any, Any]):
         item = (message, _perf_counter_ns() if sampled else 0)
         if inbox.offer(item, priority):
             return
-        priority = check_priority(priority)
         try:
             if timeout is None:
                 await inbox.send(item, priority)
@@ -758,7 +766,10 @@ class RingKernel(ActorRef[Any, Any]):
             raise self._state_error("send to", "LAUNCHED, ACTIVE, DEACTIVATED") from None
 
     async def receive(self, timeout: float | None = None) -> Any:
-        """Return the next message from the kernel's output queue."""
+        """Return the next message from the kernel's output queue (a cancellation of an
+        already-cancelled scope is raised on entry)."""
+        if cancel_called():
+            await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
         outbox = self._outbox
@@ -786,9 +797,6 @@ class RingKernel(ActorRef[Any, Any]):
         """A receive ended with ``exc``: a reply handed to it meanwhile goes back in front."""
         if handed is not None:
             self._outbox.requeue(handed, _priority_of(handed))
-
-    async def tell(self, message: Any, *, priority: int | None = None) -> None:
-        await self.send(message, priority=priority)
 
     def _resolve(self, entry: Any, reply: Any) -> None:
         if entry.__class__ is tuple:
@@ -819,12 +827,9 @@ class RingKernel(ActorRef[Any, Any]):
             "(each new Request has a new message_id)"
         )
 
-    async def ask(
-        self, message: Any, *, priority: int | None = None, timeout: float | None = None
-    ) -> Any:
-        """Send ``message`` and return the kernel's reply correlated with it."""
-        if timeout is not None:
-            timeout = check_timeout(timeout)
+    async def _request(self, message: Any, priority: int, timeout: float | None) -> Any:
+        """Send ``message`` and return the kernel's reply correlated with it (by its
+        ``message_id``)."""
         message_id = self._message_id(message)
         pending = self._pending
         if message_id in pending:
@@ -832,64 +837,40 @@ class RingKernel(ActorRef[Any, Any]):
         waiter = self._kit.waiter()
         pending[message_id] = waiter
         try:
-            await self.send(message, priority=priority)
+            await self._send(message, priority, None)
             if timeout is not None:
                 self._kit.arm(waiter, timeout)
-            try:
-                result = await waiter
-            except ActorStopped:
-                await cancellation_first()
-                raise
+            return await waiter
         finally:
             if pending.get(message_id) is waiter:
                 del pending[message_id]
-        if result is TIMED_OUT:
-            raise MessageTimeout(f"kernel {self._kernel_id!r} did not reply within {timeout} s")
-        return result
 
-    async def tell_many(self, messages: Iterable[Any], *, priority: int | None = None) -> None:
-        for message in messages:
-            await self.send(message, priority=priority)
-
-    async def ask_many(
-        self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
-    ) -> list[Any]:
-        if timeout is not None:
-            timeout = check_timeout(timeout)
-        batch = list(messages)
-        if not batch:
-            return []
-        ids = [self._message_id(message) for message in batch]
+    async def _request_many(
+        self, messages: Sequence[Any], priority: int | list[int], timeout: float | None
+    ) -> Any:
+        ids = [self._message_id(message) for message in messages]
         pending = self._pending
         seen: set[Any] = set()
         for message_id in ids:
             if message_id in pending or message_id in seen:
                 raise self._already_pending(message_id)
             seen.add(message_id)
-        cell = BatchReply(self._kit.waiter(), len(batch))
+        cell = BatchReply(self._kit.waiter(), len(messages))
         for index, message_id in enumerate(ids):
             pending[message_id] = (cell, index)
+        priorities = [priority] * len(messages) if isinstance(priority, int) else priority
         try:
-            for message in batch:
-                await self.send(message, priority=priority)
+            for message, one in zip(messages, priorities, strict=True):
+                await self._send(message, one, None)
             if timeout is not None:
                 self._kit.arm(cell.waiter, timeout)
-            try:
-                result = await cell.waiter
-            except ActorStopped:
-                await cancellation_first()
-                raise
+            result = await cell.waiter
         finally:
             for message_id in ids:
                 entry = pending.get(message_id)
                 if entry is not None and entry.__class__ is tuple and entry[0] is cell:
                     del pending[message_id]
-        if result is TIMED_OUT:
-            raise MessageTimeout(
-                f"kernel {self._kernel_id!r} did not reply to a batch of {len(batch)} "
-                f"within {timeout} s"
-            )
-        return list(result)
+        return result if result is TIMED_OUT else list(result)
 
     async def pause(self) -> None:
         await self.deactivate()

@@ -28,17 +28,19 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import PersistentKernel
+from pdc_core import ActorStopped, PersistentKernel
 from pdc_core.backend import coerce_batch, coerce_record, records_copy
-
-from ._runner import (
-    _DEFAULT_PRIORITY,
-    RemoteActorRef,
-    RemoteRunner,
-    _check_priority,
-    _check_timeout,
-    _Request,
+from pdc_core.lowlevel import (
+    DEFAULT_PRIORITY,
+    TIMED_OUT,
+    cancel_called,
+    cancellation_first,
+    check_priority,
+    check_timeout,
+    raise_cancelled,
 )
+
+from ._runner import RemoteActorRef, RemoteRunner, _Request
 
 __all__ = ["RemoteKernelRef", "RemoteKernelRunner"]
 
@@ -49,8 +51,9 @@ class RemoteKernelRef(RemoteActorRef[Any, Any]):
     Messages are records of the kernel's ``request_dtype`` (a tuple, a mapping, a
     structured scalar or a one-record array); replies are records of its
     ``reply_dtype``. Bad records raise :class:`~pdc_core.RecordError` before anything
-    is queued. :meth:`ask_batch` and :meth:`tell_many` send a whole batch as one
-    request. ``priority`` (default 128) orders requests in the local mailbox.
+    is queued. :meth:`ask_batch`, :meth:`ask_many` and :meth:`tell_many` send a whole
+    batch as one request. ``priority`` (default 128) orders requests in the local
+    mailbox.
     """
 
     __slots__ = ("kernel",)
@@ -63,54 +66,61 @@ class RemoteKernelRef(RemoteActorRef[Any, Any]):
         #: The kernel this actor runs.
         self.kernel = kernel
 
-    async def tell(self, message: Any, *, priority: int | None = None) -> None:
+    def _batch(self, messages: Iterable[Any]) -> Any:
+        """A batch is one record array of the kernel's ``request_dtype``."""
+        if not isinstance(messages, np.ndarray | Sequence):
+            messages = list(messages)
+        return coerce_batch(messages, self.kernel.request_dtype)
+
+    # -- delivery (the rules are ActorRef's) --------------------------------------------
+
+    async def _deliver(self, message: Any, priority: int) -> None:
         """Queue one record whose reply is discarded (copied: the caller may reuse it)."""
         record = coerce_record(message, self.kernel.request_dtype)
-        await self._post(records_copy(record), _priority(priority))
+        await self._post(records_copy(record), priority)
 
-    async def tell_many(self, messages: Iterable[Any], *, priority: int | None = None) -> None:
+    async def _deliver_many(self, messages: Any, priority: int | list[int]) -> None:
         """Queue a batch of records, as one request, whose replies are discarded
         (copied: the caller may reuse its array)."""
-        records = self._batch(messages)
-        if len(records):
-            await self._post(records_copy(records), _priority(priority))
+        assert isinstance(priority, int)  # a record array carries one priority
+        await self._post(records_copy(messages), priority)
 
-    async def ask(
-        self, message: Any, *, priority: int | None = None, timeout: float | None = None
-    ) -> Any:
+    async def _request(self, message: Any, priority: int, timeout: float | None) -> Any:
         """Send one record and return the kernel's reply record."""
-        timeout = _check_timeout(timeout)
         record = coerce_record(message, self.kernel.request_dtype)
-        replies = await self._request(record, _priority(priority), timeout)
-        return replies[0]
+        replies = await self._runner.request(record, priority, timeout)
+        return replies if replies is TIMED_OUT else replies[0]
+
+    async def _request_many(
+        self, messages: Any, priority: int | list[int], timeout: float | None
+    ) -> Any:
+        assert isinstance(priority, int)  # a record array carries one priority
+        replies = await self._runner.request(messages, priority, timeout)
+        return replies if replies is TIMED_OUT else list(replies)
 
     async def ask_batch(
         self, messages: Any, *, priority: int | None = None, timeout: float | None = None
     ) -> npt.NDArray[Any]:
         """Send a batch of records as one request; return the replies, in order, as one
-        record array of the kernel's ``reply_dtype``."""
-        timeout = _check_timeout(timeout)
+        record array of the kernel's ``reply_dtype`` (the rules of :meth:`ask_many`
+        apply)."""
+        if cancel_called():
+            await raise_cancelled()
+        if timeout is not None:
+            timeout = check_timeout(timeout)
+        prio = DEFAULT_PRIORITY if priority is None else check_priority(priority)
         records = self._batch(messages)
-        prio = _priority(priority)
         if not len(records):
             return np.empty(0, self.kernel.reply_dtype)
-        replies: npt.NDArray[Any] = await self._request(records, prio, timeout)
-        return replies
-
-    async def ask_many(
-        self, messages: Iterable[Any], *, priority: int | None = None, timeout: float | None = None
-    ) -> list[Any]:
-        """Like :meth:`ask_batch`, returning a list of reply records."""
-        return list(await self.ask_batch(messages, priority=priority, timeout=timeout))
-
-    def _batch(self, messages: Any) -> npt.NDArray[Any]:
-        if not isinstance(messages, np.ndarray | Sequence):
-            messages = list(messages)
-        return coerce_batch(messages, self.kernel.request_dtype)
-
-
-def _priority(priority: int | None) -> int:
-    return _check_priority(_DEFAULT_PRIORITY if priority is None else priority)
+        try:
+            replies = await self._runner.request(records, prio, timeout)
+        except ActorStopped:
+            await cancellation_first()
+            raise
+        if replies is TIMED_OUT:
+            raise self._timeout_error(timeout, len(records))
+        result: npt.NDArray[Any] = replies
+        return result
 
 
 class RemoteKernelRunner(RemoteRunner):

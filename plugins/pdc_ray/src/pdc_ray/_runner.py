@@ -51,13 +51,11 @@ Guarantees:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import logging
 import math
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import anyio
@@ -72,9 +70,16 @@ from pdc_core import (
     Mailbox,
     MailboxClosed,
     MessageDropped,
-    MessageTimeout,
 )
-from pdc_core.lowlevel import ActorRunner, StartOptions, cancellation_first
+from pdc_core.lowlevel import (
+    DEFAULT_PRIORITY,
+    TIMED_OUT,
+    ActorRunner,
+    StartOptions,
+    cancellation_first,
+    check_timeout,
+    current_task,
+)
 
 from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import PlacementTimeout, RemoteActorLost
@@ -86,37 +91,6 @@ M = TypeVar("M")
 R = TypeVar("R")
 
 _log = logging.getLogger("pdc.ray")
-_DEFAULT_PRIORITY = 128
-
-
-def _current_task() -> object:
-    """The running task, as the nursery's ``is_member`` knows tasks (the event loop's
-    own task object)."""
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            return trio.lowlevel.current_task()
-        except RuntimeError:  # not inside trio.run: asyncio
-            pass
-    return asyncio.current_task()
-
-
-def _check_timeout(timeout: float | None) -> float | None:
-    if timeout is None:
-        return None
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise TypeError(f"timeout must be a number of seconds or None, not {timeout!r}")
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
-    return float(timeout)
-
-
-def _check_priority(priority: object) -> int:
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise TypeError(f"priority must be an int in 0..255, got {priority!r}")
-    if not 0 <= priority <= 255:
-        raise ValueError(f"priority must be in 0..255 (higher is served first), got {priority}")
-    return priority
 
 
 class _Reply:
@@ -152,7 +126,7 @@ class _Request:
     __slots__ = ("id", "index", "message", "priority", "reply", "seq")
 
     def __init__(self, rid: int, message: Any, reply: _Reply | None, index: int) -> None:
-        self.priority = _DEFAULT_PRIORITY
+        self.priority = DEFAULT_PRIORITY
         self.id = rid
         self.message = message
         self.reply = reply
@@ -189,46 +163,29 @@ class RemoteActorRef(ActorRef[M, R]):
         incarnation is running."""
         return self._runner.location
 
-    async def tell(self, message: M, *, priority: int | None = None) -> None:
-        prio = _check_priority(
-            getattr(message, "priority", _DEFAULT_PRIORITY) if priority is None else priority
-        )
-        await self._post(message, prio)
+    # -- delivery (the rules are ActorRef's) --------------------------------------------
+
+    async def _deliver(self, message: M, priority: int) -> None:
+        await self._post(message, priority)
 
     async def _post(self, message: Any, priority: int) -> None:
         """Queue ``message`` as one request whose reply is not wanted."""
         runner = self._runner
         await runner.enqueue(_Request(runner.next_id(), message, None, 0), priority)
 
-    async def ask(
-        self, message: M, *, priority: int | None = None, timeout: float | None = None
-    ) -> R:
-        timeout = _check_timeout(timeout)
-        prio = _check_priority(
-            getattr(message, "priority", _DEFAULT_PRIORITY) if priority is None else priority
-        )
-        return cast(R, await self._request(message, prio, timeout))
-
-    async def _request(self, message: Any, priority: int, timeout: float | None) -> Any:
-        """Send ``message`` as one request and return its reply."""
+    async def _request(self, message: M, priority: int, timeout: float | None) -> Any:
+        """Send ``message`` as one request and return its reply (or TIMED_OUT)."""
         return await self._runner.request(message, priority, timeout)
 
-    async def ask_many(
-        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
-    ) -> list[R]:
-        timeout = _check_timeout(timeout)
-        batch = list(messages)
-        if not batch:
-            return []
+    async def _request_many(
+        self, messages: Sequence[M], priority: int | list[int], timeout: float | None
+    ) -> Any:
         runner = self._runner
         deadline = None if timeout is None else anyio.current_time() + timeout
-        reply = _Reply(len(batch))
-        requests = [_Request(runner.next_id(), m, reply, i) for i, m in enumerate(batch)]
+        reply = _Reply(len(messages))
+        requests = [_Request(runner.next_id(), m, reply, i) for i, m in enumerate(messages)]
         reply.requests = requests
-        if priority is not None:
-            prios = [_check_priority(priority)] * len(batch)
-        else:
-            prios = [_check_priority(getattr(m, "priority", _DEFAULT_PRIORITY)) for m in batch]
+        prios = [priority] * len(messages) if isinstance(priority, int) else priority
         with anyio.CancelScope(deadline=math.inf if deadline is None else deadline) as scope:
             try:
                 await runner.enqueue_many(requests, prios)
@@ -236,12 +193,10 @@ class RemoteActorRef(ActorRef[M, R]):
                 runner.abandon(reply)
                 raise
         if scope.cancelled_caught:
-            raise MessageTimeout(
-                f"actor {self.actor_id!r} did not take a batch of {len(batch)} within "
-                f"{timeout} s (its mailbox stayed full)"
-            )
-        remaining = None if deadline is None else max(0.0, deadline - anyio.current_time())
-        return cast(list[R], await runner.wait_reply(reply, remaining, len(batch)))
+            runner.abandon(reply)
+            return TIMED_OUT
+        remaining = None if deadline is None else deadline - anyio.current_time()
+        return await runner.wait_reply(reply, remaining, len(messages))
 
     async def pause(self) -> None:
         await self._runner.pause()
@@ -250,7 +205,7 @@ class RemoteActorRef(ActorRef[M, R]):
         await self._runner.resume()
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
-        await self._runner.stop(drain=drain, timeout=_check_timeout(timeout))
+        await self._runner.stop(drain=drain, timeout=check_timeout(timeout))
 
     async def wait(self) -> None:
         await self._runner.finished.wait()
@@ -386,9 +341,7 @@ class RemoteRunner(ActorRunner):
 
     def _admits_caller(self) -> bool:
         return (
-            self._mailbox.sealed
-            and self._is_member is not None
-            and self._is_member(_current_task())
+            self._mailbox.sealed and self._is_member is not None and self._is_member(current_task())
         )
 
     async def request(self, message: Any, priority: int, timeout: float | None) -> Any:
@@ -405,11 +358,12 @@ class RemoteRunner(ActorRunner):
         if self._ships_directly():
             request.priority = priority
             if not await self._ship_directly(request, timeout):
-                raise self._timed_out(reply, timeout, 1)
+                self.abandon(reply)
+                return TIMED_OUT
         else:
             await self.enqueue(request, priority)
         values = await self.wait_reply(reply, timeout, 1)
-        return values[0]
+        return values if values is TIMED_OUT else values[0]
 
     def _ships_directly(self) -> bool:
         """Whether the feeder is idle: an incarnation is running with nothing queued
@@ -455,9 +409,10 @@ class RemoteRunner(ActorRunner):
                 self._orphan_wake.set()
         return collected
 
-    async def wait_reply(self, reply: _Reply, timeout: float | None, n: int) -> list[Any]:
-        """Wait for every reply of ``reply``; on timeout or cancellation, give up on it
-        (here, and remotely for requests already shipped)."""
+    async def wait_reply(self, reply: _Reply, timeout: float | None, n: int) -> Any:
+        """Wait for every reply of ``reply`` and return them; on timeout (then return
+        TIMED_OUT) or cancellation, give up on it (here, and remotely for requests
+        already shipped)."""
         if not reply.event.is_set():
             try:
                 if timeout is None:
@@ -469,18 +424,11 @@ class RemoteRunner(ActorRunner):
                 self.abandon(reply)
                 raise
         if not reply.event.is_set():
-            raise self._timed_out(reply, timeout, n)
+            self.abandon(reply)
+            return TIMED_OUT
         if reply.error is not None:
-            if isinstance(reply.error, ActorStopped):
-                await cancellation_first()
             raise reply.error
         return reply.values
-
-    def _timed_out(self, reply: _Reply, timeout: float | None, n: int) -> MessageTimeout:
-        """Give up on ``reply`` after ``timeout``; the error to raise."""
-        self.abandon(reply)
-        what = "a reply" if n == 1 else f"the replies to a batch of {n}"
-        return MessageTimeout(f"actor {self.actor_id!r} did not send {what} within {timeout} s")
 
     def abandon(self, reply: _Reply) -> None:
         """The caller gave up on ``reply``: skip its requests here, cancel them there."""
