@@ -1,0 +1,5 @@
+from pdc_core.testing import BackendConformance
+
+
+class TestExampleBackend(BackendConformance):
+    backend_name = "example"
