@@ -150,6 +150,33 @@ async def test_idle_kernel_crash_is_seen_without_a_request() -> None:
             await anyio.sleep(5)  # cancelled by the crash
 
 
+@pytest.mark.parametrize("restart", [None, RestartPolicy(max_restarts=3, backoff=0.0)])
+async def test_an_interrupted_body_ends_the_nursery_with_the_interrupt(
+    restart: RestartPolicy | None,
+) -> None:
+    """As a KeyboardInterrupt in a handler does: the nursery raises it (not an
+    ActorCrashed), under a restart policy too, and the error word is the body's."""
+
+    def interrupted(requests: Any) -> Any:
+        if (requests["x"] < 0).any():
+            raise KeyboardInterrupt
+        return double(requests)
+
+    baseline = thread_count()
+    with pytest.raises(KeyboardInterrupt) as info:
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(make_kernel(body=interrupted), restart=restart)
+            assert float((await ref.ask((1, 1.0)))["y"]) == 2.0
+            await ref.tell((2, -1.0))  # nobody waits for this reply: the watcher sees it
+            await anyio.sleep(LIMIT)  # cancelled by the interrupt
+    error = info.value.__cause__
+    assert isinstance(error, PersistentKernelError)
+    assert error.code == 1  # ErrorCode.BODY, not a device failure (4)
+    assert isinstance(error.__cause__, KeyboardInterrupt)
+    assert ref.statistics().restarts == 0
+    await settle_threads(baseline, within=2)
+
+
 async def test_stop_timeout_is_reported() -> None:
     baseline = thread_count()
     held = HeldBatch(double)

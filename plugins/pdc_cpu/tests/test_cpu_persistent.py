@@ -228,6 +228,85 @@ async def test_bad_replies_are_reported(result: Any, match: str) -> None:
     assert info.value.cause.code == ErrorCode.BAD_REPLY
 
 
+async def test_a_body_returning_replies_and_state_is_a_bad_reply_naming_the_tuple() -> None:
+    state = np.zeros(1, np.float64)
+
+    def stateful(requests: Any, total: Any) -> Any:
+        return doubled(requests), total + requests["x"].sum()  # state is updated in place
+
+    kernel = make(body=stateful, state=state)
+    with pytest.raises(ActorCrashed, match="returned a tuple of 2 item") as info:
+        async with open_persistent_kernel(kernel, "cpu") as session:
+            await session.request_batch(batch(0, 3))  # NumPy: "inhomogeneous shape"
+    error = info.value.cause
+    assert isinstance(error, PersistentKernelError)
+    assert error.code == ErrorCode.BAD_REPLY
+    assert "a body returns only its replies" in error.detail
+    assert "updates the state array it is given in place" in error.detail
+    assert error.detail.endswith("is the metal body's form)")  # all of it fits the word
+    assert not kernel_threads()
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+async def test_an_interrupted_body_is_its_own_error_and_reaches_the_event_loop(
+    interrupt: type[BaseException],
+) -> None:
+    """The error word is BODY (not a device failure), and the interrupt itself is
+    raised in the event loop's thread wherever the crash would be: the request in
+    flight, later calls and a watcher (which an actor's serving loop is)."""
+
+    def interrupted(requests: Any) -> Any:
+        if (requests["id"] == 13).any():
+            raise interrupt("from the body")
+        return doubled(requests)
+
+    session = await PersistentKernelSession.start(make(body=interrupted), "cpu")
+    loop_thread = threading.get_ident()
+    assert int((await session.request((1, 0.0)))["id"]) == 1
+    with pytest.raises(interrupt) as info:
+        await session.request((13, 0.0))
+    assert threading.get_ident() == loop_thread
+    assert info.value.args == ("from the body",)
+    error = info.value.__cause__
+    assert isinstance(error, PersistentKernelError)
+    assert error is session.error
+    assert error.code == ErrorCode.BODY
+    assert f"{interrupt.__name__}: from the body" in error.detail
+    assert isinstance(error.__cause__, interrupt)  # the body's own, raised on the worker
+    with pytest.raises(interrupt):
+        await session.request((2, 0.0))
+    with pytest.raises(interrupt):
+        await session.watch_until(lambda: False)
+    await session.aclose()  # the caller was told: nothing more is raised
+    assert session.state is SessionState.CRASHED
+    assert not kernel_threads()
+
+
+async def test_an_interrupted_body_reaches_the_watcher_and_the_exit() -> None:
+    def interrupted(requests: Any) -> Any:
+        raise KeyboardInterrupt
+
+    async def watched() -> None:
+        async with open_persistent_kernel(make(body=interrupted), "cpu") as session:
+            await session.send((1, 0.0), reply=False)
+            with anyio.fail_after(10):
+                await session.watch_until(lambda: False)  # raises, never returns
+
+    with pytest.raises(KeyboardInterrupt):
+        await watched()
+
+    async def unwatched() -> None:
+        async with open_persistent_kernel(make(body=interrupted), "cpu") as session:
+            await session.send((1, 0.0), reply=False)
+            with anyio.fail_after(10):  # the worker thread writes the error word
+                while session.resident.error is None:  # noqa: ASYNC110 - a thread
+                    await anyio.sleep(0.001)
+
+    with pytest.raises(KeyboardInterrupt):  # nobody was told: the exit raises it
+        await unwatched()
+    assert not kernel_threads()
+
+
 async def test_unreported_crash_raises_on_exit() -> None:
     def explode(requests: Any) -> Any:
         raise RuntimeError("nobody asked")

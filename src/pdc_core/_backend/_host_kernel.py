@@ -92,6 +92,14 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _result_kind(result: object) -> str:
+    """What a body returned, for an error message: ``a tuple of 2 items``, ``an ndarray``."""
+    if isinstance(result, tuple | list):
+        return f"a {type(result).__name__} of {len(result)} item(s)"
+    name = type(result).__name__
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
 class HostWorkerKernel(ResidentKernel):
     """A persistent kernel resident in a worker thread of the host process.
 
@@ -115,7 +123,9 @@ class HostWorkerKernel(ResidentKernel):
     ``ErrorCode.BAD_REPLY`` (the message says what was wrong), anything else the
     worker hits as ``ErrorCode.DEVICE``; the session raises them as
     :class:`~pdc_core.ActorCrashed`, and :attr:`error_cause` keeps the exception the
-    body raised. Nothing of a failed batch is published.
+    body raised. A ``KeyboardInterrupt`` or ``SystemExit`` from the body is a
+    ``BODY`` error too, and the session raises it as itself in the event loop's
+    thread (chained from the error). Nothing of a failed batch is published.
 
     **Subclassing** (a host backend with its own array library): override the hooks
     below; everything else -- the protocol loop, waiting, stop, pause, errors -- stays
@@ -234,7 +244,8 @@ class HostWorkerKernel(ResidentKernel):
         slots, valid only during the call) and return its result, fully computed.
 
         Default (the ``cpu`` convention): ``body(requests)``, or ``body(requests,
-        state)`` with state. Any exception is reported as ``ErrorCode.BODY``.
+        state)`` with state. Any exception (``KeyboardInterrupt`` too) is reported as
+        ``ErrorCode.BODY``.
         """
         if self.state is None:
             return self.body(requests)
@@ -250,9 +261,24 @@ class HostWorkerKernel(ResidentKernel):
         """
         count = len(replies)
         reply_dtype = replies.dtype
-        array = np.asarray(result) if result is not None else None
+        reason: str | None
+        try:
+            array = np.asarray(result) if result is not None else None
+        except (ValueError, TypeError) as exc:  # ragged, such as (replies, new_state)
+            array = None
+            reason = f"{type(exc).__name__}: {exc}"
+        else:
+            reason = None if array is None else f"dtype {array.dtype}"
         if array is None or array.dtype != reply_dtype:
-            got = "None" if array is None else f"dtype {array.dtype}"
+            if isinstance(result, tuple):  # most likely (replies, new_state)
+                # First, and short: the error word keeps 256 bytes of the message.
+                raise RecordError(
+                    f"the body returned a tuple of {len(result)} item(s), not an array of "
+                    f"{count} reply record(s): a body returns only its replies and updates "
+                    "the state array it is given in place ((replies, new_state) is the "
+                    "metal body's form)"
+                )
+            got = "None" if reason is None else f"{_result_kind(result)} ({reason})"
             raise RecordError(
                 f"the body returned {got} for {count} request(s); it must return "
                 f"{count} replies of dtype {reply_dtype}"
@@ -415,7 +441,7 @@ class HostWorkerKernel(ResidentKernel):
         requests.flags.writeable = False
         try:
             result = self.call_body(requests)
-        except Exception as exc:
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit too: the body's own
             raise _BodyFailed(ErrorCode.BODY, f"the body raised {_describe(exc)}", exc) from None
         try:
             self.store_replies(result, device.outputs(index, count))

@@ -223,6 +223,17 @@ class _Follower:
         self.waiter = current_kit().waiter()
 
 
+def _interrupt_again(interrupt: BaseException, error: PersistentKernelError) -> BaseException:
+    """A fresh ``KeyboardInterrupt``/``SystemExit`` like the body's, chained from
+    ``error`` (whose cause is the body's own, with its traceback on the worker)."""
+    try:
+        again = type(interrupt)(*interrupt.args)
+    except Exception:  # a subclass with another signature: raise the body's own
+        return interrupt
+    again.__cause__ = error
+    return again
+
+
 class PersistentKernelSession(Generic[ReqT, RepT]):
     """The host side of one resident persistent kernel, under asyncio or trio.
 
@@ -328,9 +339,10 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         self._watchers: list[Any] = []  # kit waiters of tasks in watch_until
         self._final = False  # the kernel is done (or failed) and its replies are collected
         self._idle_pumps = 0
-        self._terminal: Callable[[], ActorStopped] | None = None
+        self._terminal: Callable[[], BaseException] | None = None
         self._error: PersistentKernelError | None = None
         self._error_reported = False
+        self._interrupted = False  # the body raised KeyboardInterrupt or SystemExit
         self._released = False  # stop() is done with the kernel
         self._stop_timed_out: float | None = None  # the timeout of a stop that failed
         self._freed = False  # the waiter is closed and the resident released
@@ -581,11 +593,24 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
             self._error = error
             self._state = SessionState.CRASHED
             crash_error = error
+            interrupt = error.__cause__
+            if isinstance(interrupt, KeyboardInterrupt | SystemExit):
+                # The body was interrupted (or exited): that reaches the event loop's
+                # thread as itself, wherever the crash would be raised, as an interrupt
+                # in an actor's handler does.
+                caught = interrupt
+                self._interrupted = True
 
-            def crashed() -> ActorStopped:
-                return ActorCrashed(name, crash_error)
+                def interrupted() -> BaseException:
+                    return _interrupt_again(caught, crash_error)
 
-            self._terminal = crashed
+                self._terminal = interrupted
+            else:
+
+                def crashed() -> ActorStopped:
+                    return ActorCrashed(name, crash_error)
+
+                self._terminal = crashed
         else:
             self._state = SessionState.STOPPED
             detail = f"; {unprocessed} published request(s) were not handled" if unprocessed else ""
@@ -716,6 +741,10 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         ``ask``). While nobody leads, the watcher pumps the ring, backing off from
         0.5 ms to 20 ms, so a crash or a stop is seen within 20 ms with no request in
         flight. :meth:`notify_changed` wakes it at once. Cancelling the wait is safe.
+
+        A ``KeyboardInterrupt`` or ``SystemExit`` raised by the kernel's body is raised
+        here (as itself, chained from :attr:`error`) instead of returning, so that it
+        reaches whoever watches the kernel, as an interrupt in an actor's handler does.
         """
         self._check_loop()
         kit = current_kit()
@@ -725,6 +754,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
                 delay = _WATCH_MIN
                 self._wake_followers()
             if self._satisfied(predicate):
+                if self._interrupted:
+                    self._raise_terminal()
                 return
             waiter = kit.waiter()
             kit.arm(waiter, delay)
