@@ -32,8 +32,9 @@ __all__ = [
     "problem_size",
 ]
 
-#: CUDA's per-dimension limits on a block (x, y, z) and on a grid.
+#: CUDA's per-dimension limits on a block (x, y, z).
 MAX_BLOCK_DIMS: Final = (1024, 1024, 64)
+#: CUDA's per-dimension limits on a grid (x, y, z).
 MAX_GRID_DIMS: Final = (2**31 - 1, 65535, 65535)
 #: Threads per block CUDA allows on every device since compute capability 2.0.
 DEFAULT_MAX_THREADS_PER_BLOCK: Final = 1024
@@ -76,6 +77,8 @@ def dim3(extents: tuple[int, ...]) -> tuple[int, int, int]:
     return (padded[0], padded[1], padded[2])
 
 
+#: A block, grid or problem size as users give it: an int, or a sequence of 1 to 3
+#: ints (x, y, z); :func:`dims` validates one.
 Dims = int | Sequence[int]
 
 #: The seeds' table of threads per block, as (largest problem size, threads).

@@ -16,4 +16,9 @@ __all__ = ["DEFAULT_CACHE_LIMIT", "CpuBackend", "__version__", "pdc_register_bac
 
 @hookimpl
 def pdc_register_backends(register: Callable[[type[Backend]], None]) -> None:
+    """The plugin's hook: registers :class:`CpuBackend` (backend name ``cpu``).
+
+    pdc calls it once, when backends are first needed; it imports no vendor library,
+    so it never raises on a machine without the hardware.
+    """
     register(CpuBackend)

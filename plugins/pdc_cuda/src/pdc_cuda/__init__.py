@@ -60,4 +60,9 @@ def __getattr__(name: str) -> Any:
 
 @hookimpl
 def pdc_register_backends(register: Callable[[type[Backend]], None]) -> None:
+    """The plugin's hook: registers :class:`CudaBackend` (backend name ``cuda``).
+
+    pdc calls it once, when backends are first needed; it imports no vendor library,
+    so it never raises on a machine without the hardware.
+    """
     register(CudaBackend)

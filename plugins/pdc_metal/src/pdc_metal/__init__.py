@@ -28,4 +28,9 @@ __all__ = [
 
 @hookimpl
 def pdc_register_backends(register: Callable[[type[Backend]], None]) -> None:
+    """The plugin's hook: registers :class:`MetalBackend` (backend name ``metal``).
+
+    pdc calls it once, when backends are first needed; it imports no vendor library,
+    so it never raises on a machine without the hardware.
+    """
     register(MetalBackend)
