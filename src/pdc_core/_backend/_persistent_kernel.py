@@ -209,6 +209,20 @@ class PersistentKernel(Generic[ReqT, RepT]):
         )
 
 
+@overload
+def persistent_kernel(
+    *,
+    request_dtype: np.dtype[ReqT],
+    reply_dtype: np.dtype[RepT],
+    capacity: int = 256,
+    name: str | None = None,
+    max_batch: int | None = None,
+    state: npt.ArrayLike | None = None,
+    backend: str = "cpu",
+) -> Callable[[Callable[..., Any]], PersistentKernel[ReqT, RepT]]: ...
+
+
+@overload
 def persistent_kernel(
     *,
     request_dtype: npt.DTypeLike,
@@ -218,7 +232,19 @@ def persistent_kernel(
     max_batch: int | None = None,
     state: npt.ArrayLike | None = None,
     backend: str = "cpu",
-) -> Callable[[Callable[..., Any]], PersistentKernel]:
+) -> Callable[[Callable[..., Any]], PersistentKernel[Any, Any]]: ...
+
+
+def persistent_kernel(
+    *,
+    request_dtype: npt.DTypeLike,
+    reply_dtype: npt.DTypeLike,
+    capacity: int = 256,
+    name: str | None = None,
+    max_batch: int | None = None,
+    state: npt.ArrayLike | None = None,
+    backend: str = "cpu",
+) -> Callable[[Callable[..., Any]], PersistentKernel[Any, Any]]:
     """Decorator: make a :class:`PersistentKernel` whose ``backend`` body is the function.
 
     ::
@@ -230,9 +256,21 @@ def persistent_kernel(
             return replies
 
         double.add_body("cuda", CUDA_SOURCE)
+
+    The name of the kernel is ``name``, else the function's. Raises what
+    :class:`PersistentKernel` raises for the arguments (``TypeError``,
+    ``ValueError``, :class:`~pdc_core.RecordError` for a dtype that cannot be a
+    record), when it decorates.
+
+    Types: given ``numpy.dtype`` objects (``np.dtype([...])`` is a
+    ``np.dtype[np.void]``, ``np.dtype(np.float64)`` a ``np.dtype[np.float64]``), the
+    decorated name is a ``PersistentKernel[ReqT, RepT]`` of their scalar types, as if
+    built with :class:`PersistentKernel`, and its sessions, kernel actors and batches
+    carry them; given anything else a dtype can be made from (a list of fields, a
+    string), a ``PersistentKernel[Any, Any]``.
     """
 
-    def make(fn: Callable[..., Any]) -> PersistentKernel:
+    def make(fn: Callable[..., Any]) -> PersistentKernel[Any, Any]:
         kernel = PersistentKernel(
             name or str(getattr(fn, "__name__", "kernel")),
             request_dtype,

@@ -27,6 +27,7 @@ from pdc_core import (
     RingKernelRuntime,
     open_nursery,
     open_persistent_kernel,
+    persistent_kernel,
     ring_kernel,
 )
 from pdc_core.lowlevel import ActorRunner, Placement
@@ -216,6 +217,55 @@ async def persistent() -> None:
         await ref.ask(None)  # expect-error: arg-type
         wrong: int = await typed_ref.ask((1, 2.0))  # expect-error: assignment
         print(wrong)
+
+
+# -- a kernel made with @persistent_kernel keeps its record types --------------------------
+
+
+@persistent_kernel(request_dtype=REQ, reply_dtype=REP, capacity=64)
+def decorated(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    return double(requests)
+
+
+@persistent_kernel(request_dtype=F8, reply_dtype=np.dtype(np.float32), name="halve")
+def halved(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float32]:
+    return (values / 2).astype(np.float32)
+
+
+@persistent_kernel(request_dtype=[("id", "<u8")], reply_dtype="<f8")
+def loosely_typed(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    return np.zeros(len(requests))
+
+
+async def decorated_kernels() -> None:
+    assert_type(decorated, PersistentKernel[np.void, np.void])
+    assert_type(halved, PersistentKernel[np.float64, np.float32])
+    assert_type(loosely_typed, PersistentKernel[Any, Any])
+    assert_type(decorated.add_body("metal", double), PersistentKernel[np.void, np.void])
+    async with open_persistent_kernel(decorated, "cpu") as session:
+        assert_type(session, PersistentKernelSession[np.void, np.void])
+        assert_type(await session.request((1, 2.0)), np.void)
+        assert_type(await session.request_batch([(1, 2.0)]), npt.NDArray[np.void])
+        assert_type(await session.receive_batch(), npt.NDArray[np.void])
+        await session.request(None)  # expect-error: arg-type
+        wrong: float = await session.request((1, 2.0))  # expect-error: assignment
+        print(wrong)
+    async with open_persistent_kernel(halved, "cpu") as numbers:
+        assert_type(await numbers.request(2.0), np.float32)
+        assert_type(await numbers.request_batch(np.zeros(4)), npt.NDArray[np.float32])
+        batch = await numbers.request_batch([1.0])
+        halves: npt.NDArray[np.float64] = batch  # expect-error: assignment
+        print(halves)
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(decorated)
+        assert_type(ref, KernelActorRef[np.void, np.void])
+        assert_type(await ref.ask((1, 2.0)), np.void)
+        assert_type(await ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[np.void])
+        assert_type(await ref.ask_many([(1, 2.0)]), list[np.void])
+        await ref.ask(None)  # expect-error: arg-type
+    decorated(np.zeros(1, REQ))  # expect-error: operator
+    persistent_kernel(request_dtype=REQ)  # expect-error: call-overload
+    persistent_kernel(request_dtype=REQ, reply_dtype=REP)(42)  # expect-error: arg-type
 
 
 async def placed_kernel(elsewhere: Placement) -> None:
