@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._actors import (
     Actor,
+    ActorMesh,
     ActorNursery,
     ActorRef,
     ActorState,
@@ -27,6 +28,7 @@ from ._actors import (
     Control,
     Mailbox,
     MailboxStatistics,
+    MeshError,
     RestartPolicy,
     create_broadcast_stream,
     open_nursery,
@@ -130,7 +132,9 @@ __all__ = [
     "MailboxStatistics",
     "RestartPolicy",
     "open_nursery",
-    # broadcast streams
+    # meshes and broadcast streams
+    "ActorMesh",
+    "MeshError",
     "BroadcastReceiveStream",
     "BroadcastSendStream",
     "BroadcastStreamStatistics",

@@ -2,6 +2,7 @@
 actors and the nursery. Knows no device. Only this package touches a
 :class:`Mailbox`'s internals; other layers use its public fast-path methods."""
 
+from . import _mesh_mailbox  # noqa: F401 - registers the mailbox fast path of meshes
 from ._broadcast import (
     BroadcastReceiveStream,
     BroadcastSendStream,
@@ -20,6 +21,7 @@ from ._mailbox import (
     check_priority,
 )
 from ._mailbox_actor import Actor, BatchReply, MailboxActor, MailboxActorRef
+from ._mesh import ActorMesh, Coordinates, MeshError, member_targets, mesh_port, shared_target
 from ._nursery import ActorNursery, RestartPolicy, open_nursery
 from ._refs import (
     ActorRef,
@@ -38,6 +40,7 @@ __all__ = [
     "DEFAULT_PRIORITY",
     "EMPTY",
     "Actor",
+    "ActorMesh",
     "ActorNursery",
     "ActorRef",
     "ActorRunner",
@@ -49,16 +52,21 @@ __all__ = [
     "BroadcastSendStream",
     "BroadcastStreamStatistics",
     "Control",
+    "Coordinates",
     "Mailbox",
     "MailboxActor",
     "MailboxActorRef",
     "MailboxStatistics",
+    "MeshError",
     "Placement",
     "RestartPolicy",
     "StartOptions",
     "cancellation_first",
     "check_priority",
     "create_broadcast_stream",
+    "member_targets",
+    "mesh_port",
+    "shared_target",
     "open_nursery",
     "runner_for",
 ]

@@ -52,7 +52,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack, overload
@@ -77,12 +77,14 @@ from .._loop import (
     wake,
 )
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
+from ._mesh import ActorMesh, start_mesh
 from ._refs import ActorRef, ActorRunner, Placement, StartOptions, runner_for
 
 if TYPE_CHECKING:
     # For the types of start_actor only: the nursery knows no concrete kind at run time.
     from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
     from .._persistent._actor import KernelActorRef, PersistentKernelActor
+    from .._persistent._session import RecordLike
     from ._mailbox_actor import Actor
 
 __all__ = ["ActorNursery", "RestartPolicy", "open_nursery"]
@@ -147,6 +149,14 @@ class _StartKeywords(_LocalStartKeywords, total=False):
     """Every keyword of :meth:`ActorNursery.start_actor`."""
 
     placement: Placement | None
+
+
+class _MeshKeywords(_LocalStartKeywords, total=False):
+    """The keywords of :meth:`ActorNursery.start_mesh` besides the target."""
+
+    shape: Mapping[str, int] | None
+    devices: object
+    placement: Placement | Sequence[Placement] | None
 
 
 _log = logging.getLogger("pdc.actors")
@@ -530,6 +540,84 @@ class ActorNursery:
         if start.error is not None:
             raise start.error
         return ref
+
+    # -- starting meshes ------------------------------------------------------------
+
+    @overload
+    async def start_mesh(
+        self, target: type[Actor[M, R]], /, *args: Any, **options: Unpack[_MeshKeywords]
+    ) -> ActorMesh[M, R]: ...
+
+    @overload
+    async def start_mesh(
+        self, target: PersistentKernel[ReqT, RepT], /, **options: Unpack[_MeshKeywords]
+    ) -> ActorMesh[RecordLike, RepT]: ...
+
+    @overload
+    async def start_mesh(
+        self, target: Callable[[M], Awaitable[R]], /, **options: Unpack[_MeshKeywords]
+    ) -> ActorMesh[M, R]: ...
+
+    @overload
+    async def start_mesh(
+        self, target: Callable[..., Actor[M, R]], /, *args: Any, **options: Unpack[_MeshKeywords]
+    ) -> ActorMesh[M, R]: ...
+
+    @overload
+    async def start_mesh(
+        self, target: object, /, *args: Any, **options: Unpack[_MeshKeywords]
+    ) -> ActorMesh[Any, Any]: ...
+
+    async def start_mesh(
+        self,
+        target: object,
+        /,
+        *args: Any,
+        shape: Mapping[str, int] | None = None,
+        devices: object = None,
+        placement: Placement | Sequence[Placement] | None = None,
+        name: str | None = None,
+        restart: RestartPolicy | None = None,
+        **options: Any,
+    ) -> ActorMesh[Any, Any]:
+        """Start one actor per point of ``shape`` and return them as one
+        :class:`~pdc_core.ActorMesh`, once every member is running (a handshake each).
+
+        ``shape`` names the dimensions and their sizes (``{"host": 2, "gpu": 4}``: 8
+        members, in row-major order). ``target`` and ``*args`` are as for
+        :meth:`start_actor`, started once per member (an ``Actor`` class or factory, an
+        async handler, a :class:`~pdc_core.PersistentKernel`; an ``Actor`` *instance*
+        is refused, as all members would share it). ``devices`` places one member per
+        device instead: ``"all"`` (every device of the best available backend), a
+        backend name (``"cuda"``: all its devices) or a list of backend names or
+        instances (``["cuda:0", "cuda:2"]``); the shape is then ``{"device": n}`` unless
+        given. ``placement`` runs the members elsewhere: one
+        :class:`~pdc_core.lowlevel.Placement` for all (``pdc_ray.on(num_gpus=1)``) or
+        one per member in mesh order. ``name`` names the mesh (members are
+        ``name[gpu=0]``, ...); ``restart`` supervises each member (a crashed member is
+        restarted in place, keeping its coordinates; without it a crash fails the
+        nursery); the mailbox options (``capacity``, ``backpressure``, ``max_batch``,
+        ``paused``) apply to each member as in :meth:`start_actor`.
+
+        Raises :class:`TypeError`/:class:`ValueError` for a bad shape, placement or
+        target, :class:`~pdc_core.LifecycleError` if a member's name is taken or the
+        nursery is not open, and :class:`~pdc_core.ActorCrashed` if a member fails to
+        start: the members already started are then stopped. Cancelled, it stops the
+        members it started.
+        """
+        if not self._open:
+            raise LifecycleError("cannot start a mesh: the nursery is not open")
+        return await start_mesh(
+            self,
+            target,
+            args,
+            shape=shape,
+            devices=devices,
+            placement=placement,
+            name=name,
+            restart=restart,
+            options=options,
+        )
 
     @staticmethod
     async def _abandon(runner: ActorRunner, start: _Start) -> None:

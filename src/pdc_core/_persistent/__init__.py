@@ -2,6 +2,7 @@
 and the kernel as an actor (registered with :func:`pdc_core.lowlevel.runner_for`, so
 ``start_actor(kernel)`` works while the nursery imports none of this)."""
 
+from . import _mesh  # noqa: F401 - registers one kernel per device for start_mesh
 from ._actor import KernelActorRef, PersistentKernelActor
 from ._pipeline import PersistentPipelineActor, PipelineSession, open_persistent_pipeline
 from ._session import (

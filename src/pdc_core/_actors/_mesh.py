@@ -1,0 +1,852 @@
+"""Actor meshes: many actors, laid out on named dimensions, addressed as one handle.
+
+``mesh = await nursery.start_mesh(Scorer, shape={"host": 2, "gpu": 4})`` starts one
+actor per point of the shape (8 here), each an ordinary actor of the nursery, and
+returns an :class:`ActorMesh` over them:
+
+* ``await mesh.call(message)`` asks every member and returns the replies in mesh
+  order (row-major over the dimensions, last one fastest);
+* ``await mesh.scatter(messages)`` asks each member its own message (one per member,
+  mesh order) and returns the replies the same way;
+* ``await mesh.broadcast(message)`` tells every member;
+* ``mesh.choose()`` is the least loaded member (fewest messages queued or in hand),
+  ``await mesh.call_one(message)`` asks it;
+* ``mesh.stream(message)`` yields ``(coordinates, reply)`` as the replies arrive;
+* ``mesh.slice(gpu=slice(0, 2))`` is the sub-mesh of those members (an int picks one
+  coordinate and drops the dimension, as NumPy indexing does), ``mesh.shape`` its
+  dimensions and ``len(mesh)`` its size.
+
+Priorities and timeouts follow the rules of single handles (see
+:class:`~pdc_core.ActorRef`), checked once for the whole mesh before anything is
+sent; ``timeout`` bounds the whole operation. **When some members fail**, the others
+still answer and the operation raises :class:`MeshError`, an :class:`ExceptionGroup`
+of the members' errors that carries ``failures`` (coordinates -> error) and
+``replies`` (coordinates -> reply of every member that answered): nothing is lost and
+nothing waits. A member that did not reply within ``timeout`` fails with
+:class:`~pdc_core.MessageTimeout`. A cancelled ``call`` leaves no waiter in any
+member: the requests not yet handled are skipped, as a cancelled ``ask``'s are.
+
+Members are supervised together by the nursery: with ``restart=RestartPolicy(...)``
+a crashed member is restarted in place (same handle, same coordinates); without one,
+or once the policy gives up, the crash fails the whole nursery (and so the mesh) with
+:class:`~pdc_core.ActorCrashed` naming the member. ``mesh.stop()`` stops every
+member; leaving the nursery stops them with the rest.
+
+The requests to mailbox actors are posted straight into their mailboxes with one reply
+slot each, gathered by one waiter (see :mod:`._mesh_mailbox`); other kinds of member
+(persistent kernels, remote actors) are asked through their handles, concurrently.
+"""
+
+# ruff: noqa: ASYNC109
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+import anyio
+import anyio.lowlevel
+
+from .._exceptions import ActorStopped, LifecycleError, MessageTimeout, PdcError
+from .._loop import TIMED_OUT, Kit, check_timeout, current_kit, wake
+from ._mailbox import DEFAULT_PRIORITY, check_priority
+from ._refs import ActorRef, ActorState, Placement
+
+if TYPE_CHECKING:
+    from ._nursery import ActorNursery, RestartPolicy
+
+__all__ = [
+    "ActorMesh",
+    "Coordinates",
+    "MeshError",
+    "MeshReplies",
+    "member_targets",
+    "mesh_port",
+    "shared_target",
+    "start_mesh",
+]
+
+M = TypeVar("M")
+R = TypeVar("R")
+
+#: A member's place in a mesh: one index per dimension, in the order of ``mesh.shape``.
+Coordinates = tuple[int, ...]
+
+
+def _rules(
+    message: object, priority: int | None, timeout: float | None
+) -> tuple[int, float | None]:
+    """The argument rules of single handles, applied once for a whole mesh operation:
+    the message's priority (``priority``, else its ``priority`` attribute, else 128,
+    checked) and the timeout (``None``/``inf`` none, <= 0 now, NaN and non-numbers
+    refused)."""
+    if priority is None:
+        priority = getattr(message, "priority", DEFAULT_PRIORITY)
+    if type(priority) is not int or not 0 <= priority <= 255:
+        priority = check_priority(priority)
+    if timeout is not None:
+        timeout = check_timeout(timeout)
+    return priority, timeout
+
+
+class MeshError(ExceptionGroup[Exception], PdcError):
+    """Some members of a mesh failed an operation; the others' replies are kept.
+
+    An :class:`ExceptionGroup` of the failed members' errors (so ``except*
+    ActorCrashed`` or ``except* TimeoutError`` pick them out), with:
+
+    * ``failures``: coordinates -> that member's error (:class:`~pdc_core.ActorCrashed`,
+      :class:`~pdc_core.ActorStopped`, :class:`~pdc_core.MessageTimeout`,
+      :class:`~pdc_core.MessageDropped`, or what a remote member raised);
+    * ``replies``: coordinates -> reply, for every member that answered (empty for
+      ``broadcast``).
+
+    Coordinates are those of the mesh (or sub-mesh) the operation was called on.
+    """
+
+    failures: dict[Coordinates, Exception]
+    replies: dict[Coordinates, Any]
+
+    def __new__(
+        cls,
+        message: str,
+        exceptions: Sequence[Exception],
+        failures: Mapping[Coordinates, Exception] | None = None,
+        replies: Mapping[Coordinates, Any] | None = None,
+    ) -> MeshError:
+        self = super().__new__(cls, message, exceptions)
+        self.failures = dict(failures or {})
+        self.replies = dict(replies or {})
+        return self
+
+    def derive(self, excs: Sequence[Exception]) -> MeshError:  # type: ignore[override]
+        kept = {id(e) for e in excs}
+        failures = {c: e for c, e in self.failures.items() if id(e) in kept}
+        return MeshError(self.message, list(excs), failures, self.replies)
+
+    def __reduce__(self) -> Any:
+        return (MeshError, (self.message, list(self.exceptions), self.failures, self.replies))
+
+
+# -- reply slots: one per member per operation, gathered by one waiter ------------------
+
+
+class _Gather:
+    """The replies of one mesh operation: one waiter for the caller, woken when all
+    are in (``call``) or at each arrival (``stream``)."""
+
+    __slots__ = ("arrived", "closed", "errors", "remaining", "replies", "scopes", "slots", "waiter")
+
+    def __init__(self, waiter: Any, n: int) -> None:
+        self.waiter = waiter
+        self.remaining = n
+        self.replies: list[Any] = [None] * n
+        self.errors: dict[int, Exception] = {}
+        #: The caller gave up (cancelled, timed out, stream closed): slots are done.
+        self.closed = False
+        #: Arrival order, for ``stream`` (None for ``call``).
+        self.arrived: deque[int] | None = None
+        #: Cancel scopes of the tasks asking members through their handles.
+        self.scopes: list[anyio.CancelScope] | None = None
+        self.slots: list[_Slot] = []
+
+    def _arrive(self, index: int) -> None:
+        self.remaining -= 1
+        arrived = self.arrived
+        if arrived is not None:
+            arrived.append(index)
+            waiter = self.waiter
+            if waiter is not None:
+                self.waiter = None
+                wake(waiter)
+        elif not self.remaining:
+            wake(self.waiter)
+
+    def close(self) -> None:
+        """The caller is gone: skip what members have not handled; stop the asking tasks."""
+        self.closed = True
+        for scope in self.scopes or ():
+            scope.cancel()
+
+
+class _Slot:
+    """The reply target of one member's request: quacks like the waiter of an ``ask``
+    (``done``, ``set_result``, ``set_exception``, ``exception``), so an actor answers,
+    skips or fails it exactly as it does a single request."""
+
+    __slots__ = ("error", "gather", "index", "resolved")
+
+    def __init__(self, gather: _Gather, index: int) -> None:
+        self.gather = gather
+        self.index = index
+        self.resolved = False
+        self.error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self.resolved or self.gather.closed
+
+    def set_result(self, value: Any, /) -> None:
+        if self.resolved:
+            raise RuntimeError("reply slot already resolved")
+        self.resolved = True
+        gather = self.gather
+        gather.replies[self.index] = value
+        gather._arrive(self.index)
+
+    def set_exception(self, error: BaseException, /) -> None:
+        if self.resolved:
+            raise RuntimeError("reply slot already resolved")
+        self.resolved = True
+        self.error = error
+        gather = self.gather
+        if not isinstance(error, Exception):  # pragma: no cover - actors fail with errors
+            error = ActorStopped(f"request failed: {error!r}")
+        gather.errors[self.index] = error
+        gather._arrive(self.index)
+
+    def exception(self) -> BaseException | None:
+        return self.error
+
+
+# -- ports: how a mesh reaches one kind of member ----------------------------------------
+
+
+class _Port:
+    """How a mesh sends to one member. The default asks through the member's handle
+    (one task per request, in the nursery's task host); a kind of actor registers a
+    faster one with :func:`mesh_port`."""
+
+    __slots__ = ("inflight", "ref")
+
+    #: Whether :meth:`post` can take requests without a task per request.
+    direct = False
+
+    def __init__(self, ref: ActorRef[Any, Any]) -> None:
+        self.ref = ref
+        self.inflight = 0  # requests of this mesh not answered yet (for choose)
+
+    def post(self, message: Any, priority: int, slot: _Slot) -> bool:
+        """Enqueue a request without waiting; False if that needs a wait."""
+        return False
+
+    async def send(self, message: Any, priority: int, slot: _Slot) -> None:
+        """Enqueue a request, waiting for room; fail ``slot`` if the member is gone."""
+        raise NotImplementedError
+
+    def tell_now(self, message: Any, priority: int) -> bool:
+        """Tell without waiting; False if that needs a wait."""
+        return False
+
+    def load(self) -> int:
+        """Messages queued for the member or in hand (for :meth:`ActorMesh.choose`)."""
+        stats = self.ref.statistics()
+        if stats.mailbox is not None:
+            return stats.mailbox.depth + self.inflight
+        return self.inflight
+
+
+@functools.singledispatch
+def mesh_port(ref: ActorRef[Any, Any]) -> _Port:
+    """The port a mesh uses to reach ``ref`` (dispatches on the handle's type)."""
+    return _Port(ref)
+
+
+@functools.singledispatch
+def shared_target(target: object, /) -> bool:
+    """Whether ``target`` is one object that every member would share (an ``Actor``
+    instance), which a mesh refuses; a kind of actor registers its own."""
+    return False
+
+
+@functools.singledispatch
+def member_targets(target: object, devices: object, /) -> list[tuple[str, Callable[[str], object]]]:
+    """One ``start_actor`` target per device for ``start_mesh(target, devices=...)``:
+    a list of ``(device name, make)`` where ``make(member_name)`` returns the target to
+    start. Dispatches on ``target``'s type; a kind of actor that runs on devices (the
+    persistent kernel) registers itself, so this layer knows no device."""
+    raise TypeError(
+        f"devices= applies to targets that run on a device (a PersistentKernel), "
+        f"not to {target!r}: give shape= instead"
+    )
+
+
+async def _ask_into(port: _Port, message: Any, priority: int, timeout: Any, slot: _Slot) -> None:
+    """Ask ``port``'s member through its handle and resolve ``slot``; the caller's
+    gather cancels this task's scope when it gives up."""
+    gather = slot.gather
+    with anyio.CancelScope() as scope:
+        if gather.scopes is None:
+            gather.scopes = []
+        gather.scopes.append(scope)
+        if gather.closed:
+            return
+        port.inflight += 1
+        try:
+            reply = await port.ref.ask(message, priority=priority, timeout=timeout)
+        except Exception as error:
+            if not slot.done():
+                slot.set_exception(error)
+        else:
+            if not slot.done():
+                slot.set_result(reply)
+        finally:
+            port.inflight -= 1
+
+
+async def _send_into(port: _Port, message: Any, priority: int, slot: _Slot) -> None:
+    await port.send(message, priority, slot)
+
+
+# -- the mesh ---------------------------------------------------------------------------
+
+
+class _Members:
+    """What a mesh and its slices share: the nursery, the ports, the rotation of choose."""
+
+    __slots__ = ("name", "nursery", "turn")
+
+    def __init__(self, nursery: ActorNursery, name: str) -> None:
+        self.nursery = nursery
+        self.name = name
+        self.turn = 0
+
+
+class ActorMesh(Generic[M, R]):
+    """Many actors laid out on named dimensions, addressed as one handle.
+
+    Made by :meth:`ActorNursery.start_mesh`; typed like :class:`~pdc_core.ActorRef`
+    (``ActorMesh[M, R]``: ``call`` returns ``list[R]``, ``broadcast`` takes an ``M``).
+    See :mod:`pdc_core._actors._mesh` for the rules; in short, an operation on a mesh
+    applies the rules of single handles once, and when some members fail it raises
+    :class:`MeshError` carrying their coordinates and the other members' replies.
+    """
+
+    __slots__ = ("_coords", "_group", "_ports", "_shape")
+
+    def __init__(
+        self,
+        group: _Members,
+        shape: dict[str, int],
+        ports: list[_Port],
+        coords: list[Coordinates],
+    ) -> None:
+        self._group = group
+        self._shape = shape
+        self._ports = ports
+        self._coords = coords
+
+    # -- shape ------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> dict[str, int]:
+        """The dimensions, in order: name -> size (a copy)."""
+        return dict(self._shape)
+
+    def __len__(self) -> int:
+        return len(self._ports)
+
+    @property
+    def name(self) -> str:
+        """The mesh's name: its members are ``name[dim=i,...]``."""
+        return self._group.name
+
+    @property
+    def members(self) -> list[ActorRef[M, R]]:
+        """The members' handles, in mesh order (the same handles across restarts)."""
+        return [cast("ActorRef[M, R]", port.ref) for port in self._ports]
+
+    @property
+    def coordinates(self) -> list[Coordinates]:
+        """The members' coordinates, in mesh order."""
+        return list(self._coords)
+
+    def __getitem__(self, coordinates: Coordinates | int) -> ActorRef[M, R]:
+        """The member at ``coordinates`` (an int for a one-dimensional mesh)."""
+        point = (coordinates,) if isinstance(coordinates, int) else tuple(coordinates)
+        return self.members[self._index(point)]
+
+    def _index(self, point: Coordinates) -> int:
+        if len(point) != len(self._shape):
+            raise IndexError(f"{point} has {len(point)} coordinates; the mesh has {self._shape}")
+        index = 0
+        for value, (dim, size) in zip(point, self._shape.items(), strict=True):
+            if not 0 <= value < size:
+                raise IndexError(f"{dim}={value} is outside 0..{size - 1}")
+            index = index * size + value
+        return index
+
+    def slice(self, **dims: int | slice) -> ActorMesh[M, R]:
+        """The sub-mesh of the members selected by dimension: ``slice(gpu=slice(0, 2))``
+        keeps the dimension, ``slice(gpu=1)`` picks one coordinate and drops it. The
+        sub-mesh's coordinates count from 0 in each kept dimension. Raises
+        :class:`KeyError` for an unknown dimension, :class:`IndexError` for an int out
+        of range and :class:`ValueError` for an empty selection."""
+        for dim in dims:
+            if dim not in self._shape:
+                raise KeyError(f"the mesh has no dimension {dim!r}; it has {list(self._shape)}")
+        picks: list[list[int]] = []
+        shape: dict[str, int] = {}
+        for dim, size in self._shape.items():
+            sel = dims.get(dim, slice(None))
+            if isinstance(sel, slice):
+                chosen = list(range(size))[sel]
+                if not chosen:
+                    raise ValueError(f"{dim}={sel} selects no member")
+                shape[dim] = len(chosen)
+            elif isinstance(sel, int) and not isinstance(sel, bool):
+                value = sel + size if sel < 0 else sel
+                if not 0 <= value < size:
+                    raise IndexError(f"{dim}={sel} is outside 0..{size - 1}")
+                chosen = [value]
+            else:
+                raise TypeError(f"{dim}= takes an int or a slice, not {sel!r}")
+            picks.append(chosen)
+        ports: list[_Port] = []
+        for point in itertools.product(*picks):
+            ports.append(self._ports[self._index(point)])
+        coords = list(itertools.product(*(range(n) for n in shape.values())))
+        return ActorMesh(self._group, shape, ports, coords)
+
+    # -- messaging --------------------------------------------------------------------
+
+    async def call(
+        self, message: M, *, priority: int | None = None, timeout: float | None = None
+    ) -> list[R]:
+        """Ask every member ``message``; return the replies in mesh order.
+
+        Raises :class:`MeshError` if any member failed (its coordinates and error in
+        ``failures``, the others' replies in ``replies``); a member that did not reply
+        within ``timeout`` seconds (the whole call's bound) fails with
+        :class:`~pdc_core.MessageTimeout`. Cancelled, it leaves nothing behind: the
+        requests no member has reached are skipped.
+        """
+        prio, timeout = _rules(message, priority, timeout)
+        await _entry()
+        gather = await self._gather(itertools.repeat(message), prio, timeout, stream=False)
+        return cast("list[R]", gather.replies)
+
+    async def scatter(
+        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
+    ) -> list[R]:
+        """Ask each member its own message (one per member, in mesh order); return the
+        replies in mesh order. Failures, timeouts and cancellation as :meth:`call`.
+        Raises :class:`ValueError` unless there is exactly one message per member."""
+        batch = list(messages)
+        if len(batch) != len(self._ports):
+            raise ValueError(
+                f"scatter needs {len(self._ports)} messages, one per member, got {len(batch)}"
+            )
+        prio, timeout = _rules(batch[0] if batch else None, priority, timeout)
+        await _entry()
+        if priority is None:  # each message's own priority, checked before any is sent
+            prios = [_rules(m, None, None)[0] for m in batch]
+            if any(p != prio for p in prios):
+                gather = await self._gather(
+                    iter(batch), prios, timeout, stream=False, what="scatter"
+                )
+                return cast("list[R]", gather.replies)
+        gather = await self._gather(iter(batch), prio, timeout, stream=False, what="scatter")
+        return cast("list[R]", gather.replies)
+
+    async def _gather(
+        self,
+        messages: Iterable[Any],
+        priority: int | list[int],
+        timeout: float | None,
+        *,
+        stream: bool,
+        what: str = "call",
+    ) -> _Gather:
+        kit = current_kit()
+        ports = self._ports
+        gather = _Gather(kit.waiter(), len(ports))
+        if stream:
+            gather.arrived = deque()
+            gather.waiter = None
+        deadline = None if timeout is None else kit.now() + timeout
+        prios = itertools.repeat(priority) if isinstance(priority, int) else iter(priority)
+        slow: list[tuple[_Port, Any, int, _Slot]] = []
+        indirect: list[tuple[_Port, Any, int, _Slot]] = []
+        slots = gather.slots
+        for i, (port, message, prio) in enumerate(zip(ports, messages, prios)):  # noqa: B905
+            slot = _Slot(gather, i)
+            slots.append(slot)
+            if port.direct:
+                if not port.post(message, prio, slot):
+                    slow.append((port, message, prio, slot))
+            else:
+                indirect.append((port, message, prio, slot))
+        try:
+            if indirect:
+                self._spawn_asks(indirect, timeout, kit)
+            for port, message, prio, slot in slow:
+                if deadline is None:
+                    await port.send(message, prio, slot)
+                else:
+                    with anyio.move_on_after(deadline - kit.now()):
+                        await port.send(message, prio, slot)
+            if stream:
+                return gather
+            if gather.remaining:
+                waiter = gather.waiter
+                if deadline is not None:
+                    kit.arm(waiter, deadline - kit.now())
+                if await waiter is TIMED_OUT:
+                    self._time_out(gather, timeout)
+        except BaseException:
+            gather.close()
+            raise
+        if gather.errors:
+            gather.close()
+            raise self._error(gather, what)
+        return gather
+
+    def _spawn_asks(
+        self, asks: list[tuple[_Port, Any, int, _Slot]], timeout: float | None, kit: Kit
+    ) -> None:
+        host = self._group.nursery._host
+        for port, message, prio, slot in asks:
+            if host is None or not port.ref.alive:
+                slot.set_exception(
+                    ActorStopped(
+                        f"actor {port.ref.actor_id!r} is not running", actor_id=port.ref.actor_id
+                    )
+                )
+                continue
+            try:
+                host.spawn(_ask_into, port, message, prio, timeout, slot, name="pdc-mesh-ask")
+            except RuntimeError as error:  # the nursery's task host has closed
+                slot.set_exception(
+                    ActorStopped(
+                        f"actor {port.ref.actor_id!r}: {error}", actor_id=port.ref.actor_id
+                    )
+                )
+
+    def _time_out(self, gather: _Gather, timeout: float | None) -> None:
+        gather.close()
+        for i, port in enumerate(self._ports):
+            if not gather.slots[i].resolved:
+                gather.errors[i] = MessageTimeout(
+                    f"actor {port.ref.actor_id!r} did not reply within {timeout:g} s"
+                )
+
+    def _error(
+        self, gather: _Gather, what: str, errors: dict[int, Exception] | None = None
+    ) -> MeshError:
+        coords = self._coords
+        if errors is None:
+            errors = gather.errors
+        failures = {coords[i]: error for i, error in sorted(errors.items())}
+        replies = {coords[i]: gather.replies[i] for i in range(len(coords)) if _answered(gather, i)}
+        first = next(iter(failures.items()))
+        return MeshError(
+            f"{len(failures)} of {len(coords)} members of mesh {self.name!r} failed {what} "
+            f"(first: {first[0]}: {type(first[1]).__name__}: {first[1]})",
+            list(failures.values()),
+            failures,
+            replies,
+        )
+
+    async def broadcast(self, message: M, *, priority: int | None = None) -> None:
+        """Tell every member ``message``, in mesh order.
+
+        Waits where a member's mailbox is full (``"block"``); a broadcast cancelled
+        there has reached the members before that one and not the others. Raises
+        :class:`MeshError` (``replies`` empty) naming the members that did not take it
+        (stopped or crashed), after telling all the others.
+        """
+        prio, _ = _rules(message, priority, None)
+        await _entry()
+        failures: dict[Coordinates, Exception] = {}
+        for port, point in zip(self._ports, self._coords, strict=True):
+            if port.tell_now(message, prio):
+                continue
+            try:
+                await port.ref.tell(message, priority=prio)
+            except ActorStopped as error:
+                failures[point] = error
+        if failures:
+            raise MeshError(
+                f"{len(failures)} of {len(self._ports)} members of mesh {self.name!r} did not "
+                f"take a broadcast",
+                list(failures.values()),
+                failures,
+            )
+
+    def choose(self) -> ActorRef[M, R]:
+        """The least loaded member: the fewest messages queued for it or in hand; ties
+        go round-robin. Raises :class:`~pdc_core.ActorStopped` if no member is alive."""
+        ports = self._ports
+        n = len(ports)
+        group = self._group
+        start = group.turn % n
+        group.turn += 1
+        best: _Port | None = None
+        best_load = math.inf
+        for k in range(n):
+            port = ports[(start + k) % n]
+            if not port.ref.alive:
+                continue
+            load = port.load()
+            if load < best_load:
+                best, best_load = port, load
+                if load == 0:
+                    break
+        if best is None:
+            raise ActorStopped(f"no member of mesh {self.name!r} is running")
+        return cast("ActorRef[M, R]", best.ref)
+
+    async def call_one(
+        self, message: M, *, priority: int | None = None, timeout: float | None = None
+    ) -> R:
+        """Ask the least loaded member (:meth:`choose`) and return its reply; raises
+        what its ``ask`` raises."""
+        prio, timeout = _rules(message, priority, timeout)
+        await _entry()
+        return await self.choose().ask(message, priority=prio, timeout=timeout)
+
+    def stream(
+        self, message: M, *, priority: int | None = None, timeout: float | None = None
+    ) -> MeshReplies[R]:
+        """Ask every member ``message`` and yield ``(coordinates, reply)`` as the replies
+        arrive (``async for point, reply in mesh.stream(x)``).
+
+        The arguments are checked here, the requests sent at the first iteration.
+        After the last reply, raises :class:`MeshError` if any member failed
+        (``replies`` then holds what was yielded); ``timeout`` bounds the whole stream.
+        Leaving the loop early (``break``), closing the iterator (``aclose``, or
+        ``async with mesh.stream(x) as replies``) or cancelling it skips what the
+        members have not handled yet.
+        """
+        prio, timeout = _rules(message, priority, timeout)
+        return MeshReplies(self, message, prio, timeout)
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        """Whether every member is alive (none stopped or crashed for good)."""
+        return all(port.ref.alive for port in self._ports)
+
+    @property
+    def states(self) -> dict[Coordinates, ActorState]:
+        """Each member's lifecycle state, by coordinates."""
+        return {c: p.ref.state for c, p in zip(self._coords, self._ports, strict=True)}
+
+    async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        """Stop every member (concurrently) and wait until all have stopped; options as
+        :meth:`ActorRef.stop`. Leaves no member, kernel or remote actor running."""
+        timeout = check_timeout(timeout)
+        async with anyio.create_task_group() as tg:
+            for port in self._ports:
+                tg.start_soon(functools.partial(port.ref.stop, drain=drain, timeout=timeout))
+
+    async def wait(self) -> None:
+        """Wait until every member has stopped."""
+        for port in self._ports:
+            await port.ref.wait()
+
+    def __repr__(self) -> str:
+        dims = ", ".join(f"{k}={v}" for k, v in self._shape.items())
+        return f"<ActorMesh {self.name!r} ({dims})>"
+
+
+class MeshReplies(AsyncIterator[tuple[Coordinates, R]]):
+    """What :meth:`ActorMesh.stream` returns: an async iterator of ``(coordinates,
+    reply)`` in arrival order, and an async context manager that closes it."""
+
+    __slots__ = ("_deadline", "_gather", "_kit", "_mesh", "_message", "_priority", "_timeout")
+
+    def __init__(
+        self, mesh: ActorMesh[Any, R], message: Any, priority: int, timeout: float | None
+    ) -> None:
+        self._mesh = mesh
+        self._message = message
+        self._priority = priority
+        self._timeout = timeout
+        self._gather: _Gather | None = None
+        self._kit: Kit | None = None
+        self._deadline: float | None = None
+
+    async def __anext__(self) -> tuple[Coordinates, R]:
+        """The next reply to arrive, waiting for it; ``StopAsyncIteration`` after the last,
+        or :class:`MeshError` then if a member failed. Cancelled, it closes the stream
+        (the requests not yet handled are skipped)."""
+        mesh = self._mesh
+        gather = self._gather
+        if gather is None:
+            await _entry()
+            self._kit = current_kit()
+            if self._timeout is not None:
+                self._deadline = self._kit.now() + self._timeout
+            gather = self._gather = await mesh._gather(
+                itertools.repeat(self._message), self._priority, self._timeout, stream=True
+            )
+        kit = self._kit
+        assert kit is not None
+        arrived = gather.arrived
+        assert arrived is not None
+        try:
+            while True:
+                if arrived:
+                    index = arrived.popleft()
+                    if index not in gather.errors:
+                        return mesh._coords[index], cast(R, gather.replies[index])
+                    continue
+                if not gather.remaining or gather.closed:
+                    break
+                waiter = gather.waiter = kit.waiter()
+                if self._deadline is not None:
+                    kit.arm(waiter, self._deadline - kit.now())
+                if await waiter is TIMED_OUT:
+                    mesh._time_out(gather, self._timeout)
+                    break
+        except BaseException:
+            gather.close()
+            raise
+        gather.close()
+        if gather.errors:
+            errors = gather.errors
+            gather.errors = {}
+            raise mesh._error(gather, "stream", errors)
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Stop: the requests the members have not handled are skipped; never waits."""
+        if self._gather is not None:
+            self._gather.close()
+
+    async def __aenter__(self) -> MeshReplies[R]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        gather = self._gather
+        if gather is not None:
+            gather.close()
+
+
+async def _entry() -> None:
+    """The rule of single handles on entry: a caller whose cancel scope is already
+    cancelled gets its cancellation before anything is sent."""
+    if anyio.current_effective_deadline() == -math.inf:
+        await anyio.lowlevel.checkpoint()
+
+
+def _answered(gather: _Gather, index: int) -> bool:
+    """Whether member ``index`` of ``gather`` replied (its reply may be None)."""
+    slot = gather.slots[index]
+    return slot.resolved and slot.error is None
+
+
+# -- starting a mesh -------------------------------------------------------------------
+
+
+def _check_shape(shape: Mapping[str, int] | None, n: int | None) -> dict[str, int]:
+    if shape is None:
+        if n is None:
+            raise TypeError("start_mesh needs shape= (e.g. {'gpu': 4}) or devices=")
+        return {"device": n}
+    if not isinstance(shape, Mapping) or not shape:
+        raise TypeError(
+            f"shape must be a non-empty mapping of dimension name to size, not {shape!r}"
+        )
+    out: dict[str, int] = {}
+    for dim, size in shape.items():
+        if not isinstance(dim, str) or not dim.isidentifier():
+            raise ValueError(f"dimension names must be identifiers, not {dim!r}")
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"dimension {dim!r} must have an int size >= 1, not {size!r}")
+        out[dim] = size
+    if n is not None and math.prod(out.values()) != n:
+        raise ValueError(f"shape {out} has {math.prod(out.values())} members; devices= gives {n}")
+    return out
+
+
+async def start_mesh(
+    nursery: ActorNursery,
+    target: object,
+    args: tuple[Any, ...],
+    *,
+    shape: Mapping[str, int] | None,
+    devices: object,
+    placement: Placement | Sequence[Placement] | None,
+    name: str | None,
+    restart: RestartPolicy | None,
+    options: dict[str, Any],
+) -> ActorMesh[Any, Any]:
+    """:meth:`ActorNursery.start_mesh` (see there)."""
+    if shared_target(target):
+        raise TypeError(
+            "a mesh needs one actor per member: pass the Actor class or a factory, "
+            "not an instance (which all members would share)"
+        )
+    makers: list[Callable[[str], object]] | None = None
+    labels: list[str] | None = None
+    if devices is not None:
+        pairs = member_targets(target, devices)
+        labels = [label for label, _ in pairs]
+        makers = [make for _, make in pairs]
+    dims = _check_shape(shape, None if makers is None else len(makers))
+    n = math.prod(dims.values())
+    places: list[Placement | None]
+    if placement is None or isinstance(placement, Placement):
+        places = [placement] * n
+    elif isinstance(placement, Sequence) and not isinstance(placement, str):
+        places = list(placement)
+        if len(places) != n:
+            raise ValueError(f"placement= gives {len(places)} placements for {n} members")
+    else:
+        raise TypeError(f"placement must be a Placement or a sequence of them, not {placement!r}")
+    base = name if name is not None else _label(target)
+    coords = list(itertools.product(*(range(size) for size in dims.values())))
+    names = [
+        f"{base}[{','.join(f'{d}={v}' for d, v in zip(dims, point, strict=True))}]"
+        for point in coords
+    ]
+    for member in names:
+        if member in nursery._actors:
+            raise LifecycleError(f"an actor named {member!r} is already running: name the mesh")
+    refs: list[ActorRef[Any, Any] | None] = [None] * n
+
+    async def start(i: int) -> None:
+        member_target = makers[i](names[i]) if makers is not None else target
+        refs[i] = await nursery.start_actor(
+            member_target,
+            *args,
+            name=names[i],
+            restart=restart,
+            placement=places[i],
+            **options,
+        )
+
+    try:
+        if makers is None and all(p is None for p in places):
+            for i in range(n):  # local actors: start_actor returns at once for most
+                await start(i)
+        else:
+            async with anyio.create_task_group() as tg:  # kernels, remote actors: at once
+                for i in range(n):
+                    tg.start_soon(start, i)
+    except BaseException:
+        with anyio.CancelScope(shield=True):
+            for ref in refs:
+                if ref is not None:
+                    await ref.stop()
+        raise
+    ports = [mesh_port(cast("ActorRef[Any, Any]", ref)) for ref in refs]
+    del labels
+    return ActorMesh(_Members(nursery, base), dims, ports, coords)
+
+
+def _label(target: object) -> str:
+    label = getattr(target, "name", None)
+    if isinstance(label, str) and label:
+        return label
+    return str(getattr(target, "__name__", None) or type(target).__name__)

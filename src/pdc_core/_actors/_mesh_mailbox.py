@@ -1,0 +1,55 @@
+"""How a mesh reaches a mailbox actor: straight into its mailbox, no task per request.
+
+A mesh's request to a mailbox member is the envelope of an ``ask`` whose reply target is
+the mesh's reply slot (:class:`~._mesh._Slot`), so the actor answers, skips (the caller
+gave up) or fails it exactly as a single request; one waiter gathers them all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._exceptions import ActorStopped
+from ._mailbox_actor import Actor, MailboxActorRef
+from ._mesh import _Port, _Slot, mesh_port, shared_target
+
+__all__: list[str] = []
+
+
+class _MailboxPort(_Port):
+    __slots__ = ("mailbox",)
+
+    direct = True
+
+    def __init__(self, ref: MailboxActorRef[Any, Any]) -> None:
+        super().__init__(ref)
+        self.mailbox = ref.mailbox
+
+    def post(self, message: Any, priority: int, slot: _Slot) -> bool:
+        return self.mailbox.offer((message, slot, -1), priority)
+
+    async def send(self, message: Any, priority: int, slot: _Slot) -> None:
+        ref = self.ref
+        assert isinstance(ref, MailboxActorRef)
+        try:
+            await ref._enqueue((message, slot, -1), priority)
+        except ActorStopped as error:
+            if not slot.done():
+                slot.set_exception(error)
+
+    def tell_now(self, message: Any, priority: int) -> bool:
+        return self.mailbox.offer((message, None, -1), priority)
+
+    def load(self) -> int:
+        mailbox = self.mailbox
+        return len(mailbox) + (not mailbox.starved())
+
+
+@mesh_port.register(MailboxActorRef)
+def _mailbox_port(ref: MailboxActorRef[Any, Any]) -> _Port:
+    return _MailboxPort(ref)
+
+
+@shared_target.register(Actor)
+def _actor_instance(target: Actor[Any, Any]) -> bool:
+    return True
