@@ -323,9 +323,7 @@ def launch_pipeline(
         for index in range(1, count)
     ]
     host_address = region_device_address(backend, memory)
-    wirings = stage_wirings(
-        pipeline, [link.scope for link in links], memory.layout.sequenced_input
-    )
+    wirings = stage_wirings(pipeline, [link.scope for link in links], memory.layout.sequenced_input)
     stages: list[_Stage] = []
     try:
         for index, wiring in enumerate(wirings):
