@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, cast
 
 import anyio
 
+from ._cancel import asyncio_cancel_called
 from ._common import TIMED_OUT, Timer, Turns, Waiter
 
 __all__ = [
@@ -180,6 +182,8 @@ class AsyncioKit(Turns):
         self.now: Callable[[], float] = loop.time
         self._loop = loop
         self._timer = AsyncioTimer(loop)
+        #: Whether the running task is in a cancelled anyio scope (see ._cancel).
+        self.cancel_called: Callable[[], bool] = functools.partial(asyncio_cancel_called, loop)
 
     def arm(self, waiter: Waiter, timeout: float) -> None:
         if waiter.done():

@@ -243,6 +243,11 @@ class TrioKit(Turns):
     def current_task() -> object:
         return _trio_current_task()
 
+    @staticmethod
+    def cancel_called() -> bool:
+        # trio keeps the flag up to date, shields included, whenever a scope is cancelled.
+        return bool(_trio_current_task()._cancel_status.effectively_cancelled)
+
     async def checkpoint(self) -> None:
         await self._trio.lowlevel.checkpoint()
 

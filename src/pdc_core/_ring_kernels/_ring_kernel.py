@@ -76,7 +76,7 @@ from .._actors import (
     Mailbox,
     cancellation_first,
 )
-from .._actors._refs import cancel_called, message_priority, raise_cancelled
+from .._actors._refs import message_priority, raise_cancelled
 from .._exceptions import (
     ActorCrashed,
     ActorStopped,
@@ -521,6 +521,7 @@ class RingKernel(ActorRef[Any, Any]):
 
     __slots__ = (
         "_active_waiters",
+        "_cancel_called",
         "_definition",
         "_finished",
         "_inbox",
@@ -551,6 +552,8 @@ class RingKernel(ActorRef[Any, Any]):
         self._definition = definition
         self._kernel_id = definition.kernel_id
         self._kit = kit
+        # ActorRef's entry check, bound once: a slot that shadows the method.
+        self._cancel_called = kit.cancel_called  # type: ignore[method-assign]
         self._input_type = definition.input_type
         self._output_type = definition.output_type
         self._inbox: Mailbox[tuple[Any, int]] = Mailbox(
@@ -716,7 +719,7 @@ class RingKernel(ActorRef[Any, Any]):
         The rules of :class:`~pdc_core.ActorRef` apply: the priority's default and
         range, the timeout's meanings, and the cancellation of an already-cancelled
         scope raised on entry."""
-        if cancel_called():
+        if self._kit.cancel_called():
             await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -768,7 +771,7 @@ class RingKernel(ActorRef[Any, Any]):
     async def receive(self, timeout: float | None = None) -> Any:
         """Return the next message from the kernel's output queue (a cancellation of an
         already-cancelled scope is raised on entry)."""
-        if cancel_called():
+        if self._kit.cancel_called():
             await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
