@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from cuda_test_support import real_stderr
+from cuda_test_support import real_stderr, skip_if_a_kernel_is_resident
 
 import pdc_core
 
@@ -30,5 +30,6 @@ def gpu_watchdog(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture
 def cuda() -> Any:
-    """The cuda backend, device 0."""
-    return pdc_core.get_backend("cuda")
+    """The cuda backend, device 0; a test that would start beside a kernel an earlier
+    test left resident is skipped with that reason (see skip_if_a_kernel_is_resident)."""
+    return skip_if_a_kernel_is_resident(pdc_core.get_backend("cuda"))

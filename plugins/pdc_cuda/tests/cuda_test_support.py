@@ -251,3 +251,17 @@ SCALE = (
     "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;"
     "  if (i < n) x[i] *= a; }"
 )
+
+
+def skip_if_a_kernel_is_resident(backend: Any) -> Any:
+    """``backend``, or skip the test (saying which kernels) if a kernel an earlier test
+    launched is still resident on its device: queued behind a kernel that never ends,
+    the test would only hang under the watchdog and hide every test after it."""
+    resident = backend.resident_kernels()
+    if resident:
+        names = ", ".join(sorted(repr(kernel.kernel.name) for kernel in resident))
+        pytest.skip(
+            f"a kernel an earlier test launched is still resident on {backend.qualified_name} "
+            f"({names}): this test would queue behind it"
+        )
+    return backend

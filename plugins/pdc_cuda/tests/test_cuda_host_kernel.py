@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_pipeline_support import ADD_ONE, MINUS_THREE, REC, TWICE, expected, records, stage
-from cuda_test_support import DOUBLE, REPLY, REQUEST
+from cuda_test_support import DOUBLE, REPLY, REQUEST, skip_if_a_kernel_is_resident
 from pdc_cuda import CudaCompileError
 from pdc_cuda._ring_source import RingWiring, render_ring_kernel
 from pdc_cuda.testing import (
@@ -218,3 +218,16 @@ def test_nvrtc_gates_every_host_build(tmp_path: Path) -> None:
     assert accepted.returncode == 0, accepted.stderr  # what the gate is there for
     with pytest.raises(CudaCompileError, match="this_thread"):
         build_ring_kernel(source)
+
+
+async def test_a_gpu_test_starting_beside_a_resident_kernel_is_skipped(cuda):
+    """The GPU tests' ``cuda`` fixture skips a test while an earlier test's kernel is still
+    resident (a hang would hide every later test), and lets it run once none is."""
+    from pdc_core import open_persistent_kernel
+
+    kernel = PersistentKernel("left_resident", REQUEST, REPLY, capacity=64)
+    kernel.add_body("cuda", DOUBLE)
+    async with open_persistent_kernel(kernel, cuda):
+        with pytest.raises(pytest.skip.Exception, match=r"still resident on cuda:0 .*left_resident"):
+            skip_if_a_kernel_is_resident(cuda)
+    assert skip_if_a_kernel_is_resident(cuda) is cuda
