@@ -228,6 +228,7 @@ async def test_a_gpu_test_starting_beside_a_resident_kernel_is_skipped(cuda):
     kernel = PersistentKernel("left_resident", REQUEST, REPLY, capacity=64)
     kernel.add_body("cuda", DOUBLE)
     async with open_persistent_kernel(kernel, cuda):
-        with pytest.raises(pytest.skip.Exception, match=r"still resident on cuda:0 .*left_resident"):
+        resident = r"still resident on cuda:0 .*left_resident"
+        with pytest.raises(pytest.skip.Exception, match=resident):
             skip_if_a_kernel_is_resident(cuda)
     assert skip_if_a_kernel_is_resident(cuda) is cuda
