@@ -465,9 +465,16 @@ def _collect_targets(app: Sphinx, config: Any) -> None:
         config._pdc_private = _private_names()
 
 
+def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: list[Any]) -> None:
+    """"Bases: object" says nothing; a class whose only base is ``object`` shows none."""
+    if bases == [object]:
+        bases.clear()
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("pdc-face", FaceDirective)
     app.add_post_transform(_RepositoryLinks)
+    app.connect("autodoc-process-bases", _drop_object_base)
     _patch_real_modname()
     app.connect("config-inited", _collect_targets)
     app.connect("missing-reference", _resolve_private)
