@@ -31,6 +31,7 @@ from ._connect import RayCluster, connect, placement_group
 from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import PlacementTimeout, RemoteActorLost, RemoteError
 from ._kernel import RemoteKernelRef, RemoteKernelRunner
+from ._mesh import bundles
 from ._placement import RayPlacement, on
 from ._runner import RemoteActorRef, RemoteRunner
 from ._version import __version__
@@ -55,6 +56,7 @@ __all__ = [
     "RemoteKernelRunner",
     "RemoteRunner",
     "__version__",
+    "bundles",
     "connect",
     "on",
     "placement_group",

@@ -1,0 +1,129 @@
+"""Meshes of remote actors and remote kernels through pdc-ray, over the fake engine:
+the mesh's operations, a lost worker as a MeshError and as a restart in place, and no
+worker left behind by mesh.stop or the nursery's exit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import numpy as np
+import numpy.typing as npt
+import pdc_ray
+import pytest
+from pdc_ray.testing import FakeEngine
+
+from pdc_core import (
+    Actor,
+    ActorState,
+    MeshError,
+    PersistentKernel,
+    RestartPolicy,
+    open_nursery,
+)
+
+LIMIT = 20  # seconds: no test may hang
+
+
+class Scale(Actor[int, int]):
+    def __init__(self, factor: int = 1) -> None:
+        self.factor = factor
+
+    async def handle(self, message: int) -> int:
+        return message * self.factor
+
+
+async def test_a_mesh_of_remote_actors() -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(seed=3) as engine, open_nursery() as nursery:
+            mesh = await nursery.start_mesh(
+                Scale, 3, shape={"node": 2, "gpu": 2}, placement=pdc_ray.on(engine=engine)
+            )
+            assert len(engine.alive()) == 4
+            assert all(isinstance(m, pdc_ray.RemoteActorRef) for m in mesh.members)
+            assert await mesh.call(2) == [6] * 4
+            assert await mesh.scatter([1, 2, 3, 4]) == [3, 6, 9, 12]
+            got = sorted([pair async for pair in mesh.stream(5)])
+            assert got == [((0, 0), 15), ((0, 1), 15), ((1, 0), 15), ((1, 1), 15)]
+            await mesh.broadcast(1)
+            assert await mesh.call_one(7) == 21
+            assert await mesh.slice(node=1).call(1) == [3, 3]
+            await mesh.stop()
+            assert engine.alive() == []
+            assert set(mesh.states.values()) == {ActorState.STOPPED}
+        assert engine.alive() == []
+
+
+async def test_a_lost_worker_restarts_in_place_or_fails_its_members_calls() -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine() as engine, open_nursery() as nursery:
+            mesh = await nursery.start_mesh(
+                Scale,
+                2,
+                shape={"w": 3},
+                placement=pdc_ray.on(engine=engine, heartbeat=0.05),
+                restart=RestartPolicy(max_restarts=1, backoff=0),
+            )
+            refs = mesh.members
+            assert await mesh.call(1) == [2, 2, 2]
+            engine.hold("deliver")  # the next call reaches every worker and waits there
+            async with anyio.create_task_group() as tg:
+                errors: list[MeshError] = []
+
+                async def call() -> None:
+                    try:
+                        await mesh.call(5)
+                    except MeshError as error:
+                        errors.append(error)
+
+                tg.start_soon(call)
+                await anyio.wait_all_tasks_blocked()
+                lost = [p for p in engine.alive() if p.spec.actor_id == "Scale[w=1]"]
+                engine.lose(lost[0])  # a worker dies in the middle of the call
+                engine.release("deliver")
+            [error] = errors
+            assert list(error.failures) == [(1,)]
+            assert set(error.replies) == {(0,), (2,)}
+            assert set(error.replies.values()) == {10}
+            # queued while the worker restarts: same handles, a fresh worker
+            assert await mesh.call(3) == [6, 6, 6]
+            assert refs[1].statistics().restarts == 1
+            assert mesh.members == refs
+        assert engine.alive() == []
+
+
+REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+REP = np.dtype([("id", "<u8"), ("y", "<f8")], align=True)
+
+
+def _double(requests: npt.NDArray[Any]) -> npt.NDArray[Any]:
+    replies = np.empty(len(requests), REP)
+    replies["id"] = requests["id"]
+    replies["y"] = requests["x"] * 2
+    return replies
+
+
+DOUBLE = PersistentKernel("mesh_double", REQ, REP, capacity=16, bodies={"cpu": _double})
+
+
+async def test_a_mesh_of_remote_kernels_one_per_bundle() -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine() as engine, open_nursery() as nursery:
+            group = object()  # the fake engine takes any placement group
+            placements = pdc_ray.bundles(group, 3, engine=engine, backend="cpu")
+            assert [p.spec.bundle_index for p in placements] == [0, 1, 2]
+            mesh = await nursery.start_mesh(DOUBLE, shape={"node": 3}, placement=placements)
+            assert all(isinstance(m, pdc_ray.RemoteKernelRef) for m in mesh.members)
+            replies = await mesh.call((1, 2.5))
+            assert [float(r["y"]) for r in replies] == [5.0] * 3
+            assert len(engine.alive()) == 3
+        assert engine.alive() == []
+
+
+def test_bundles_refuses_what_it_sets_and_unknown_counts() -> None:
+    with pytest.raises(TypeError, match="count="):
+        pdc_ray.bundles(object())
+    with pytest.raises(ValueError, match="count"):
+        pdc_ray.bundles(object(), 0)
+    with pytest.raises(TypeError, match="bundle_index"):
+        pdc_ray.bundles(object(), 2, bundle_index=1)
