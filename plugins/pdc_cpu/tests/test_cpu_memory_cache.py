@@ -1,4 +1,4 @@
-"""The CPU backend's host-memory cache: its byte bound, LRU eviction and reuse."""
+"""The CPU backend's host-memory cache: its bounds, LRU eviction and best-fit reuse."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 from pdc_cpu import DEFAULT_CACHE_LIMIT, CpuBackend
 from pdc_cpu._memory import (
     DEFAULT_CACHE_CAP,
+    DEFAULT_CACHE_RATIO,
     GRANULE,
+    REUSE_SPAN,
     HostMemoryPool,
     available_memory,
     default_cache_limit,
@@ -37,11 +39,14 @@ def cached_bytes(backend: CpuBackend) -> int:
 def cached_sizes(backend: CpuBackend, sizes: list[int]) -> set[int]:
     """Which of ``sizes`` (bytes) the cache holds a block of: those whose allocation hits.
 
-    The probes stay alive until every size is probed, so none returns to the cache.
+    The probes stay alive until every size is probed, so none returns to the cache, and
+    go largest first: best fit then takes each cached size's own block (none of a
+    larger size is left when a smaller size is probed), so every cached size probed
+    hits and every other misses.
     """
     probes: list[npt.NDArray[Any]] = []
     found: set[int] = set()
-    for size in sizes:
+    for size in sorted(sizes, reverse=True):
         hits = backend.memory_statistics().hits
         probes.append(backend.allocate((size,), U8))
         if backend.memory_statistics().hits > hits:
@@ -98,6 +103,65 @@ def test_forty_dropped_buffers_stay_within_the_default_bound(cpu):
         assert kept == [index * MiB for index in range(35, 41)]
 
 
+async def test_distinct_sizes_made_one_at_a_time_cache_at_most_twice_the_live_peak(cpu):
+    # Issue 26: 40 buffers of 1, 2, ... 40 MiB, each dropped before the next is made
+    # (live peak 40 MiB), left 225 MiB cached under the 256 MiB bound: none could
+    # reuse a smaller block, and the bound did not look at use.
+    cpu.set_cache_limit(256 * MiB)  # the default on machines with 4 GiB or more
+    assert cpu.cache_ratio == DEFAULT_CACHE_RATIO == 2.0
+    sizes = [index * MiB for index in range(1, 41)]
+    for size in sizes:
+        array = cpu.allocate((size,), U8)
+        del array
+    assert cpu.peak_bytes_in_use == 40 * MiB
+    assert cached_bytes(cpu) == 79 * MiB  # 40 + 39: within 2 x 40, least recent gone
+    assert cached_bytes(cpu) == sum(lru_model(sizes, 80 * MiB))
+    assert cached_sizes(cpu, sizes) == {39 * MiB, 40 * MiB}
+
+
+async def test_a_cached_block_serves_any_request_down_to_half_its_size(cpu):
+    sizes = [index * MiB for index in range(40, 0, -1)]  # each smaller than the last
+    addresses = []
+    for size in sizes:
+        array = cpu.allocate((size,), U8)
+        addresses.append(array.ctypes.data)
+        del array
+    stats = cpu.memory_statistics()
+    # New blocks only for 40, 19, 9, 4 and 1 MiB: each serves down to half its size.
+    assert (stats.hits, stats.misses) == (35, 5)
+    assert len(set(addresses)) == 5
+    assert addresses[:21] == [addresses[0]] * 21  # 40 down to 20 MiB: one block
+    assert stats.bytes_held == (40 + 19 + 9 + 4 + 1) * MiB
+    assert REUSE_SPAN == 2
+    small = cpu.allocate((4 * KiB,), U8)  # 1 MiB is more than twice 4 KiB: a miss
+    assert cpu.memory_statistics().misses == 6
+    del small
+
+
+async def test_the_ratio_bound_can_be_changed_and_lifted(cpu):
+    cpu.set_cache_limit(256 * MiB)
+    assert cpu.set_cache_ratio(None) == DEFAULT_CACHE_RATIO
+    assert cpu.cache_ratio is None
+    for size in [index * MiB for index in range(1, 41)]:
+        array = cpu.allocate((size,), U8)
+        del array
+    assert cached_bytes(cpu) == 225 * MiB  # only the byte bound: the old behaviour
+    assert cpu.set_cache_ratio(1) is None  # lowered: evicted at once, least recent first
+    assert cpu.cache_ratio == 1.0
+    assert cached_bytes(cpu) == 40 * MiB
+    assert cpu.set_cache_ratio(np.float64(0.5)) == 1.0
+    assert cached_bytes(cpu) == 0  # 40 MiB is more than half the peak
+    for value in (True, "2", [2]):
+        with pytest.raises(TypeError, match="ratio must be a number"):
+            cpu.set_cache_ratio(value)
+    for value in (0, -1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="ratio must be a positive finite number"):
+            cpu.set_cache_ratio(value)
+    with pytest.raises(ValueError, match="cache_ratio"):
+        HostMemoryPool(cache_ratio=0)
+    assert cpu.cache_ratio == 0.5
+
+
 def test_forty_dropped_buffers_keep_the_most_recently_freed_within_a_set_bound(cpu):
     cpu.set_cache_limit(100 * MiB)
     sizes = [index * MiB for index in range(1, 41)]
@@ -121,17 +185,18 @@ def test_the_least_recently_freed_go_first_whatever_their_size(cpu):
 
 
 def test_reusing_a_block_makes_it_the_most_recently_freed(cpu):
-    cpu.set_cache_limit(3 * KiB)
+    cpu.set_cache_limit(4 * KiB)
     small = cpu.allocate((KiB,), U8)
     large = cpu.allocate((KiB,), np.dtype(np.int16))  # 2 KiB
     del small, large  # the cache, oldest first: 1 KiB, 2 KiB
     again = cpu.allocate((KiB,), U8)
     assert cpu.memory_statistics().hits == 1  # the 1 KiB block, reused
     del again  # the cache: 2 KiB, 1 KiB
-    tiny = cpu.allocate((GRANULE,), U8)  # a miss: no 512 B block is cached
-    del tiny  # 3.5 KiB would pass the bound: the 2 KiB block, now the oldest, goes
-    assert cached_bytes(cpu) == KiB + GRANULE
-    assert cached_sizes(cpu, [KiB, 2 * KiB, GRANULE]) == {KiB, GRANULE}
+    other = cpu.allocate((5 * GRANULE,), U8)  # a miss: no cached block is that large
+    assert cpu.memory_statistics().misses == 3
+    del other  # 5.5 KiB would pass the bound: the 2 KiB block, now the oldest, goes
+    assert cached_bytes(cpu) == KiB + 5 * GRANULE
+    assert cached_sizes(cpu, [KiB, 2 * KiB, 5 * GRANULE]) == {KiB, 5 * GRANULE}
 
 
 # -- reuse -------------------------------------------------------------------------------
@@ -216,13 +281,17 @@ def test_a_viewed_block_is_never_evicted_nor_reused(cpu):
 
 def test_the_held_limit_evicts_cached_blocks_least_recently_freed_first():
     pool = HostMemoryPool(limit=4 * KiB, cache_limit=None)
-    arrays = {index: pool.allocate((index * KiB,), U8) for index in (1, 3)}
-    for index in (3, 1):
+    arrays = {index: pool.allocate((index * KiB,), U8) for index in (1, 2)}
+    for index in (2, 1):
         del arrays[index]
-    assert pool.statistics().bytes_held == 4 * KiB
-    fresh = pool.allocate((2 * KiB,), U8)  # the 3 KiB block, the older, is freed for it
-    stats = pool.statistics()
-    assert (stats.bytes_held, stats.bytes_in_use, stats.limit) == (3 * KiB, 2 * KiB, 4 * KiB)
+    assert pool.statistics().bytes_held == 3 * KiB
+    fresh = pool.allocate((5 * GRANULE,), U8)  # no cached block serves it: the 2 KiB
+    stats = pool.statistics()  # block, the older, is freed to make room
+    assert (stats.bytes_held, stats.bytes_in_use, stats.limit) == (
+        KiB + 5 * GRANULE,
+        5 * GRANULE,
+        4 * KiB,
+    )
     with pytest.raises(MemoryError, match="4096-byte limit"):
         pool.allocate((3 * KiB,), U8)
     del fresh

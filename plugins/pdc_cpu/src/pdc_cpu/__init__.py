@@ -8,10 +8,16 @@ from pdc_core import Backend
 from pdc_core.backend import hookimpl
 
 from ._backend import CpuBackend
-from ._memory import DEFAULT_CACHE_LIMIT
+from ._memory import DEFAULT_CACHE_LIMIT, DEFAULT_CACHE_RATIO
 from ._version import __version__
 
-__all__ = ["DEFAULT_CACHE_LIMIT", "CpuBackend", "__version__", "pdc_register_backends"]
+__all__ = [
+    "DEFAULT_CACHE_LIMIT",
+    "DEFAULT_CACHE_RATIO",
+    "CpuBackend",
+    "__version__",
+    "pdc_register_backends",
+]
 
 
 @hookimpl

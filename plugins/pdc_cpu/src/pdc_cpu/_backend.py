@@ -54,9 +54,11 @@ class CpuBackend(Backend):
     that stream's worker thread, in order.
 
     Memory comes from a caching pool: a block whose last view is gone is kept for reuse
-    by the next allocation of its size, up to :attr:`cache_limit` bytes of such blocks
-    (least recently freed ones are released first). ``memory_statistics()`` reports it:
-    the cached bytes are ``bytes_held - bytes_in_use``.
+    by a later allocation it can serve (of its size, or of up to half of it: best fit),
+    up to :attr:`cache_limit` bytes of such blocks and :attr:`cache_ratio` times the
+    peak of bytes in use (least recently freed ones are released first).
+    ``memory_statistics()`` reports it: the cached bytes are ``bytes_held -
+    bytes_in_use``.
     """
 
     name: ClassVar[str] = "cpu"
@@ -157,7 +159,7 @@ class CpuBackend(Backend):
         """Bound the host-memory cache to ``nbytes`` bytes and return the previous bound.
 
         The cache holds blocks whose arrays are all gone, for reuse by later allocations
-        of the same size; blocks in use are never counted, evicted or reused. When a
+        they can serve; blocks in use are never counted, evicted or reused. When a
         freed block would take the cache past the bound, the least recently freed
         blocks are released first; a block larger than the bound is released at once.
         Cached blocks beyond a lowered bound are released immediately. ``None`` lifts
@@ -165,6 +167,32 @@ class CpuBackend(Backend):
         integer or ``None`` (a ``bool`` included), :class:`ValueError` for a negative one.
         """
         return self.pool.set_cache_limit(nbytes)
+
+    @property
+    def cache_ratio(self) -> float | None:
+        """The host-memory cache's second bound, relative to the peak of bytes in use
+        (:attr:`peak_bytes_in_use`); ``None`` when there is none.
+
+        Defaults to :data:`pdc_cpu.DEFAULT_CACHE_RATIO` (2.0): the cache never holds
+        more than twice the most bytes that live arrays have held at once, so a stream
+        of ever new sizes cannot fill it. The cache is bounded by the lower of this and
+        :attr:`cache_limit`. Change it with :meth:`set_cache_ratio`.
+        """
+        return self.pool.cache_ratio
+
+    def set_cache_ratio(self, ratio: float | None) -> float | None:
+        """Bound the host-memory cache to ``ratio`` times the peak of bytes in use and
+        return the previous ratio; cached blocks beyond the new bound are released at
+        once. ``None`` lifts this bound (:attr:`cache_limit` still applies). Raises
+        :class:`TypeError` for anything but a number or ``None`` (a ``bool`` included),
+        :class:`ValueError` for zero, a negative number, infinity or NaN.
+        """
+        return self.pool.set_cache_ratio(ratio)
+
+    @property
+    def peak_bytes_in_use(self) -> int:
+        """The most bytes that arrays allocated by this backend have held at once."""
+        return self.pool.peak_bytes_in_use
 
     def create_stream(self) -> CpuStream:
         stream = CpuStream(self)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 import operator
 import os
 import threading
@@ -25,6 +27,15 @@ GRANULE = 512
 DEFAULT_CACHE_DIVISOR = 16
 #: The largest default cache bound, also used when the memory available is unknown.
 DEFAULT_CACHE_CAP = 256 * 2**20
+
+#: By default the cache holds at most this many times the peak of bytes in use (the
+#: most that live arrays ever held at once): a working set that is dropped and made
+#: again is served from the cache, and a stream of ever new sizes cannot fill it.
+DEFAULT_CACHE_RATIO = 2.0
+
+#: A cached block serves a request of at least ``1 / REUSE_SPAN`` of its size: a freed
+#: 8 MiB block serves any request from 4 MiB up to 8 MiB (blocks are not split).
+REUSE_SPAN = 2
 
 _Block = npt.NDArray[np.uint8]
 
@@ -75,6 +86,18 @@ def default_cache_limit(available: int | None) -> int:
 DEFAULT_CACHE_LIMIT = default_cache_limit(available_memory())
 
 
+def check_ratio(value: object, name: str) -> float | None:
+    """``value`` as a positive finite ratio, or ``None``; else an error naming ``name``."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"{name} must be a number (a ratio to the peak of bytes in use) or None")
+    ratio = float(value)
+    if not (math.isfinite(ratio) and ratio > 0):
+        raise ValueError(f"{name} must be a positive finite number or None, not {value!r}")
+    return ratio
+
+
 def check_byte_limit(value: object, name: str) -> int | None:
     """``value`` as a non-negative number of bytes, or ``None``; else an error naming ``name``."""
     if value is None:
@@ -119,11 +142,19 @@ class HostMemoryPool:
     so callers never free anything by hand; only such blocks are ever cached, reused
     or evicted. Thread-safe.
 
-    ``cache_limit`` bounds the bytes of the cache (blocks kept for reuse, not blocks
-    in use): when a returning block would overflow it, the least recently returned
-    blocks are freed to make room, and a block larger than the bound is freed at once.
-    ``None`` lifts the bound; ``0`` caches nothing. The default is
-    :data:`DEFAULT_CACHE_LIMIT` (see :func:`default_cache_limit`).
+    Reuse: a request (rounded up to :data:`GRANULE` bytes) takes the cached block of
+    its size if there is one, else the smallest cached block larger than it and at most
+    :data:`REUSE_SPAN` times its size (best fit; the whole block counts as in use
+    until it comes back), else a new block.
+
+    The cache (blocks kept for reuse, not blocks in use) is bounded twice: by
+    ``cache_limit`` bytes and by ``cache_ratio`` times the peak of bytes in use (the
+    most that live arrays have held at once, :attr:`peak_bytes_in_use`). When a
+    returning block would take it past the lower of the two, the least recently
+    returned blocks are freed to make room, and a block larger than the bound is freed
+    at once. ``None`` lifts a bound; a ``cache_limit`` of ``0`` caches nothing. The
+    defaults are :data:`DEFAULT_CACHE_LIMIT` (see :func:`default_cache_limit`) and
+    :data:`DEFAULT_CACHE_RATIO` (2: at most twice the peak of live bytes).
 
     ``limit`` bounds all the bytes held (in use plus cached): cached blocks are freed,
     least recently returned first, to make room, and an allocation that still does not
@@ -131,13 +162,20 @@ class HostMemoryPool:
     """
 
     def __init__(
-        self, limit: int | None = None, cache_limit: int | None = DEFAULT_CACHE_LIMIT
+        self,
+        limit: int | None = None,
+        cache_limit: int | None = DEFAULT_CACHE_LIMIT,
+        cache_ratio: float | None = DEFAULT_CACHE_RATIO,
     ) -> None:
         self._lock = threading.Lock()
         self._cache_limit = check_byte_limit(cache_limit, "cache_limit")
-        # The cache: blocks by size, least recently returned first, and every cached
-        # block's id with its size, least recently returned first across sizes.
+        self._cache_ratio = check_ratio(cache_ratio, "cache_ratio")
+        # The cache: blocks by size, least recently returned first, the sizes that have
+        # cached blocks in ascending order (for best fit), and every cached block's id
+        # with its size, least recently returned first across sizes.
         self._by_size: dict[int, deque[_Block]] = {}
+        self._sizes: list[int] = []
+        self._peak = 0  # the most bytes in use at once
         self._lru: OrderedDict[int, int] = OrderedDict()
         # Blocks whose last view has gone and that the cache has not taken yet.
         self._returned: deque[tuple[_Block, int]] = deque()
@@ -162,9 +200,35 @@ class HostMemoryPool:
         nbytes = check_byte_limit(nbytes, "nbytes")
         with self._locked():
             previous, self._cache_limit = self._cache_limit, nbytes
-            if nbytes is not None:
-                self._evict_until(nbytes)
+            self._evict_until(self._bound())
         return previous
+
+    @property
+    def cache_ratio(self) -> float | None:
+        """The cache's bound relative to :attr:`peak_bytes_in_use`; ``None``: none."""
+        return self._cache_ratio
+
+    def set_cache_ratio(self, ratio: float | None) -> float | None:
+        """Bound the cache to ``ratio`` times the peak of bytes in use (``None``: no such
+        bound) and return the old ratio; cached blocks beyond it are freed at once."""
+        ratio = check_ratio(ratio, "ratio")
+        with self._locked():
+            previous, self._cache_ratio = self._cache_ratio, ratio
+            self._evict_until(self._bound())
+        return previous
+
+    @property
+    def peak_bytes_in_use(self) -> int:
+        """The most bytes that arrays of this pool have held at once."""
+        return self._peak
+
+    def _bound(self) -> int | None:
+        """The cache's bound now: the lower of the byte limit and the ratio's."""
+        bound = self._cache_limit
+        if self._cache_ratio is not None:
+            relative = int(self._cache_ratio * self._peak)
+            bound = relative if bound is None else min(bound, relative)
+        return bound
 
     def allocate(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
@@ -174,10 +238,17 @@ class HostMemoryPool:
                 if self._returned:
                     self._settle_locked()
                 cached = self._by_size.get(size)
+                if cached is None and self._sizes:  # best fit: the smallest that serves
+                    sizes = self._sizes
+                    index = bisect.bisect_left(sizes, size)
+                    if index < len(sizes) and sizes[index] <= size * REUSE_SPAN:
+                        size = sizes[index]
+                        cached = self._by_size[size]
                 if cached:
                     block = cached.pop()  # the most recently returned: likeliest still warm
                     if not cached:
                         del self._by_size[size]
+                        del self._sizes[bisect.bisect_left(self._sizes, size)]
                     del self._lru[id(block)]
                     self._cached -= size
                     self._hits += 1
@@ -186,7 +257,9 @@ class HostMemoryPool:
                     block = np.empty(size, dtype=np.uint8)
                     self._misses += 1
                     self._held += size
-                self._in_use += size
+                in_use = self._in_use = self._in_use + size
+                if in_use > self._peak:
+                    self._peak = in_use
         finally:
             if self._returned:
                 self._settle()
@@ -249,23 +322,32 @@ class HostMemoryPool:
     # -- the cache (called with the lock held) ------------------------------------------
 
     def _cache(self, block: _Block, size: int) -> None:
-        if self._cache_limit is not None:
-            if size > self._cache_limit:
+        bound = self._bound()
+        if bound is not None:
+            if size > bound:
                 self._held -= size  # bigger than the whole cache: free it
                 return
-            self._evict_until(self._cache_limit - size)
-        self._by_size.setdefault(size, deque()).append(block)
+            self._evict_until(bound - size)
+        blocks = self._by_size.get(size)
+        if blocks is None:
+            blocks = self._by_size[size] = deque()
+            bisect.insort(self._sizes, size)
+        blocks.append(block)
         self._lru[id(block)] = size
         self._cached += size
 
-    def _evict_until(self, cached: int) -> None:
-        """Free least recently returned blocks until the cache holds ``cached`` bytes or fewer."""
+    def _evict_until(self, cached: int | None) -> None:
+        """Free least recently returned blocks until the cache holds ``cached`` bytes or
+        fewer (``None``: no bound, nothing to free)."""
+        if cached is None:
+            return
         while self._cached > cached:
             _, size = self._lru.popitem(last=False)
             blocks = self._by_size[size]
             blocks.popleft()  # the least recently returned block of its size
             if not blocks:
                 del self._by_size[size]
+                del self._sizes[bisect.bisect_left(self._sizes, size)]
             self._cached -= size
             self._held -= size
 
