@@ -49,12 +49,18 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import anyio
-import anyio.lowlevel
 
 from .._exceptions import ActorStopped, LifecycleError, MessageTimeout, PdcError
-from .._loop import TIMED_OUT, Kit, check_timeout, current_kit, wake
-from ._mailbox import DEFAULT_PRIORITY, check_priority
-from ._refs import ActorRef, ActorState, Placement
+from .._loop import TIMED_OUT, Kit, current_kit, wake
+from ._refs import (
+    ActorRef,
+    ActorState,
+    Placement,
+    cancel_called,
+    check_timeout,
+    message_priority,
+    raise_cancelled,
+)
 
 if TYPE_CHECKING:
     from ._nursery import ActorNursery, RestartPolicy
@@ -80,17 +86,13 @@ Coordinates = tuple[int, ...]
 def _rules(
     message: object, priority: int | None, timeout: float | None
 ) -> tuple[int, float | None]:
-    """The argument rules of single handles, applied once for a whole mesh operation:
-    the message's priority (``priority``, else its ``priority`` attribute, else 128,
-    checked) and the timeout (``None``/``inf`` none, <= 0 now, NaN and non-numbers
-    refused)."""
-    if priority is None:
-        priority = getattr(message, "priority", DEFAULT_PRIORITY)
-    if type(priority) is not int or not 0 <= priority <= 255:
-        priority = check_priority(priority)
+    """The argument rules of single handles (``pdc_core.lowlevel``'s
+    :func:`message_priority` and :func:`check_timeout`), applied once for a whole mesh
+    operation before anything is sent."""
+    prio = message_priority(message, priority)
     if timeout is not None:
         timeout = check_timeout(timeout)
-    return priority, timeout
+    return prio, timeout
 
 
 class MeshError(ExceptionGroup[Exception], PdcError):
@@ -733,10 +735,11 @@ class MeshReplies(AsyncIterator[tuple[Coordinates, R]]):
 
 
 async def _entry() -> None:
-    """The rule of single handles on entry: a caller whose cancel scope is already
-    cancelled gets its cancellation before anything is sent."""
-    if anyio.current_effective_deadline() == -math.inf:
-        await anyio.lowlevel.checkpoint()
+    """The rule of single handles on entry (``pdc_core.lowlevel``'s
+    :func:`cancel_called`): a caller whose cancel scope is already cancelled gets its
+    cancellation before anything is sent."""
+    if cancel_called():
+        await raise_cancelled()
 
 
 def _answered(gather: _Gather, index: int) -> bool:
