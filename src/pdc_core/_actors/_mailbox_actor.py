@@ -622,12 +622,17 @@ class MailboxActor(ActorRunner):
     async def _handle_mixed(
         self, handle_batch: Callable[[list[Any]], Awaitable[list[Any]]], items: list[Any]
     ) -> bool:
-        """Handle a batch of tells, asks, batch parts and control; True on a stop."""
-        stop = False
+        """Handle a batch of tells, asks, batch parts and control; True on a stop.
+
+        A stop (without drain) taken with data in the same batch ends the actor before
+        that data: it was queued, not in hand, and its requests fail with ActorStopped
+        (finalize fails what is left in flight)."""
+        if any(item is _STOP for item in items):
+            self._inflight = [item for item in items if item.__class__ is tuple]
+            return True
         live: list[Any] = []
         for item in items:
             if item.__class__ is not tuple:
-                stop = stop or item is _STOP
                 continue
             sink = item[1]
             if (
@@ -655,7 +660,7 @@ class MailboxActor(ActorRunner):
                     if not sink.remaining:
                         wake(sink.waiter, sink.results)
             self.handled += len(live)
-        return stop
+        return False
 
     def _fail_inflight(self, error: Callable[[], BaseException]) -> None:
         inflight, self._inflight = self._inflight, None
