@@ -14,10 +14,12 @@ import numpy.typing as npt
 
 from pdc_core import (
     Actor,
+    ActorMesh,
     ActorRef,
     Control,
     KernelActorRef,
     Mailbox,
+    MeshError,
     PersistentKernel,
     PersistentKernelActor,
     PersistentKernelSession,
@@ -29,6 +31,7 @@ from pdc_core import (
     open_persistent_kernel,
     persistent_kernel,
     ring_kernel,
+    create_broadcast_stream,
 )
 from pdc_core.lowlevel import ActorRunner, Placement
 
@@ -273,3 +276,38 @@ async def placed_kernel(elsewhere: Placement) -> None:
         # A kernel placed elsewhere has the handle its placement makes.
         remote = await nursery.start_actor(kernel, placement=elsewhere)
         assert_type(remote, ActorRef[Any, Any])
+
+
+# -- meshes and broadcast streams ----------------------------------------------------------
+
+
+async def meshes() -> None:
+    async with open_nursery() as nursery:
+        mesh = await nursery.start_mesh(Doubler, shape={"gpu": 4})
+        assert_type(mesh, ActorMesh[int, int])
+        assert_type(await mesh.call(1), list[int])
+        assert_type(await mesh.scatter([1, 2, 3, 4]), list[int])
+        assert_type(await mesh.call_one(1), int)
+        assert_type(mesh.choose(), ActorRef[int, int])
+        assert_type(mesh.slice(gpu=slice(0, 2)), ActorMesh[int, int])
+        assert_type(mesh.members, list[ActorRef[int, int]])
+        async for point, reply in mesh.stream(3):
+            assert_type(point, tuple[int, ...])
+            assert_type(reply, int)
+        await mesh.broadcast("x")  # expect-error: arg-type
+        wrong: str = (await mesh.call(1))[0]  # expect-error: assignment
+        print(wrong)
+        kernels = await nursery.start_mesh(kernel, devices="all")
+        assert_type(await kernels.call((1, 2.0)), list[np.void])
+        try:
+            await mesh.call(1, timeout=1.0)
+        except MeshError as error:
+            assert_type(error.failures, dict[tuple[int, ...], Exception])
+
+
+def broadcast_streams() -> None:
+    send, subscribe = create_broadcast_stream[int](16)
+    receive = subscribe()
+    send.send_nowait(1)
+    assert_type(receive.receive_nowait(), int)
+    send.send_nowait("x")  # expect-error: arg-type
