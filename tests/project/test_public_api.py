@@ -24,6 +24,7 @@ import pdc_core
 import pdc_core.backend
 import pdc_core.cuda
 import pdc_core.lowlevel
+import pdc_core.telemetry
 import pdc_core.testing
 
 CORE = [
@@ -204,12 +205,22 @@ LOWLEVEL = [
     "runner_for",
 ]
 
+TELEMETRY = ["Instrumentation", "METRICS", "Metric", "instrument"]
+
 FACES: dict[types.ModuleType, list[str]] = {
     pdc_core: CORE,
     pdc_core.backend: BACKEND,
     pdc_core.lowlevel: LOWLEVEL,
+    pdc_core.telemetry: TELEMETRY,
 }
-PUBLIC_MODULES = [pdc_core, pdc_core.backend, pdc_core.lowlevel, pdc_core.cuda, pdc_core.testing]
+PUBLIC_MODULES = [
+    pdc_core,
+    pdc_core.backend,
+    pdc_core.lowlevel,
+    pdc_core.cuda,
+    pdc_core.testing,
+    pdc_core.telemetry,
+]
 SRC = Path(pdc_core.__file__).parent
 DOCS = Path(__file__).parents[2] / "docs"
 
