@@ -27,11 +27,11 @@ from pdc_core import (
     Response,
     RingKernelContext,
     RingKernelRuntime,
+    create_broadcast_stream,
     open_nursery,
     open_persistent_kernel,
     persistent_kernel,
     ring_kernel,
-    create_broadcast_stream,
 )
 from pdc_core.lowlevel import ActorRunner, Placement
 
