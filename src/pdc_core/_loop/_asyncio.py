@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import functools
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, cast
@@ -183,7 +182,7 @@ class AsyncioKit(Turns):
         self._loop = loop
         self._timer = AsyncioTimer(loop)
         #: Whether the running task is in a cancelled anyio scope (see ._cancel).
-        self.cancel_called: Callable[[], bool] = functools.partial(asyncio_cancel_called, loop)
+        self.cancel_called: Callable[[], bool] = asyncio_cancel_called(loop)
 
     def arm(self, waiter: Waiter, timeout: float) -> None:
         if waiter.done():

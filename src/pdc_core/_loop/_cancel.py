@@ -22,6 +22,7 @@ import math
 import sys
 import weakref
 from asyncio import tasks as _asyncio_tasks
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -42,31 +43,37 @@ _last_task: object = None
 _last_state: Any = None
 
 
-def asyncio_cancel_called(loop: object) -> bool:
-    """Whether the task running on asyncio ``loop`` is in a cancelled anyio scope."""
-    global _anyio_states, _last_task, _last_state
-    task = _current_tasks.get(loop)
-    if task is _last_task:
-        state = _last_state
-    else:
-        states = _anyio_states
-        if states is None:
-            backend = sys.modules.get("anyio._backends._asyncio")
-            if backend is None:
-                return False  # anyio never ran here: no anyio scope can be cancelled
-            states = _anyio_states = backend._task_states.data
-        state = states.get(_ref(task))
-        if state is None:
-            return False  # in no anyio scope yet (not cached: it may enter one)
-        _last_task, _last_state = task, state
-    scope = state.cancel_scope
-    while scope is not None:
-        if scope._cancel_called:
-            return True
-        if scope._shield:
-            return False
-        scope = scope._parent_scope
-    return False
+def asyncio_cancel_called(loop: object) -> Callable[[], bool]:
+    """The check for asyncio ``loop``: whether its running task is in a cancelled anyio
+    scope (a closure over the loop: one Python frame per call)."""
+    get_task = _current_tasks.get
+
+    def cancel_called() -> bool:
+        global _anyio_states, _last_task, _last_state
+        task = get_task(loop)
+        if task is _last_task:
+            state = _last_state
+        else:
+            states = _anyio_states
+            if states is None:
+                backend = sys.modules.get("anyio._backends._asyncio")
+                if backend is None:
+                    return False  # anyio never ran here: no anyio scope can be cancelled
+                states = _anyio_states = backend._task_states.data
+            state = states.get(_ref(task))
+            if state is None:
+                return False  # in no anyio scope yet (not cached: it may enter one)
+            _last_task, _last_state = task, state
+        scope = state.cancel_scope
+        while scope is not None:
+            if scope._cancel_called:
+                return True
+            if scope._shield:
+                return False
+            scope = scope._parent_scope
+        return False
+
+    return cancel_called
 
 
 async def raise_cancelled() -> None:

@@ -5,6 +5,8 @@ Nothing here imports trio until a kit is made, which happens only under trio.
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Callable, Coroutine, Generator
 from types import TracebackType
 from typing import Any, Final, cast
@@ -214,6 +216,17 @@ class TrioKit(Turns):
         _Error = outcome.Error
         self._trio = trio
         self._timer_var: Any = trio.lowlevel.RunVar("pdc_mailbox_timer")
+        # Whether the running task is in a cancelled scope: trio keeps the task's
+        # effectively_cancelled flag up to date, shields included, whenever a scope is
+        # cancelled. Read through C calls only where trio's run context is reachable.
+        self.cancel_called: Callable[[], bool] = self._cancel_called_slowly
+        try:
+            from trio._core._run import GLOBAL_RUN_CONTEXT
+        except ImportError:  # pragma: no cover - another trio layout: the public way
+            pass
+        else:
+            read = operator.attrgetter("task._cancel_status.effectively_cancelled")
+            self.cancel_called = functools.partial(read, GLOBAL_RUN_CONTEXT)
 
     def _timer(self) -> TrioTimer:
         try:
@@ -244,8 +257,7 @@ class TrioKit(Turns):
         return _trio_current_task()
 
     @staticmethod
-    def cancel_called() -> bool:
-        # trio keeps the flag up to date, shields included, whenever a scope is cancelled.
+    def _cancel_called_slowly() -> bool:
         return bool(_trio_current_task()._cancel_status.effectively_cancelled)
 
     async def checkpoint(self) -> None:
