@@ -388,7 +388,7 @@ def test_coerce_record_accepts_the_natural_forms() -> None:
         ({"seq": 1}, "missing field"),
         ({"seq": 1, "x": 2, "z": 3}, "unknown field"),
         ((1, 2, 3), "cannot make"),
-        ("text", "cannot make"),
+        ("text", "has 2 fields"),
     ],
 )
 def test_coerce_record_names_the_problem(value: Any, match: str) -> None:

@@ -322,6 +322,36 @@ async def test_bad_records_write_nothing() -> None:
         assert session.memory.snapshot()["in_head"] == 0
 
 
+async def test_records_are_not_guessed() -> None:
+    """A scalar is a record only of a one-field dtype, and a number a cast would change
+    is refused naming the field; exact conversions are made. Nothing bad is written."""
+    async with open_persistent_kernel(make_kernel(capacity=8), ScriptedBackend()) as session:
+        with pytest.raises(RecordError, match=r"record 0 of the batch: 1 is not a request "):
+            await session.request_batch((1, 2, 3))  # REQ has two fields: not three records
+        with pytest.raises(RecordError, match=r"it has 2 fields \(id, x\); give a tuple"):
+            await session.request(7)
+        with pytest.raises(RecordError, match=r"field 'id' \(uint64\) .*: 1.7 would lose"):
+            await session.request((1.7, 1.0))
+        with pytest.raises(RecordError, match=r"field 'id' \(uint64\)"):
+            await session.send({"id": 2.5, "x": 1.0})
+        with pytest.raises(RecordError, match=r"record 1 of the batch: field 'id'"):
+            await session.request_batch([(1, 1.0), (np.float32(0.5), 1.0)])
+        assert session.statistics().sent == 0
+        assert session.memory.snapshot()["in_head"] == 0
+        # Exact conversions are made: 2.0 is the integer 2, True is 1, 3 is 3.0.
+        replies = await session.request_batch([(2.0, 1), (True, 0.5), (np.float64(3), 3)])
+        assert replies["id"].tolist() == [2, 1, 3]
+        assert replies["y"].tolist() == [2.0, 1.0, 6.0]
+
+    one = np.dtype([("v", "<f8")])
+    kernel = PersistentKernel("scale", one, one, capacity=4).add_body(
+        "scripted", lambda requests: requests.copy()
+    )
+    async with open_persistent_kernel(kernel, ScriptedBackend()) as session:
+        assert float((await session.request(1.5))["v"]) == 1.5  # one field: a scalar is fine
+        assert (await session.request_batch((1, 2, 3)))["v"].tolist() == [1.0, 2.0, 3.0]
+
+
 async def test_replies_are_matched_to_concurrent_requests() -> None:
     kernel = make_kernel(capacity=3)
     async with open_persistent_kernel(kernel, ScriptedBackend(), auto=False) as session:

@@ -518,8 +518,15 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
     ``dtype``. Arrays of another dtype are refused rather than cast, and the message
     names both dtypes, or both sizes when the record is larger than a slot. Nothing
     is written anywhere: call this before touching a ring.
+
+    Nothing is guessed: a Python scalar is a record only of a dtype with one field (or
+    none), and a number that a cast would change (1.7 into an integer field) is refused
+    naming the field; exact conversions (2.0 into an integer field) are made.
     """
-    if isinstance(value, np.ndarray | np.generic):
+    is_tuple = type(value) is tuple
+    if is_tuple:  # the common case first: field values
+        pass
+    elif isinstance(value, np.ndarray | np.generic):
         array = np.asarray(value)
         if array.dtype != dtype:
             raise _dtype_mismatch(array.dtype, dtype, what)
@@ -539,8 +546,18 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         raw = np.zeros(dtype.itemsize, dtype=_BYTE)
         raw[: payload.nbytes] = np.frombuffer(payload, dtype=_BYTE)
         return raw.view(dtype)
-    if isinstance(value, Mapping):
+    elif isinstance(value, Mapping):
         value = record_from_mapping(value, dtype, what)
+    plan = _plans.get(id(dtype)) or _plan(dtype)
+    if plan[1] and not is_tuple and not isinstance(value, tuple | list):
+        # NumPy would copy the scalar into every field: a guess, never what was meant.
+        names = dtype.names
+        assert names is not None
+        raise RecordError(
+            f"{value!r} is not a {what} record of dtype {dtype}: it has {len(names)} fields "
+            f"({', '.join(names)}); give a tuple of field values or a mapping of field "
+            "names (a scalar is a record only of a one-field dtype)"
+        )
     try:
         array = np.array([value], dtype=dtype)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -552,7 +569,87 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
             f"{value!r} is not one {what} record of dtype {dtype} "
             f"(it converts to shape {array.shape[1:]})"
         )
+    integer_fields = plan[2]
+    if integer_fields:
+        if is_tuple:  # plain ints need no check (NumPy range-checks them)
+            for position, _ in integer_fields:
+                if position < len(value) and type(value[position]) is not int:
+                    _check_exact(value, array, dtype, integer_fields, what)
+                    break
+        else:
+            _check_exact(value, array, dtype, integer_fields, what)
     return array
+
+
+_IntegerFields = tuple[tuple[int, str | None], ...]
+#: What coerce_record needs to know of a dtype: the dtype itself (kept alive, so its id
+#: is not reused while cached), whether it has several fields, and its integer fields.
+_Plan = tuple[np.dtype[Any], bool, _IntegerFields]
+
+# Plans by the dtype object's identity (hashing a structured dtype costs more than the
+# whole check): a kernel's dtype is one object, used for every record.
+_plans: dict[int, _Plan] = {}
+
+
+def _plan(dtype: np.dtype[Any]) -> _Plan:
+    """Make and cache ``dtype``'s plan. Its integer fields are the integer and bool
+    fields (position and name; ``None`` for an unstructured integer dtype): where a
+    cast can lose what a Python value held."""
+    if dtype.names is None:
+        found: _IntegerFields = ((0, None),) if dtype.base.kind in "iub" else ()
+    else:
+        fields = dtype.fields
+        assert fields is not None
+        found = tuple(
+            (position, name)
+            for position, name in enumerate(dtype.names)
+            if fields[name][0].base.kind in "iub"
+        )
+    plan = (dtype, dtype.names is not None and len(dtype.names) > 1, found)
+    if len(_plans) >= 256:
+        _plans.clear()
+    _plans[id(dtype)] = plan
+    return plan
+
+
+def _check_exact(
+    value: Any,
+    array: npt.NDArray[Any],
+    dtype: np.dtype[Any],
+    integer_fields: _IntegerFields,
+    what: str,
+) -> None:
+    """Refuse a non-integral number (1.7) cast into an integer or bool field, where
+    NumPy would silently truncate it; exact values (2.0, ``True``) pass."""
+    for position, name in integer_fields:
+        if name is None or not isinstance(value, tuple | list):
+            item = value  # an unstructured dtype's value, or a one-field dtype's
+        elif position < len(value):
+            item = value[position]
+        else:
+            continue  # NumPy refused a short tuple already
+        if type(item) is int or isinstance(item, bool | np.integer | np.bool_):
+            continue  # NumPy range-checks integers itself
+        converted = array[0] if name is None else array[0][name]
+        try:
+            original = np.asarray(item)
+        except Exception:  # NumPy converted it already: nothing to compare
+            continue
+        if original.dtype.kind not in "fc":
+            continue
+        with np.errstate(invalid="ignore"):
+            exact = original.shape == np.shape(converted) and bool(np.all(original == converted))
+        if not exact:
+            if name is None:
+                where = f"a {what} record of dtype {dtype}"
+            else:
+                fields = dtype.fields
+                assert fields is not None
+                where = f"field {name!r} ({fields[name][0]}) of a {what} record of dtype {dtype}"
+            raise RecordError(
+                f"{where}: {item!r} would lose information cast into it (it would become "
+                f"{converted!r}); round it yourself if that is meant"
+            )
 
 
 def record_from_mapping(
