@@ -35,6 +35,7 @@ import gc
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -253,7 +254,11 @@ def run_ray(rounds: int) -> float:
 
     async def main() -> float:
         ratios = []
-        async with pdc_ray.connect(num_cpus=2), open_nursery() as nursery:
+        temp_dir = tempfile.mkdtemp(prefix="pdc-ray-bench-", dir="/tmp")
+        connect = pdc_ray.connect(
+            address="local", num_cpus=2, include_dashboard=False, _temp_dir=temp_dir
+        )
+        async with connect, open_nursery() as nursery:
             mesh = await nursery.start_mesh(
                 echo, shape={"worker": 8}, placement=pdc_ray.on(num_cpus=0.01)
             )
@@ -285,6 +290,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="3 rounds instead of 7")
     parser.add_argument("--ray", action="store_true", help="also pdc-ray against bare Ray")
+    parser.add_argument("--ray-only", action="store_true", help="pdc-ray against bare Ray only")
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
     rounds = args.rounds or (3 if args.quick else 7)
@@ -294,6 +300,9 @@ def main() -> None:
         f"python {platform.python_version()}, anyio {version('anyio')}, trio {version('trio')}"
         f", {platform.machine()}, {sys.platform}"
     )
+    if args.ray_only:
+        run_ray(rounds)
+        return
     results = {backend: run_loop(backend, rounds) for backend in ("asyncio", "trio")}
     print("\n== targets ==")
     for backend, result in results.items():
