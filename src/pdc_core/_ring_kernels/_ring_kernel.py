@@ -479,6 +479,15 @@ class RingKernelContext:
         if correlation_id is not None:
             if telemetry._inflight:
                 telemetry.replied(correlation_id)
+            stale = kernel._stale
+            if stale and correlation_id in stale:
+                # The reply to an ask whose caller gave up (cancelled, timed out): it
+                # answers nobody, not even a later ask that reuses the message's id.
+                if stale[correlation_id] == 1:
+                    del stale[correlation_id]
+                else:
+                    stale[correlation_id] -= 1
+                return
             pending = kernel._pending
             if pending:
                 entry = pending.pop(correlation_id, None)
@@ -535,6 +544,7 @@ class RingKernel(ActorRef[Any, Any]):
         "_record",
         "_runner",
         "_sends",
+        "_stale",
         "_state",
         "_stop_waiters",
         "_task",
@@ -571,6 +581,9 @@ class RingKernel(ActorRef[Any, Any]):
         self._record = telemetry
         self._sends = 0
         self._pending: dict[Any, Any] = {}
+        #: Ids of requests sent for asks that ended without their reply: how many
+        #: replies with that correlation id to drop (see RingKernelContext.send).
+        self._stale: dict[Any, int] = {}
         self._active_waiters: list[Any] | None = None
         self._stop_waiters: list[Any] | None = None
         self._finished = False
@@ -726,7 +739,24 @@ class RingKernel(ActorRef[Any, Any]):
         await self._send(message, message_priority(message, priority), timeout)
 
     async def _deliver(self, message: Any, priority: int) -> None:
+        self._check_running()
         await self._send(message, priority, None)
+
+    def _check_running(self) -> None:
+        """The handle's methods (tell, ask...) on a kernel that is terminating or has
+        stopped raise ActorStopped, as for every actor (``send`` raises the seed API's
+        KernelStateError)."""
+        state = self._state
+        if state is KernelState.TERMINATING or state is KernelState.TERMINATED:
+            raise ActorStopped(
+                f"actor {self._kernel_id!r} is not running (kernel {state.name})",
+                actor_id=self._kernel_id,
+            )
+        if state is KernelState.FAILED:
+            raise ActorStopped(
+                f"actor {self._kernel_id!r} is not running (kernel FAILED)",
+                actor_id=self._kernel_id,
+            )
 
     async def _send(self, message: Any, priority: int, timeout: float | None) -> None:
         state = self._state
@@ -834,24 +864,30 @@ class RingKernel(ActorRef[Any, Any]):
         """Send ``message`` and return the kernel's reply correlated with it (by its
         ``message_id``)."""
         message_id = self._message_id(message)
+        self._check_running()
         pending = self._pending
         if message_id in pending:
             raise self._already_pending(message_id)
         waiter = self._kit.waiter()
         pending[message_id] = waiter
+        sent = False
         try:
             await self._send(message, priority, None)
+            sent = True
             if timeout is not None:
                 self._kit.arm(waiter, timeout)
             return await waiter
         finally:
-            if pending.get(message_id) is waiter:
+            if pending.get(message_id) is waiter:  # ended without its reply
                 del pending[message_id]
+                if sent:
+                    self._stale[message_id] = self._stale.get(message_id, 0) + 1
 
     async def _request_many(
         self, messages: Sequence[Any], priority: int | list[int], timeout: float | None
     ) -> Any:
         ids = [self._message_id(message) for message in messages]
+        self._check_running()
         pending = self._pending
         seen: set[Any] = set()
         for message_id in ids:
@@ -862,17 +898,22 @@ class RingKernel(ActorRef[Any, Any]):
         for index, message_id in enumerate(ids):
             pending[message_id] = (cell, index)
         priorities = [priority] * len(messages) if isinstance(priority, int) else priority
+        sent = 0
         try:
             for message, one in zip(messages, priorities, strict=True):
                 await self._send(message, one, None)
+                sent += 1
             if timeout is not None:
                 self._kit.arm(cell.waiter, timeout)
             result = await cell.waiter
         finally:
-            for message_id in ids:
+            stale = self._stale
+            for index, message_id in enumerate(ids):
                 entry = pending.get(message_id)
                 if entry is not None and entry.__class__ is tuple and entry[0] is cell:
-                    del pending[message_id]
+                    del pending[message_id]  # ended without its reply
+                    if index < sent:
+                        stale[message_id] = stale.get(message_id, 0) + 1
         return result if result is TIMED_OUT else list(result)
 
     async def pause(self) -> None:
@@ -935,6 +976,7 @@ class RingKernel(ActorRef[Any, Any]):
         self._inbox.close()
         self._inbox.discard()
         self._outbox.close()
+        self._stale.clear()
         pending, self._pending = self._pending, {}
         for entry in pending.values():
             fail(entry[0].waiter if entry.__class__ is tuple else entry, failure())

@@ -1,0 +1,27 @@
+"""A persistent kernel running the handle kit's echo (shared by the kernel-actor and the
+seed-facade handle suites)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from pdc_core import PersistentKernel
+from pdc_core.testing import Echo
+
+#: Requests and replies: one integer, the echoed value.
+RECORD = np.dtype([("v", "<i8")])
+
+
+def echo_kernel(echo: Echo) -> PersistentKernel:
+    """A CPU persistent kernel whose body replies to each record with its value,
+    through ``echo`` (so it holds on the kit's held value, on its worker thread)."""
+
+    def body(requests: Any) -> Any:
+        replies = np.empty(len(requests), RECORD)
+        replies["v"] = [echo.handle(int(v)) for v in requests["v"]]
+        return replies
+
+    name = f"echo_{echo.key.replace('-', '_')}"
+    return PersistentKernel(name, RECORD, RECORD, bodies={"cpu": body})
