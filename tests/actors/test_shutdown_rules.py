@@ -65,7 +65,44 @@ async def test_shutdown_timeout_holds_during_a_restart_backoff() -> None:
             ref = await nursery.start_actor(CrashOnce, name="phoenix", restart=SLOW_RESTART)
             await ref.tell("boom")
             await _until_restarting(ref)
-    assert timed_out.value.left == {"phoenix": 0}  # no message was left, only the wait
+            await ref.tell("queued")  # for the next incarnation: the exit waits for it
+    assert timed_out.value.left == {"phoenix": 1}
+
+
+async def test_the_nursery_exit_stops_an_idle_actor_waiting_out_its_backoff_at_once() -> None:
+    """An actor waiting to restart with nothing queued is idle: the exit does not wait
+    out its 60 s backoff."""
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(CrashOnce, restart=SLOW_RESTART)
+            other = await nursery.start_actor(CrashOnce)
+            await ref.tell("boom")
+            await _until_restarting(ref)
+            exiting = anyio.current_time()
+        assert anyio.current_time() - exiting < LIMIT / 2
+    assert ref.state is ActorState.STOPPED
+    assert other.state is ActorState.STOPPED
+    stats = ref.statistics()
+    assert (stats.errors, stats.restarts) == (1, 1)
+
+
+async def test_at_the_nursery_exit_a_message_queued_during_a_backoff_is_handled() -> None:
+    handled: list[Any] = []
+
+    class Remembers(CrashOnce):
+        async def handle(self, message: Any) -> Any:
+            handled.append(message)
+            return await super().handle(message)
+
+    quick = RestartPolicy(max_restarts=5, backoff=0.2, max_backoff=0.2)
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(Remembers, restart=quick)
+            await ref.tell("boom")
+            await _until_restarting(ref)
+            await ref.tell("after")  # not idle: the exit waits for the new incarnation
+    assert handled == ["boom", "after"]
+    assert ref.state is ActorState.STOPPED
 
 
 @pytest.mark.parametrize(

@@ -265,6 +265,8 @@ class ActorNursery:
         self._tasks: set[object] = set()
         self._draining = False
         self._stopping = False
+        #: Actors waiting out a restart backoff: idle while nothing is queued for them.
+        self._backing_off: set[ActorRunner] = set()
         #: Messages left per actor when ``shutdown_timeout`` passed (then raised).
         self._left: dict[str, int] | None = None
 
@@ -363,12 +365,20 @@ class ActorNursery:
         if not self._draining or self._stopping:
             return
         runners = list(self._runners.values())
-        if all(runner.idle for runner in runners):
+        backing_off = self._backing_off
+        if all(
+            runner.unfinished() == 0 if runner in backing_off else runner.idle for runner in runners
+        ):
             self._stopping = True
             _log.debug("nursery quiescent: stopping %d actor(s)", len(runners))
             assert self._tg is not None
             for runner in runners:
-                runner.request_drain(self._tg.start_soon)
+                if runner in backing_off:
+                    # Idle until its restart: it stops now, without waiting out the backoff.
+                    if runner.cancel_scope is not None:
+                        runner.cancel_scope.cancel()
+                else:
+                    runner.request_drain(self._tg.start_soon)
 
     async def _watchdog(self, timeout: float) -> None:
         with anyio.move_on_after(timeout):
@@ -693,9 +703,15 @@ class ActorNursery:
                                 delay,
                             )
                             # Under the runner's scope too: stop(timeout=...) and the
-                            # nursery's shutdown_timeout hold while it waits out the backoff.
+                            # nursery's shutdown_timeout hold while it waits out the backoff,
+                            # and a draining nursery stops it at once if nothing is queued.
                             with self._incarnation_scope(runner, start) as backoff:
-                                await anyio.sleep(delay)  # nothing shielded: not engaged
+                                self._backing_off.add(runner)
+                                try:
+                                    self._check_quiescent()
+                                    await anyio.sleep(delay)  # nothing shielded: not engaged
+                                finally:
+                                    self._backing_off.discard(runner)
                             if backoff.cancelled_caught:
                                 return  # stopped while waiting to restart
                             continue
