@@ -2,7 +2,8 @@
 stream, slice), the rules of single handles applied once, partial failure as a
 MeshError, cancellation that leaves no waiter, supervision, and nothing left behind.
 Members here are mailbox actors and persistent kernels on a simulated several-device
-cpu backend; remote members are tested in plugins/pdc_ray/tests/test_mesh.py."""
+cpu backend; remote members are tested in plugins/pdc_ray/tests/test_mesh_fake_engine.py
+and test_mesh_ray.py."""
 
 from __future__ import annotations
 
