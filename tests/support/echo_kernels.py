@@ -14,14 +14,22 @@ from pdc_core.testing import Echo
 RECORD = np.dtype([("v", "<i8")])
 
 
-def echo_kernel(echo: Echo) -> PersistentKernel:
-    """A CPU persistent kernel whose body replies to each record with its value,
-    through ``echo`` (so it holds on the kit's held value, on its worker thread)."""
+class EchoBody:
+    """A kernel body that replies to each record with its value, through the echo named
+    ``key`` (found again after pickling, in the same interpreter)."""
 
-    def body(requests: Any) -> Any:
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __call__(self, requests: Any) -> Any:
+        echo = Echo.named(self.key)
         replies = np.empty(len(requests), RECORD)
         replies["v"] = [echo.handle(int(v)) for v in requests["v"]]
         return replies
 
+
+def echo_kernel(echo: Echo) -> PersistentKernel:
+    """A CPU persistent kernel running ``echo`` (it holds on the kit's held value, on
+    its worker thread)."""
     name = f"echo_{echo.key.replace('-', '_')}"
-    return PersistentKernel(name, RECORD, RECORD, bodies={"cpu": body})
+    return PersistentKernel(name, RECORD, RECORD, bodies={"cpu": EchoBody(echo.key)})

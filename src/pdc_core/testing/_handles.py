@@ -169,6 +169,12 @@ class ActorRefConformance:
         raise NotImplementedError("ActorRefConformance.start: start an actor of your kind")
 
     @asynccontextmanager
+    async def around(self) -> AsyncIterator[None]:
+        """Entered around each check, outside its nursery (an engine, a cluster, a
+        device the kind needs). The default does nothing."""
+        yield
+
+    @asynccontextmanager
     async def actor(self, echo: Echo) -> AsyncIterator[ActorRef[Any, Any]]:
         """A running actor for ``echo``, stopped on leaving. The default opens a nursery
         and calls :meth:`start`; a kind with a nursery of its own overrides this."""
@@ -231,7 +237,7 @@ class ActorRefConformance:
         echo = Echo()
         try:
             with anyio.fail_after(self.limit):
-                async with self.actor(echo) as ref:
+                async with self.around(), self.actor(echo) as ref:
                     yield ref, echo
         finally:
             echo.release()
@@ -409,7 +415,11 @@ class ActorRefConformance:
         draining = anyio.Event()
         try:
             with anyio.fail_after(self.limit):
-                async with anyio.create_task_group() as tg, open_nursery() as nursery:
+                async with (
+                    self.around(),
+                    anyio.create_task_group() as tg,
+                    open_nursery() as nursery,
+                ):
                     ref = await self.start(nursery, echo)
 
                     async def relay(message: Any) -> None:
