@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
-from pdc_core import Actor, ActorNursery, ActorRef
+import pdc_core
+from pdc_core import Actor, ActorNursery, ActorRef, Control, open_nursery
 from pdc_core._actors import MailboxActorRef
 from pdc_core.testing import ActorRefConformance, Echo
 
@@ -34,3 +37,55 @@ class TestBatchActorHandles(TestMailboxActorHandles):
 
     async def start(self, nursery: ActorNursery, echo: Echo) -> ActorRef[Any, Any]:
         return await nursery.start_actor(_BatchEcho(echo))
+
+
+def test_only_the_mailbox_module_touches_a_mailboxs_private_fields() -> None:
+    """The mailbox actor (and every other user of a Mailbox) goes through the methods
+    Mailbox documents; ``_mailbox.py`` alone reads its fields."""
+    root = Path(pdc_core.__file__).parent
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        if path.name == "_mailbox.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name)
+                and node.value.id.lstrip("_").endswith(("mailbox", "inbox", "outbox"))
+            ):
+                wrong.append(f"{path.relative_to(root)}:{node.lineno} {node.value.id}.{node.attr}")
+    assert wrong == []
+
+
+async def test_told_messages_arrive_as_told_whatever_their_shape() -> None:
+    """Tells carry no envelope; a message that could pass for one is wrapped and
+    unwrapped again, for handle() and handle_batch() alike."""
+    seen: list[Any] = []
+    shapes: list[Any] = [(1, None, -1), ("a", "b"), None, _STOP_LIKE, [1, 2], 3]
+
+    async def handler(message: Any) -> None:
+        seen.append(message)
+
+    class Batch(Actor[Any, None]):
+        async def handle_batch(self, messages: list[Any]) -> list[None]:
+            seen.extend(messages)
+            return [None] * len(messages)
+
+    for target in (handler, Batch()):
+        seen.clear()
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(target)
+            for shape in shapes:
+                await ref.tell(shape)
+            await ref.tell_many(shapes)
+            await ref.ask_many([0])
+        assert seen[: 2 * len(shapes)] == shapes + shapes
+
+
+class _ControlLike(Control):
+    __slots__ = ()
+
+
+_STOP_LIKE = _ControlLike()

@@ -118,6 +118,7 @@ _DROP_LOG_EVERY: Final = 1000
 _log = logging.getLogger("pdc.mailbox")
 #: What :meth:`Mailbox.poll` and :meth:`Mailbox.take` return when there is nothing.
 EMPTY: Final = object()
+
 #: The lanes and priorities of every mailbox that has never held data: shared, and
 #: never changed (a mailbox makes its own with its first lane).
 _NO_LANES: Final[list[Any]] = [None] * 256
@@ -410,6 +411,22 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     def _bind(self) -> Kit:
         kit = self._kit = current_kit()
         return kit
+
+    def bind(self) -> None:
+        """Belong to the running event loop from now on (a mailbox otherwise belongs to
+        the loop that first uses it): what an actor's mailbox does when it is made."""
+        self._bind()
+
+    @property
+    def on_drop(self) -> Callable[[T], object] | None:
+        """Called with each data message the ``"drop_oldest"`` policy drops (see the
+        class documentation); settable, e.g. once the actor that fails the dropped
+        requests exists."""
+        return self._on_drop
+
+    @on_drop.setter
+    def on_drop(self, callback: Callable[[T], object] | None) -> None:
+        self._on_drop = callback
 
     # -- internals ----------------------------------------------------------------------
 
@@ -838,8 +855,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
 
     def offer(self, item: T, priority: int) -> bool:
         """Enqueue ``item`` now if it can go in without waiting, handing it straight to a
-        waiting taker; False, with nothing done, when the mailbox is closed or full or
-        ``priority`` is not an int in 0..255 (then :meth:`send` says why, or waits)."""
+        waiting receiver (see :meth:`park_receiver`); False, with nothing done, when the
+        mailbox is closed or full or ``priority`` is not an int in 0..255 (then
+        :meth:`send` says why, or waits)."""
         if (
             self._size < self._capacity
             and type(priority) is int
@@ -850,6 +868,12 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                 self._push(item, priority)
             return True
         return False
+
+    @property
+    def receiver_waiting(self) -> bool:
+        """Whether a single receiver is parked (:meth:`park_receiver`,
+        :meth:`park_taker`): what :meth:`offer` hands an item to."""
+        return self._taker is not None
 
     def requeue(self, item: T, priority: int) -> None:
         """Put back, first in its priority, an item whose receiver was cancelled after it
@@ -874,6 +898,24 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             return None
         waiter = (self._kit or self._bind()).waiter()
         self._taker = waiter
+        return waiter
+
+    def park_receiver(self) -> Waiter:
+        """Become the mailbox's single receiver until something arrives: the wait of an
+        actor's serving loop, which is the only task receiving from its mailbox.
+
+        Returns the waiter to await: it resolves to an item handed over directly (see
+        :meth:`offer`), or to ``None`` (look again with :meth:`poll`). Unlike
+        :meth:`park_taker` it works on a :meth:`seal`-ed mailbox, and then calls its
+        ``on_starved`` (a receiver waits on an empty mailbox: the draining nursery may
+        be quiescent now). A wait that ends with an exception must call
+        :meth:`release_taker`. Call it only after :meth:`poll` found nothing and the
+        mailbox is not :attr:`exhausted`.
+        """
+        waiter = (self._kit or self._bind()).waiter()
+        self._taker = waiter
+        if self._sealed and self._on_starved is not None:
+            self._on_starved()
         return waiter
 
     def release_taker(self, waiter: Waiter) -> Any:
