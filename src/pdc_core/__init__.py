@@ -87,7 +87,7 @@ from ._plugins import (
     reload_plugins,
 )
 from ._publish import publish
-from ._ring_kernels import (
+from ._seed import (
     KernelState,
     Message,
     PersistentRingKernel,

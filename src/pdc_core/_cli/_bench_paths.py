@@ -35,7 +35,7 @@ import numpy.typing as npt
 from .._actors import Actor, open_nursery
 from .._loop import current_library
 from .._persistent import PersistentKernelActor, open_persistent_kernel
-from .._ring_kernels import Request, RingKernelRuntime, ring_kernel
+from .._seed import Request, RingKernelRuntime, ring_kernel
 from ..backend import PersistentKernel
 
 __all__ = [

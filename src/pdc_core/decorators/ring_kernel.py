@@ -5,6 +5,6 @@
 the configuration.
 """
 
-from .._ring_kernels import ring_kernel
+from .._seed import ring_kernel
 
 __all__ = ["ring_kernel"]

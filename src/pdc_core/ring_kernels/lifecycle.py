@@ -7,7 +7,7 @@ function receives, under PyDotCompute's name; it is not generic, so an annotatio
 ``RingKernelRuntime``) are not provided.
 """
 
-from .._ring_kernels import KernelState, RingKernel, RingKernelContext
+from .._seed import KernelState, RingKernel, RingKernelContext
 
 #: PyDotCompute's name for :class:`~pdc_core.RingKernelContext`.
 KernelContext = RingKernelContext

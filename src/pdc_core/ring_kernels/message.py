@@ -5,6 +5,6 @@
 provided: pdc passes message objects without serializing them (they pickle).
 """
 
-from .._ring_kernels import Message, Request, Response, RingKernelMessage, message
+from .._seed import Message, Request, Response, RingKernelMessage, message
 
 __all__ = ["Message", "Request", "Response", "RingKernelMessage", "message"]

@@ -5,6 +5,6 @@
 provided.
 """
 
-from .._ring_kernels import RingKernelRuntime
+from .._seed import RingKernelRuntime
 
 __all__ = ["RingKernelRuntime"]

@@ -5,6 +5,6 @@
 ``GPUInfo`` (use ``Backend.devices()``, or ``pdc info``) are not provided.
 """
 
-from .._ring_kernels import RingKernelTelemetry
+from .._seed import RingKernelTelemetry
 
 __all__ = ["RingKernelTelemetry"]
