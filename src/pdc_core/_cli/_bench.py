@@ -44,7 +44,7 @@ import numpy as np
 from . import _bench_paths as paths
 from ._bench_stats import environment
 from ._bench_stats import summarize as _summary
-from ._running import announce_once
+from ._running import announce_once, only_interrupts
 
 __all__ = [
     "BARE",
@@ -599,9 +599,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             result.interrupted = True
         except BaseExceptionGroup as group:
-            from ._demo import _only_interrupts
-
-            if not _only_interrupts(group):
+            if not only_interrupts(group):
                 raise
             result.interrupted = True
     payload = result.payload()

@@ -41,7 +41,7 @@ from .._loop import thread_count
 from .._persistent import PersistentKernelSession
 from .._plugins import get_backend
 from ..backend import Backend, Capability, MemoryKind, PersistentKernel
-from ._demo import check_async_backend, check_backend
+from ._options import check_async_backend, check_backend
 
 __all__ = ["CHECK_KERNEL", "Step", "add_arguments", "run", "run_checks"]
 

@@ -45,9 +45,10 @@ from .._actors import Actor, ActorNursery, ActorRef, open_nursery
 from .._exceptions import ActorStopped, PluginError
 from .._loop import current_library
 from .._persistent import KernelActorRef, PersistentKernelActor
-from .._plugins import available_backends, get_backend, registered_placements
+from .._plugins import get_backend, registered_placements
 from ..backend import Backend, Capability, PersistentKernel
-from ._running import announce_once
+from ._options import check_async_backend, check_backend, usage_error
+from ._running import announce_once, only_interrupts
 
 __all__ = [
     "ANOMALY_RATE",
@@ -75,8 +76,6 @@ __all__ = [
     "SinkActor",
     "actor_scorer",
     "add_arguments",
-    "check_async_backend",
-    "check_backend",
     "check_placement",
     "host_scorer",
     "kernel_scorer",
@@ -88,7 +87,6 @@ __all__ = [
     "score_records",
     "start_feature_stage",
     "synthetic_stream",
-    "usage_error",
     "uses_persistent_kernel",
 ]
 
@@ -693,44 +691,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def usage_error(command: str, message: str) -> int:
-    """Print an argparse-style usage error for ``pdc COMMAND`` and return 2."""
-    print(f"usage: pdc {command} [options]\npdc {command}: error: {message}", file=sys.stderr)
-    return 2
-
-
-def check_backend(name: str | None, command: str) -> int:
-    """0 if ``name`` (or the default) is an available backend, else a usage error (2)."""
-    valid = [info.name for info in available_backends() if info.availability.available]
-    if name is None:
-        if not valid:
-            return usage_error(command, "no backend available (pip install pdc-cpu)")
-        return 0
-    base = name.split(":", 1)[0].lower()
-    if base not in valid:
-        choices = ", ".join(repr(v) for v in valid) or "none (pip install pdc-cpu)"
-        why = {
-            info.name: info.availability.reason
-            for info in available_backends()
-            if not info.availability.available
-        }.get(base)
-        reason = f"the {base} backend is unavailable here: {why}; " if why else ""
-        return usage_error(
-            command, f"argument --backend: {reason}invalid choice: {name!r} (choose from {choices})"
-        )
-    return 0
-
-
-def check_async_backend(name: str, command: str) -> int:
-    """0 if ``name`` can run here, else a usage error (2) saying what to install."""
-    if name == "trio":
-        try:
-            import trio  # noqa: F401
-        except ImportError:
-            return usage_error(command, "--async-backend trio needs trio: pip install trio")
-    return 0
-
-
 def _print_summary(summary: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -809,7 +769,7 @@ def run(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             interrupted = True
         except BaseExceptionGroup as group:
-            if not _only_interrupts(group):
+            if not only_interrupts(group):
                 raise
             interrupted = True
     result.interrupted = result.interrupted or interrupted
@@ -829,13 +789,3 @@ def _json_number(value: Any) -> Any:
     if isinstance(value, float) and math.isnan(value):
         return None
     return str(value)
-
-
-def _only_interrupts(group: BaseExceptionGroup[BaseException]) -> bool:
-    for error in group.exceptions:
-        if isinstance(error, BaseExceptionGroup):
-            if not _only_interrupts(error):
-                return False
-        elif not isinstance(error, KeyboardInterrupt):
-            return False
-    return True
