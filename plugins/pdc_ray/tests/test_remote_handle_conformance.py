@@ -134,3 +134,22 @@ async def test_the_three_drifts_behave_as_on_a_local_actor() -> None:
                 with pytest.raises(MessageTimeout) as info:
                     await ref.ask(1, timeout=-1)
                 assert str(info.value) == f"actor {ref.actor_id!r} did not reply within -1 s"
+
+
+@pytest.mark.usefixtures("ray_cluster")
+async def test_the_three_drifts_behave_as_on_a_local_actor_on_real_ray() -> None:
+    """The same, with the actor in a real Ray worker process (the kit itself needs the
+    echo in this process, which only the fake engine gives)."""
+    with anyio.fail_after(120):
+        async with open_nursery() as nursery:
+            local = await nursery.start_actor(double, name="local")
+            remote = await nursery.start_actor(
+                double, name="remote", placement=pdc_ray.on(num_cpus=0)
+            )
+            for ref in (local, remote):
+                assert await ref.ask(2, timeout=math.inf) == 4
+                assert await ref.ask(3, priority=np.int64(5)) == 6  # type: ignore[arg-type]
+                assert await ref.ask_many([5], timeout=np.float64(30)) == [10]
+                with pytest.raises(MessageTimeout) as info:
+                    await ref.ask(1, timeout=-1)
+                assert str(info.value) == f"actor {ref.actor_id!r} did not reply within -1 s"

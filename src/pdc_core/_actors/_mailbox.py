@@ -97,6 +97,8 @@ __all__ = [
     "DEFAULT_CAPACITY",
     "DEFAULT_PRIORITY",
     "EMPTY",
+    "HANDED",
+    "QUEUED",
     "Backpressure",
     "Control",
     "Mailbox",
@@ -118,6 +120,10 @@ _DROP_LOG_EVERY: Final = 1000
 _log = logging.getLogger("pdc.mailbox")
 #: What :meth:`Mailbox.poll` and :meth:`Mailbox.take` return when there is nothing.
 EMPTY: Final = object()
+#: What :meth:`Mailbox.offer` returns when it accepted the item: queued, or handed
+#: straight to the parked receiver (both true; ``0`` when it did not accept it).
+QUEUED: Final = 1
+HANDED: Final = 2
 
 #: The lanes and priorities of every mailbox that has never held data: shared, and
 #: never changed (a mailbox makes its own with its first lane).
@@ -853,27 +859,23 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         """Closed, with no data left to receive."""
         return self._closed and not self._sealed and not self._size
 
-    def offer(self, item: T, priority: int) -> bool:
-        """Enqueue ``item`` now if it can go in without waiting, handing it straight to a
-        waiting receiver (see :meth:`park_receiver`); False, with nothing done, when the
-        mailbox is closed or full or ``priority`` is not an int in 0..255 (then
-        :meth:`send` says why, or waits)."""
+    def offer(self, item: T, priority: int) -> int:
+        """Enqueue ``item`` now if it can go in without waiting: :data:`HANDED` when it
+        went straight to the parked receiver (see :meth:`park_receiver`), else
+        :data:`QUEUED`; ``0``, with nothing done, when the mailbox is closed or full or
+        ``priority`` is not an int in 0..255 (then :meth:`send` says why, or waits).
+        Both successes are true, so ``if mailbox.offer(...)`` reads as "accepted"."""
         if (
             self._size < self._capacity
             and type(priority) is int
             and 0 <= priority <= 255
             and not self._closed
         ):
-            if self._taker is None or not self._handoff(item):
-                self._push(item, priority)
-            return True
-        return False
-
-    @property
-    def receiver_waiting(self) -> bool:
-        """Whether a single receiver is parked (:meth:`park_receiver`,
-        :meth:`park_taker`): what :meth:`offer` hands an item to."""
-        return self._taker is not None
+            if self._taker is not None and self._handoff(item):
+                return HANDED
+            self._push(item, priority)
+            return QUEUED
+        return 0
 
     def requeue(self, item: T, priority: int) -> None:
         """Put back, first in its priority, an item whose receiver was cancelled after it
@@ -900,18 +902,21 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._taker = waiter
         return waiter
 
-    def park_receiver(self) -> Waiter:
+    def park_receiver(self) -> Waiter | None:
         """Become the mailbox's single receiver until something arrives: the wait of an
-        actor's serving loop, which is the only task receiving from its mailbox.
+        actor's serving loop, which is the only task receiving from its mailbox. Call
+        it after :meth:`poll` found nothing.
 
         Returns the waiter to await: it resolves to an item handed over directly (see
-        :meth:`offer`), or to ``None`` (look again with :meth:`poll`). Unlike
-        :meth:`park_taker` it works on a :meth:`seal`-ed mailbox, and then calls its
-        ``on_starved`` (a receiver waits on an empty mailbox: the draining nursery may
-        be quiescent now). A wait that ends with an exception must call
-        :meth:`release_taker`. Call it only after :meth:`poll` found nothing and the
-        mailbox is not :attr:`exhausted`.
+        :meth:`offer`), or to ``None`` (look again with :meth:`poll`); or returns
+        ``None`` when the mailbox is closed and has nothing left (:attr:`exhausted`).
+        Unlike :meth:`park_taker` it parks on a :meth:`seal`-ed mailbox too, and then
+        calls its ``on_starved`` (a receiver waits on an empty mailbox: the draining
+        nursery may be quiescent now). A wait that ends with an exception must call
+        :meth:`release_taker`.
         """
+        if self._closed and not self._sealed and not self._size and not self._ctrl:
+            return None
         waiter = (self._kit or self._bind()).waiter()
         self._taker = waiter
         if self._sealed and self._on_starved is not None:

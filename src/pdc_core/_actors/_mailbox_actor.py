@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from inspect import CO_COROUTINE
 from types import FunctionType
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import anyio
 
@@ -28,6 +28,7 @@ from .._exceptions import (
 from .._loop import (
     TURN_CHECK_EVERY,
     Kit,
+    Waiter,
     check_timeout,
     current_kit,
     fail,
@@ -36,6 +37,7 @@ from .._loop import (
 from ._mailbox import (
     CATCH_UP_AT,
     EMPTY,
+    HANDED,
     Control,
     Mailbox,
 )
@@ -46,8 +48,6 @@ from ._refs import (
     ActorStatistics,
     StartOptions,
     cancellation_first,
-    message_priority,
-    raise_cancelled,
     runner_for,
 )
 
@@ -159,12 +159,26 @@ class BatchReply:
 # An ask pays its Envelope (about 100 ns) on a round trip of several microseconds.
 
 
+class ReplyTarget(Protocol):
+    """Where the reply to an ``ask`` goes: the caller's waiter, or any object that
+    resolves like one (a mesh's reply slot). The actor skips a request whose target is
+    ``done()`` (its caller gave up)."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, value: Any, /) -> None: ...
+
+    def set_exception(self, error: BaseException, /) -> None: ...
+
+    def exception(self) -> BaseException | None: ...
+
+
 class Envelope:
     """One ``ask`` in a mailbox actor's mailbox: the message and its reply target."""
 
     __slots__ = ("message", "reply")
 
-    def __init__(self, message: Any, reply: Any) -> None:
+    def __init__(self, message: Any, reply: ReplyTarget) -> None:
         self.message = message
         #: The waiter the caller awaits (resolved with the reply, or failed).
         self.reply = reply
@@ -242,14 +256,18 @@ class MailboxActorRef(ActorRef[M, R]):
             return ActorCrashed(self._actor_id, runner.crash.cause)
         return ActorStopped(f"actor {self._actor_id!r} is not running", actor_id=self._actor_id)
 
-    def _check_not_self(self, operation: str) -> None:
-        """An actor waiting for its own reply would wait forever: refuse it."""
+    def _check_not_self(self, operation: str, queued: Any = None) -> None:
+        """An actor waiting for its own reply would wait forever: refuse it (and have
+        the request ``queued`` meanwhile, if any, skipped: its waiter is failed)."""
         runner = self._runner
         if runner is not None and runner.is_current_task():
-            raise LifecycleError(
+            error = LifecycleError(
                 f"actor {self._actor_id!r} called {operation}() on itself from its handler: "
                 "it would wait forever for its own reply (use tell, or handle it inline)"
             )
+            if queued is not None:
+                fail(queued, error)
+            raise error
 
     def _admits_caller(self) -> bool:
         """The mailbox is sealed (its nursery drains) and the caller is one of the
@@ -272,45 +290,73 @@ class MailboxActorRef(ActorRef[M, R]):
             await cancellation_first()
             raise self._stopped_error() from None
 
-    async def tell(self, message: M, *, priority: int | None = None) -> None:
-        """:meth:`ActorRef.tell` with :meth:`_deliver` inlined: the measured fast path of
-        the most frequent call (one coroutine per message instead of two; see
-        docs/benchmarks.md). The rules are ActorRef's, through the same helpers."""
-        if self._cancel_called():
-            await raise_cancelled()
-        if priority is None or type(priority) is not int or not 0 <= priority <= 255:
-            priority = message_priority(message, priority)
+    # Delivery without a coroutine per message: a tell that finds room is done when
+    # _deliver returns, and an ask's caller awaits the reply's waiter itself.
+
+    def _deliver(self, message: M, priority: int) -> Awaitable[None] | None:
         mailbox = self._mailbox
         kit = self._kit
         ops = kit.ops = kit.ops + 1
+        cls = message.__class__
+        item: Any = (
+            Told(message)
+            if cls is tuple or cls is Envelope or cls is Told or isinstance(message, Control)
+            else message
+        )
         if not ops % TURN_CHECK_EVERY and (len(mailbox) >= CATCH_UP_AT or kit.turn_is_over()):
-            await kit.checkpoint()  # before enqueueing: a cancelled tell sends nothing
-        item = _told(message)
-        if not mailbox.offer(item, priority):
+            return self._checkpoint_then_enqueue(item, priority)
+        if mailbox.offer(item, priority):
+            return None
+        return self._enqueue(item, priority)
+
+    async def _checkpoint_then_enqueue(self, item: Any, priority: int) -> None:
+        # Yield at the end of a turn, or to let the actor catch up, before enqueueing:
+        # a tell cancelled there sends nothing.
+        await self._kit.checkpoint()
+        if not self._mailbox.offer(item, priority):
             await self._enqueue(item, priority)
 
-    async def _deliver(self, message: M, priority: int) -> None:
-        mailbox = self._mailbox
-        kit = self._kit
-        ops = kit.ops = kit.ops + 1
-        if not ops % TURN_CHECK_EVERY and (len(mailbox) >= CATCH_UP_AT or kit.turn_is_over()):
-            await kit.checkpoint()  # before enqueueing: a cancelled tell sends nothing
-        item = _told(message)
-        if not mailbox.offer(item, priority):
-            await self._enqueue(item, priority)
-
-    async def _request(self, message: M, priority: int, timeout: float | None) -> Any:
+    def _request(self, message: M, priority: int, timeout: float | None) -> Awaitable[Any]:
         kit = self._kit
         reply = kit.waiter()
         envelope = Envelope(message, reply)
-        mailbox = self._mailbox
-        if not mailbox.receiver_waiting:  # the actor is busy: is it asking itself?
-            self._check_not_self("ask")
-        if not mailbox.offer(envelope, priority):
-            await self._enqueue(envelope, priority)
+        offered = self._mailbox.offer(envelope, priority)
+        if offered != HANDED:  # the actor is busy (or not started): is it asking itself?
+            self._check_not_self("ask", reply)
+            if not offered:
+                return self._request_slowly(envelope, reply, priority, timeout)
         if timeout is not None:
             kit.arm(reply, timeout)
+        return reply
+
+    async def _request_slowly(
+        self, envelope: Envelope, reply: Waiter, priority: int, timeout: float | None
+    ) -> Any:
+        """An ask that waits for room (or meets a closed mailbox)."""
+        await self._enqueue(envelope, priority)
+        if timeout is not None:
+            self._kit.arm(reply, timeout)
         return await reply
+
+    # -- for handles of several actors (a mesh): requests with a reply target of theirs --
+
+    def offer_request(self, message: M, priority: int, reply: ReplyTarget) -> bool:
+        """Queue an ``ask`` of ``message`` whose reply target is ``reply`` (a
+        :class:`ReplyTarget`: resolved with the reply or failed; the actor skips the
+        request once ``reply.done()``), if the mailbox takes it without
+        waiting; False, with nothing done, otherwise. ``priority`` must be checked."""
+        return bool(self._mailbox.offer(Envelope(message, reply), priority))
+
+    async def enqueue_request(self, message: M, priority: int, reply: ReplyTarget) -> None:
+        """:meth:`offer_request` that waits for room (backpressure applies); raises
+        :class:`~pdc_core.ActorStopped` when the actor takes no messages."""
+        await self._enqueue(Envelope(message, reply), priority)
+
+    def offer_tell(self, message: M, priority: int) -> bool:
+        """Queue a tell of ``message`` if the mailbox takes it without waiting."""
+        cls = message.__class__
+        told = cls is tuple or cls is Envelope or cls is Told or isinstance(message, Control)
+        return bool(self._mailbox.offer(Told(message) if told else message, priority))
 
     async def _send_batch(self, items: list[Any], prio: int | list[int]) -> None:
         mailbox = self._mailbox
@@ -561,9 +607,9 @@ class MailboxActor(ActorRunner):
             while True:
                 item = poll()
                 if item is EMPTY:
-                    if mailbox.exhausted:
-                        break
                     waiter = mailbox.park_receiver()
+                    if waiter is None:
+                        break  # closed, and nothing left
                     try:
                         item = await waiter
                     except BaseException:

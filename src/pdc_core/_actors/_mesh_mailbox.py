@@ -26,19 +26,23 @@ class _MailboxPort(_Port):
         self.mailbox = ref.mailbox
 
     def post(self, message: Any, priority: int, slot: _Slot) -> bool:
-        return self.mailbox.offer((message, slot, -1), priority)
+        ref = self.ref
+        assert isinstance(ref, MailboxActorRef)
+        return ref.offer_request(message, priority, slot)
 
     async def send(self, message: Any, priority: int, slot: _Slot) -> None:
         ref = self.ref
         assert isinstance(ref, MailboxActorRef)
         try:
-            await ref._enqueue((message, slot, -1), priority)
+            await ref.enqueue_request(message, priority, slot)
         except ActorStopped as error:
             if not slot.done():
                 slot.set_exception(error)
 
     def tell_now(self, message: Any, priority: int) -> bool:
-        return self.mailbox.offer((message, None, -1), priority)
+        ref = self.ref
+        assert isinstance(ref, MailboxActorRef)
+        return ref.offer_tell(message, priority)
 
     def load(self) -> int:
         mailbox = self.mailbox

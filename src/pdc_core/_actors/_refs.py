@@ -17,7 +17,14 @@ import enum
 import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
 
@@ -153,7 +160,9 @@ class ActorRef(ABC, Generic[M, R]):
         if type(priority) is not int or not 0 <= priority <= 255:
             priority = check_priority(priority)
         try:
-            await self._deliver(message, priority)
+            waiting = self._deliver(message, priority)
+            if waiting is not None:
+                await waiting
         except ActorStopped:
             await cancellation_first()
             raise
@@ -182,7 +191,8 @@ class ActorRef(ABC, Generic[M, R]):
             raise
         if result is TIMED_OUT:
             raise self._timeout_error(timeout)
-        return cast(R, result)
+        reply: R = result  # (not cast(): a call on the hot path)
+        return reply
 
     async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
         """Send every message of ``messages``, in order, without waiting for replies."""
@@ -285,25 +295,33 @@ class ActorRef(ABC, Generic[M, R]):
         return messages if isinstance(messages, list) else list(messages)
 
     @abstractmethod
-    async def _deliver(self, message: M, priority: int) -> None:
+    def _deliver(self, message: M, priority: int) -> Awaitable[None] | None:
         """Deliver one message whose reply is not wanted (``tell``).
 
         ``priority`` is resolved and checked (an int in 0..255); the caller was not
         cancelled on entry. Wait for room as the actor's policy says; raise
         :class:`~pdc_core.ActorStopped` if the actor does not take messages (the rule
         turns it into the cancellation of a cancelled caller).
+
+        Usually an ``async def``. A kind with a fast path may make it a plain method
+        that returns ``None`` once the message is delivered without waiting, or an
+        awaitable that finishes the delivery: no coroutine per message.
         """
 
     @abstractmethod
-    async def _request(self, message: M, priority: int, timeout: float | None) -> Any:
-        """Deliver one request and return its reply, or :data:`TIMED_OUT` once
-        ``timeout`` seconds have passed (``None``: no timeout; zero or negative: now).
+    def _request(self, message: M, priority: int, timeout: float | None) -> Awaitable[Any]:
+        """Deliver one request; the awaitable returned gives its reply, or
+        :data:`TIMED_OUT` once ``timeout`` seconds have passed (``None``: no timeout;
+        zero or negative: now).
 
         ``priority`` and ``timeout`` are resolved and checked. Raise
         :class:`~pdc_core.ActorStopped` (or :class:`~pdc_core.ActorCrashed`) when the
         request cannot be answered. A request whose caller is cancelled or times out
         must leave nothing behind: no waiter registered, no timer armed for it, and no
         reply delivered later to another request.
+
+        Usually an ``async def``; a kind with a fast path may return the object its
+        caller awaits directly (a mailbox actor returns the reply's waiter).
         """
 
     async def _deliver_many(self, messages: Sequence[M], priority: int | list[int]) -> None:
@@ -314,7 +332,9 @@ class ActorRef(ABC, Generic[M, R]):
         """
         priorities = [priority] * len(messages) if isinstance(priority, int) else priority
         for message, one in zip(messages, priorities, strict=True):
-            await self._deliver(message, one)
+            waiting = self._deliver(message, one)
+            if waiting is not None:
+                await waiting
 
     async def _request_many(
         self, messages: Sequence[M], priority: int | list[int], timeout: float | None
