@@ -17,10 +17,18 @@ import asyncio
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import sniffio
 
-from pdc_core import Actor, ActorState, RingKernelRuntime, open_nursery, ring_kernel
+from pdc_core import (
+    Actor,
+    ActorState,
+    LifecycleError,
+    RingKernelRuntime,
+    open_nursery,
+    ring_kernel,
+)
 
 LIMIT = 10  # seconds: no test may hang
 
@@ -199,3 +207,70 @@ async def test_launched_kernels_are_cancelled_cleanly() -> None:
                 raise Oops
         assert all(kernel.kernel_state.name == "TERMINATED" for kernel in kernels)
         assert task_count() == before
+
+
+# -- start_actor is a checkpoint (issue 26 items 1, 2) ------------------------------------
+
+
+async def test_a_deadline_at_any_instant_of_start_actor_is_the_scope_s_cancellation() -> None:
+    """200 deadline instants around starting and asking: each ends as the deadline's
+    cancellation, absorbed by its scope (under trio 12-21 of them used to escape as
+    RuntimeError: Nursery is closed to new arrivals)."""
+    instants = 0
+    with anyio.fail_after(LIMIT * 6):
+        for _ in range(25):
+            for delay in (0, 1e-6, 1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3):
+                with anyio.move_on_after(delay):
+                    async with open_nursery() as nursery:
+                        for k in range(4):
+                            ref = await nursery.start_actor(echo)
+                            assert await ref.ask(k) == k
+                instants += 1
+    assert instants == 200
+
+
+async def test_starting_actors_in_a_loop_ends_at_its_deadline() -> None:
+    started = 0
+    with anyio.fail_after(LIMIT):
+        with anyio.move_on_after(0.01) as scope:
+            async with open_nursery() as nursery:
+                # Every start is a checkpoint: the deadline ends the loop (bounded, so
+                # that a start that is no checkpoint fails here instead of hanging).
+                while started < 5_000:
+                    await nursery.start_actor(echo)
+                    started += 1
+    assert scope.cancelled_caught
+    assert 0 < started < 5_000
+
+
+async def test_start_actor_in_a_cancelled_scope_starts_nothing_and_yields_otherwise() -> None:
+    ran: list[str] = []
+
+    async def other() -> None:
+        ran.append("other")
+
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery, anyio.create_task_group() as helpers:
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await nursery.start_actor(echo, name="never")
+            assert scope.cancelled_caught
+            assert nursery.actors == {}
+            helpers.start_soon(other)
+            calls = 0
+            while not ran and calls < 100:  # ready at once, still a checkpoint
+                ref = await nursery.start_actor(echo)
+                calls += 1
+            assert ran == ["other"]
+            assert calls <= 3  # trio may run either task first at a checkpoint
+            assert await ref.ask(1) == 1
+
+
+async def test_a_task_shielded_from_a_cancelled_nursery_cannot_start_actors() -> None:
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            nursery.cancel()
+            with anyio.CancelScope(shield=True):
+                await anyio.lowlevel.checkpoint()  # the nursery's task host closes meanwhile
+                with pytest.raises(LifecycleError, match="the nursery is being cancelled"):
+                    await nursery.start_actor(echo)

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack, ove
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 
 from .._exceptions import (
     ActorCrashed,
@@ -74,6 +75,7 @@ from .._loop import (
     Waiter,
     check_duration,
     current_kit,
+    full_checkpoint,
     wake,
 )
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
@@ -499,9 +501,19 @@ class ActorNursery:
         subclass, instance or factory and for an ``async def handler(message: M) -> R``
         (``ask`` returns ``R``, ``tell`` takes ``M``), a
         :class:`~pdc_core.KernelActorRef` for a kernel, else ``ActorRef[Any, Any]``.
+
+        It is a checkpoint on every path, as every async call of trio's API: a pending
+        cancellation is raised (nothing is started) and other tasks run, also when the
+        actor is ready at once.
         """
+        if self._kit is not None:
+            await full_checkpoint(self._kit)
+        else:
+            await anyio.lowlevel.checkpoint()
         if not self._open or self._tg is None:
             raise LifecycleError("cannot start an actor: the nursery is not open")
+        if self._cancelling:  # a task shielded from the nursery's cancellation
+            raise LifecycleError("cannot start an actor: the nursery is being cancelled")
         if max_batch < 1:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         if restart is not None and not isinstance(restart, RestartPolicy):

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from ._asyncio import AsyncioKit
 from ._asyncio import woken_value as _asyncio_woken_value
+from ._cancel import raise_cancelled
 from ._common import (
     TIMED_OUT,
     TURN_CHECK_EVERY,
@@ -50,6 +51,7 @@ __all__ = [
     "current_kit",
     "current_library",
     "current_loop",
+    "full_checkpoint",
     "current_sleep",
     "fail",
     "thread_count",
@@ -130,6 +132,21 @@ def current_loop() -> object:
         else:
             return token
     raise RuntimeError("pdc runs under asyncio or trio (anyio.run), and neither is running here")
+
+
+async def full_checkpoint(kit: Kit) -> None:
+    """trio's checkpoint, for the async calls of pdc's API that are not per-message paths
+    (starting, opening, stopping, draining, launching, activating): raise the task's
+    pending cancellation, and let the other tasks run, on every path.
+
+    Looks again after the yield: a deadline that passed while the others ran (asyncio
+    runs the due timer then) is raised here too, not at the caller's next wait.
+    """
+    if kit.cancel_called():
+        await raise_cancelled()
+    await kit.checkpoint()
+    if kit.cancel_called():
+        await raise_cancelled()
 
 
 def current_sleep() -> Callable[[float], Awaitable[None]]:
