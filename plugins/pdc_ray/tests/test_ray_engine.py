@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from typing import Any
 
 import anyio
@@ -28,6 +29,8 @@ class Echo(Actor[Any, Any]):
             return os.getpid()
         if message == "sleep":
             await anyio.sleep(3600)
+        if message == "lock":
+            return threading.Lock()  # a reply that cannot be pickled
         return message
 
 
@@ -52,6 +55,17 @@ async def test_ask_tell_and_batches_on_ray() -> None:
             remote = await ref.remote_statistics()
             assert remote.handled == 1 + 1 + 500 + 1
     assert ray.is_initialized()
+
+
+async def test_an_unpicklable_reply_is_a_type_error_for_its_ask_on_ray() -> None:
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(Echo, placement=pdc_ray.on(num_cpus=0))
+            with pytest.raises(TypeError, match="could not be sent back") as info:
+                await ref.ask("lock")
+            assert "\x1b[" not in str(info.value)  # not a RayTaskError's coloured text
+            assert await ref.ask(7) == 7  # the actor goes on
+            assert ref.state is ActorState.RUNNING
 
 
 async def test_a_remote_crash_reaches_the_nursery_with_its_cause() -> None:

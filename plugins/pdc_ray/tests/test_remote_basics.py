@@ -233,6 +233,35 @@ async def test_an_unpicklable_message_fails_its_ask_and_the_rest_go_on() -> None
         assert engine.alive() == []
 
 
+class LockMaker(Actor[Any, Any]):
+    """Replies with something that cannot be pickled when asked for "lock"."""
+
+    async def handle(self, message: Any) -> Any:
+        return threading.Lock() if message == "lock" else message
+
+
+async def test_an_unpicklable_reply_fails_its_ask_with_a_type_error_and_the_actor_goes_on() -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine() as engine, open_nursery() as nursery:
+            ref = await nursery.start_actor(LockMaker, placement=pdc_ray.on(engine=engine))
+            with pytest.raises(TypeError) as info:
+                await ref.ask("lock")
+            text = str(info.value)
+            assert "could not be sent back" in text
+            assert "LockMaker" in text or ref.actor_id in text
+            assert "lock" in text  # pickle's own reason ("cannot pickle '_thread.lock'")
+            assert "\x1b[" not in text  # no terminal colours
+            assert await ref.ask(4) == 4  # the actor goes on
+            with pytest.raises(TypeError, match="could not be sent back"):
+                await ref.ask_many([1, "lock", 2])  # one bad reply fails that ask only
+            assert await ref.ask_many([1, 2]) == [1, 2]
+            await ref.tell("lock")  # nobody waits for it: nothing to fail, no crash
+            assert await ref.ask(5) == 5
+            assert ref.state is ActorState.RUNNING
+            assert ref.statistics().errors == 0
+        assert engine.alive() == []
+
+
 async def test_restart_policy_restarts_in_a_fresh_process_with_the_same_ref() -> None:
     policy = RestartPolicy(max_restarts=2, within=10, backoff=0)
     with anyio.fail_after(LIMIT):

@@ -32,7 +32,7 @@ from ._bridge import await_future
 from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import RemoteActorLost
 from ._host import Host, host_for
-from ._wire import HostSpec, Location
+from ._wire import HostSpec, Location, sendable_outcome
 
 __all__ = ["RayEngine", "await_ref"]
 
@@ -164,7 +164,7 @@ class RayHost:
 
     async def deliver(self, *args: Any) -> Any:
         assert self._host is not None, "deliver before start"
-        return _reply(await self._host.deliver(*_loads(args)))
+        return sendable_outcome(await self._host.deliver(*_loads(args)), _reply)
 
     @ray.method(concurrency_group="control")
     async def cancel(self, *args: Any) -> Any:

@@ -83,7 +83,7 @@ from pdc_core.lowlevel import (
 
 from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import PlacementTimeout, RemoteActorLost
-from ._wire import CRASHED, OK, Failure, HostSpec, Location, unpack_error
+from ._wire import CRASHED, OK, Failure, HostSpec, Location, UnsentReply, unpack_error
 
 __all__ = ["RemoteActorRef", "RemoteRunner"]
 
@@ -804,7 +804,15 @@ class RemoteRunner(ActorRunner):
         messages the remote actor handled."""
         for request, value in zip(batch, payload, strict=True):
             if request.reply is not None:
-                request.reply.set(request.index, value)
+                if type(value) is UnsentReply:  # the actor went on; this ask fails
+                    request.reply.fail(
+                        TypeError(
+                            f"the reply of remote actor {self.actor_id!r} could not be sent "
+                            f"back: {value.detail}"
+                        )
+                    )
+                else:
+                    request.reply.set(request.index, value)
         return len(batch)
 
     def _refuse(self, batch: list[_Request], exc: Exception) -> None:

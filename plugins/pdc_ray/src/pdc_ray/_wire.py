@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from pdc_core import ActorStatistics
 
@@ -24,10 +24,14 @@ __all__ = [
     "Failure",
     "HostSpec",
     "Location",
+    "UnsentReply",
     "pack_error",
     "portable_statistics",
+    "sendable_outcome",
     "unpack_error",
 ]
+
+T = TypeVar("T")
 
 #: Status codes of a delivered batch and of a host's outcome.
 OK: Final = 0
@@ -110,6 +114,36 @@ def unpack_error(failure: Failure) -> BaseException:
     error = RemoteError(failure.type_name, failure.message, failure.remote_traceback)
     error.add_note(f"remote traceback:\n{failure.remote_traceback.rstrip()}")
     return error
+
+
+@dataclass(frozen=True, slots=True)
+class UnsentReply:
+    """Stands for a reply that could not be pickled on the host: the caller's request
+    fails with a :class:`TypeError` saying so (``detail``: why), and the actor goes on."""
+
+    detail: str
+
+
+def sendable_outcome(outcome: tuple[int, Any], dumps: Callable[[Any], T]) -> T:
+    """``dumps(outcome)`` for a ``deliver`` result; when that fails because a reply does
+    not pickle, ``dumps`` of the outcome with each such reply replaced by an
+    :class:`UnsentReply` (the other replies still go back). Costs nothing more when
+    everything pickles."""
+    try:
+        return dumps(outcome)
+    except Exception:
+        status, replies = outcome
+        if status != OK or not isinstance(replies, list):
+            raise
+    sendable: list[Any] = []
+    for reply in replies:
+        try:
+            dumps(reply)
+        except Exception as exc:
+            sendable.append(UnsentReply(f"{type(exc).__name__}: {exc}"))
+        else:
+            sendable.append(reply)
+    return dumps((status, sendable))
 
 
 def portable_statistics(stats: ActorStatistics) -> ActorStatistics:
