@@ -871,8 +871,15 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             and 0 <= priority <= 255
             and not self._closed
         ):
-            if self._taker is not None and self._handoff(item):
-                return HANDED
+            taker = self._taker
+            if taker is not None and not self._paused and item is not None:
+                # _handoff, inlined: this is every message's path to an idle actor.
+                self._taker = None
+                if not taker.done():
+                    taker.set_result(item)
+                    self._sent += 1
+                    self._received += 1
+                    return HANDED
             self._push(item, priority)
             return QUEUED
         return 0
