@@ -273,6 +273,73 @@ async def test_restart_policy_launches_a_fresh_kernel() -> None:
     await settle_threads(baseline, within=2)
 
 
+async def test_asks_sent_during_a_restart_are_handled_by_the_new_incarnation() -> None:
+    """As with a mailbox actor: the request in hand fails with ActorCrashed, and those
+    sent while the kernel restarts wait for the new kernel (issue 26 item 3)."""
+    baseline = thread_count()
+    policy = RestartPolicy(max_restarts=2, backoff=1.0, max_backoff=1.0)
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(make_kernel(name="phoenix"), restart=policy)
+            with pytest.raises(ActorCrashed, match="negative input"):
+                await ref.ask((1, -1.0))
+            replies: list[float] = []
+            sent_in: list[ActorState] = []
+
+            async def ask_during_restart(x: float) -> None:
+                sent_in.append(ref.state)
+                replies.append(float((await ref.ask((2, x)))["y"]))
+
+            async with anyio.create_task_group() as askers:
+                for x in (1.0, 2.0, 3.0):
+                    askers.start_soon(ask_during_restart, x)
+                sent_in.append(ref.state)
+                await ref.tell((3, 4.0))  # a tell waits for the new kernel too
+            # Sent while the kernel had crashed or was restarting (a 1 s backoff), and
+            # none failed: each waited for the new kernel.
+            assert set(sent_in) <= {ActorState.CRASHED, ActorState.RESTARTING}
+            assert sorted(replies) == [2.0, 4.0, 6.0]
+            assert ref.state is ActorState.RUNNING
+            assert float((await ref.ask((4, 5.0)))["y"]) == 10.0
+            stats = ref.statistics()
+            assert (stats.restarts, stats.errors) == (1, 1)
+            assert stats.handled == 5  # three asks, the tell and the last ask
+    await settle_threads(baseline, within=2)
+
+
+async def test_the_nursery_exit_waits_for_asks_queued_during_a_restart() -> None:
+    policy = RestartPolicy(max_restarts=2, backoff=1.0, max_backoff=1.0)
+    replies: list[float] = []
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as outside:
+            async with open_nursery() as nursery:
+                ref = await nursery.start_actor(make_kernel(name="late"), restart=policy)
+                with pytest.raises(ActorCrashed):
+                    await ref.ask((1, -1.0))
+
+                async def ask_late() -> None:
+                    replies.append(float((await ref.ask((2, 8.0)))["y"]))
+
+                outside.start_soon(ask_late)
+                while not ref._runner.waiting:  # noqa: ASYNC110 - until it waits for the restart
+                    await anyio.sleep(0.001)
+                assert replies == []
+            # The body ended during the backoff with an ask waiting: the exit waited for
+            # the new kernel, which answered it, and then stopped it.
+            assert ref.state is ActorState.STOPPED
+    assert replies == [16.0]
+
+
+async def test_without_a_policy_an_ask_after_the_crash_fails_with_it() -> None:
+    with anyio.fail_after(LIMIT), pytest.raises(ActorCrashed):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(make_kernel(name="once"))
+            with pytest.raises(ActorCrashed):
+                await ref.ask((1, -1.0))
+            with pytest.raises(ActorCrashed):
+                await ref.ask((2, 1.0))
+
+
 async def test_a_cancelled_caller_ends_cancelled_when_the_kernel_stopped_first() -> None:
     """Cancelling a nursery may stop the kernel before the cancellation reaches a task
     that calls it: that task must end by its cancellation, not by ActorStopped."""

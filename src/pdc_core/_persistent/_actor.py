@@ -133,6 +133,25 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
             raise ActorStopped(f"actor {self.actor_id!r} is stopping", actor_id=self.actor_id)
         return session
 
+    async def _ready_session(self) -> PersistentKernelSession[ReqT, RepT]:
+        """The session to deliver to; while the actor is restarting (or its kernel has
+        crashed and the nursery has not decided yet), wait for the next incarnation,
+        as a message to a restarting mailbox actor waits in its mailbox."""
+        runner = self._runner
+        while True:
+            session = runner.session
+            if runner.final_error is not None or runner.stop_requested or session is None:
+                return self._open_session()  # raises what the actor's state says
+            if not runner.restarting and session.state is not SessionState.CRASHED:
+                return session
+            runner.waiting += 1
+            try:
+                await runner.changed.wait()
+            finally:
+                runner.waiting -= 1
+                if not runner.waiting and runner.on_idle is not None:
+                    runner.on_idle()
+
     def _stopped(self, exc: ActorStopped) -> ActorStopped:
         """The error to raise for ``exc``, naming this actor rather than the kernel (a
         caller being cancelled gets its cancellation instead: ActorRef's rule)."""
@@ -151,21 +170,21 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
     async def _deliver(self, message: RecordLike, priority: int) -> None:
         """Publish one request whose reply is discarded; waits while the ring is full."""
         try:
-            await self._open_session().send(message, reply=False)
+            await (await self._ready_session()).send(message, reply=False)
         except ActorStopped as exc:
             raise self._stopped(exc) from exc.__cause__
 
     async def _deliver_many(self, messages: Any, priority: int | list[int]) -> None:
         """Publish a batch of requests whose replies are discarded."""
         try:
-            await self._open_session().send_batch(messages, reply=False)
+            await (await self._ready_session()).send_batch(messages, reply=False)
         except ActorStopped as exc:
             raise self._stopped(exc) from exc.__cause__
 
     async def _request(self, message: RecordLike, priority: int, timeout: float | None) -> Any:
         """Send one request and return the kernel's reply record."""
         try:
-            session = self._open_session()
+            session = await self._ready_session()
             if timeout is None:
                 return await session.request(message)
             with anyio.move_on_after(timeout):
@@ -182,7 +201,7 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
 
     async def _request_batch(self, records: npt.NDArray[Any], timeout: float | None) -> Any:
         try:
-            session = self._open_session()
+            session = await self._ready_session()
             if timeout is None:
                 return await session.request_batch(records)
             with anyio.move_on_after(timeout):
@@ -323,6 +342,12 @@ class PersistentKernelActor(ActorRunner):
         self._drain = False
         self.restarting = False
         self.finished = anyio.Event()
+        #: Set (and replaced) whenever an incarnation starts or ends: what requests
+        #: sent during a restart wait for. ``waiting``: how many wait.
+        self.changed = anyio.Event()
+        self.waiting = 0
+        #: A draining nursery's callback, called when the last waiting request goes on.
+        self.on_idle: Callable[[], None] | None = None
         self.final_state: ActorState | None = None
         self.final_error: Callable[[], ActorStopped] | None = None
         self.handled_before = 0
@@ -332,6 +357,21 @@ class PersistentKernelActor(ActorRunner):
     @property
     def ref(self) -> KernelActorRef[Any, Any]:
         return self._ref
+
+    def _changed(self) -> None:
+        changed, self.changed = self.changed, anyio.Event()
+        changed.set()
+
+    def begin_drain(self, on_idle: Callable[[], None], is_member: Callable[[object], bool]) -> None:
+        self.on_idle = on_idle
+
+    @property
+    def idle(self) -> bool:
+        """Idle unless requests sent during a restart wait for the next incarnation."""
+        return not self.waiting
+
+    def unfinished(self) -> int:
+        return self.waiting
 
     def request_stop(self, *, drain: bool, timeout: float | None) -> None:
         """Ask the running kernel to stop (the serving loop sends the stop word).
@@ -373,6 +413,7 @@ class PersistentKernelActor(ActorRunner):
         session = await self.start_session()
         self.session = session
         self.restarting = False
+        self._changed()  # requests sent during the restart go to this incarnation
         try:
             if self._paused:
                 await session.pause()
@@ -392,6 +433,7 @@ class PersistentKernelActor(ActorRunner):
             self.restarting = True
             if self.session is not None:
                 self.handled_before += self.session.statistics().replied
+        self._changed()
 
     def finalize(self, error: BaseException | None) -> None:
         self.stop_requested = True
@@ -411,6 +453,7 @@ class PersistentKernelActor(ActorRunner):
                 return ActorStopped(f"actor {actor_id!r} is stopped", actor_id=actor_id)
 
             self.final_error = stopped
+        self._changed()
         self.finished.set()
 
 
