@@ -239,3 +239,19 @@ def test_plugins_and_examples_import_only_public_faces(path: Path) -> None:
     plugin = parts[0] == "plugins"
     actor_kind = plugin and parts[1] in ACTOR_KIND_PLUGINS
     assert _wrong_imports(path.read_text(), plugin=plugin, actor_kind=actor_kind) == []
+
+
+def test_the_nursery_s_type_hints_name_no_kind_of_actor() -> None:
+    """Not even under TYPE_CHECKING: start_actor's overloads use the protocols of
+    pdc_core._actors._refs (ActorLike, StartsAs, RunsAs), which kinds satisfy."""
+    path = SRC / "_actors" / "_nursery.py"
+    kinds = ("_mailbox_actor", "_persistent", "_backend", "_seed", "_mesh_mailbox")
+    imported = [
+        node.module
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and node.module
+    ]
+    assert not [module for module in imported if set(module.split(".")) & set(kinds)]
+    source = path.read_text()
+    for name in ("KernelActorRef", "PersistentKernelActor", "RecordLike", "MailboxActorRef"):
+        assert name not in source.replace(f"~pdc_core.{name}", "")  # docs may link to them

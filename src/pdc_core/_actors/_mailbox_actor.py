@@ -51,7 +51,16 @@ from ._refs import (
     runner_for,
 )
 
-__all__ = ["Actor", "BatchReply", "MailboxActor", "MailboxActorRef"]
+__all__ = [
+    "Actor",
+    "BatchPart",
+    "BatchReply",
+    "Envelope",
+    "MailboxActor",
+    "MailboxActorRef",
+    "ReplyTarget",
+    "Told",
+]
 
 M = TypeVar("M")
 R = TypeVar("R")

@@ -55,7 +55,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, TypeVar, Unpack, overload
+from typing import Any, NoReturn, TypedDict, TypeVar, Unpack, overload
 
 import anyio
 import anyio.abc
@@ -80,19 +80,22 @@ from .._loop import (
 )
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
 from ._mesh import ActorMesh, start_mesh
-from ._refs import ActorRef, ActorRunner, Placement, StartOptions, runner_for
-
-if TYPE_CHECKING:
-    # For the types of start_actor only: the nursery knows no concrete kind at run time.
-    from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
-    from .._persistent._actor import KernelActorRef, PersistentKernelActor
-    from .._persistent._session import RecordLike
-    from ._mailbox_actor import Actor
+from ._refs import (
+    ActorLike,
+    ActorRef,
+    ActorRunner,
+    Placement,
+    RunsAs,
+    StartOptions,
+    StartsAs,
+    runner_for,
+)
 
 __all__ = ["ActorNursery", "RestartPolicy", "open_nursery"]
 
 M = TypeVar("M")
 R = TypeVar("R")
+_RefT = TypeVar("_RefT", bound=ActorRef[Any, Any])
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,34 +418,31 @@ class ActorNursery:
 
     # -- starting actors ----------------------------------------------------------------
 
-    # Overloads, tried in order: the first that matches gives the handle's type.
-    # Classes come before callables (an Actor subclass is a callable returning an
-    # Actor), async handlers before factories, and anything else gets an untyped handle.
-    # A kernel placed elsewhere gets the untyped handle its placement makes.
+    # Overloads, tried in order: the first that matches gives the handle's type. They
+    # name no kind of actor, only what a target says of itself (the protocols of
+    # ._refs): an ActorLike class or instance (a mailbox actor's Actor) keeps its types
+    # wherever it is placed; a StartsAs target (a persistent kernel) or a RunsAs runner
+    # returns the handle it declares; async handlers come before factories, and
+    # anything else gets an untyped handle, as does a kernel placed elsewhere.
     @overload
     async def start_actor(
-        self, target: type[Actor[M, R]], /, *args: Any, **options: Unpack[_StartKeywords]
+        self, target: type[ActorLike[M, R]], /, *args: Any, **options: Unpack[_StartKeywords]
     ) -> ActorRef[M, R]: ...
 
     @overload
     async def start_actor(
-        self, target: Actor[M, R], /, **options: Unpack[_StartKeywords]
+        self, target: ActorLike[M, R], /, **options: Unpack[_StartKeywords]
     ) -> ActorRef[M, R]: ...
 
     @overload
     async def start_actor(
-        self, target: PersistentKernel[ReqT, RepT], /, **options: Unpack[_LocalStartKeywords]
-    ) -> KernelActorRef[ReqT, RepT]: ...
+        self, target: StartsAs[_RefT], /, **options: Unpack[_LocalStartKeywords]
+    ) -> _RefT: ...
 
     @overload
     async def start_actor(
-        self, target: PersistentKernelActor, /, **options: Unpack[_LocalStartKeywords]
-    ) -> KernelActorRef[Any, Any]: ...
-
-    @overload
-    async def start_actor(
-        self, target: ActorRunner, /, **options: Unpack[_LocalStartKeywords]
-    ) -> ActorRef[Any, Any]: ...
+        self, target: RunsAs[_RefT], /, **options: Unpack[_LocalStartKeywords]
+    ) -> _RefT: ...
 
     @overload
     async def start_actor(
@@ -451,7 +451,11 @@ class ActorNursery:
 
     @overload
     async def start_actor(
-        self, target: Callable[..., Actor[M, R]], /, *args: Any, **options: Unpack[_StartKeywords]
+        self,
+        target: Callable[..., ActorLike[M, R]],
+        /,
+        *args: Any,
+        **options: Unpack[_StartKeywords],
     ) -> ActorRef[M, R]: ...
 
     @overload
@@ -567,13 +571,13 @@ class ActorNursery:
 
     @overload
     async def start_mesh(
-        self, target: type[Actor[M, R]], /, *args: Any, **options: Unpack[_MeshKeywords]
+        self, target: type[ActorLike[M, R]], /, *args: Any, **options: Unpack[_MeshKeywords]
     ) -> ActorMesh[M, R]: ...
 
     @overload
     async def start_mesh(
-        self, target: PersistentKernel[ReqT, RepT], /, **options: Unpack[_MeshKeywords]
-    ) -> ActorMesh[RecordLike, RepT]: ...
+        self, target: StartsAs[ActorRef[M, R]], /, **options: Unpack[_MeshKeywords]
+    ) -> ActorMesh[M, R]: ...
 
     @overload
     async def start_mesh(
@@ -582,7 +586,11 @@ class ActorNursery:
 
     @overload
     async def start_mesh(
-        self, target: Callable[..., Actor[M, R]], /, *args: Any, **options: Unpack[_MeshKeywords]
+        self,
+        target: Callable[..., ActorLike[M, R]],
+        /,
+        *args: Any,
+        **options: Unpack[_MeshKeywords],
     ) -> ActorMesh[M, R]: ...
 
     @overload

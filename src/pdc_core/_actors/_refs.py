@@ -39,12 +39,15 @@ from ._mailbox import DEFAULT_PRIORITY, Backpressure, MailboxStatistics, check_p
 __all__ = [
     "DEFAULT_PRIORITY",
     "TIMED_OUT",
+    "ActorLike",
     "ActorRef",
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
     "Placement",
+    "RunsAs",
     "StartOptions",
+    "StartsAs",
     "cancel_called",
     "cancellation_first",
     "check_priority",
@@ -57,6 +60,7 @@ __all__ = [
 
 M = TypeVar("M")
 R = TypeVar("R")
+_RefT_co = TypeVar("_RefT_co", bound="ActorRef[Any, Any]", covariant=True)
 
 
 class ActorState(enum.Enum):
@@ -615,6 +619,35 @@ def runner_for(target: object, /, args: tuple[Any, ...], options: StartOptions) 
     they serve every target no other kind claims.
     """
     raise TypeError(f"start_actor() cannot start {target!r}: no kind of actor serves it")
+
+
+# -- what start_actor's types know of a target, without naming a kind of actor ------------
+
+
+class ActorLike(Protocol[M, R]):
+    """For type checkers: a target that handles ``M`` and replies ``R`` and whose handle
+    is its ``ref``, an ``ActorRef[M, R]`` (what a mailbox actor's ``Actor`` is)."""
+
+    @property
+    def ref(self) -> ActorRef[M, R]: ...
+
+    async def handle(self, message: M) -> R: ...
+
+
+class RunsAs(Protocol[_RefT_co]):
+    """For type checkers: a target that runs itself and whose ``ref`` is the handle
+    ``start_actor`` returns (an :class:`ActorRunner`)."""
+
+    @property
+    def ref(self) -> _RefT_co: ...
+
+
+class StartsAs(Protocol[_RefT_co]):
+    """For type checkers: a target that declares the handle ``start_actor`` returns for
+    it with ``__pdc_handle__`` (declared only under ``TYPE_CHECKING``: a kind of actor
+    registers the target with :func:`runner_for` at run time)."""
+
+    def __pdc_handle__(self) -> _RefT_co: ...
 
 
 @runtime_checkable

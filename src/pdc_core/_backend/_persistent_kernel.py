@@ -27,6 +27,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as DefaultTypeVar
 
+    from .._persistent._actor import KernelActorRef
+
     #: The NumPy scalar type of a kernel's request records: ``numpy.void`` for a
     #: structured dtype, ``numpy.float64`` for ``float64``; ``Any`` when not known.
     ReqT = DefaultTypeVar("ReqT", bound=np.generic, default=Any)
@@ -90,6 +92,12 @@ class PersistentKernel(Generic[ReqT, RepT]):
 
     Use :meth:`body` as a decorator, :meth:`add_body`, or :func:`persistent_kernel`.
     """
+
+    if TYPE_CHECKING:
+        # For type checkers only (see pdc_core.lowlevel.StartsAs): the handle that
+        # nursery.start_actor(kernel) returns. At run time the persistent-kernel actor
+        # registers kernels as start_actor targets; this layer knows no actor.
+        def __pdc_handle__(self) -> KernelActorRef[ReqT, RepT]: ...
 
     @overload
     def __init__(

@@ -60,7 +60,7 @@ import pytest
 
 from pdc_core import ActorNursery, ActorRef, ActorStopped, MessageTimeout, open_nursery
 
-__all__ = ["ActorRefConformance", "Echo", "Message"]
+__all__ = ["HOLD", "ActorRefConformance", "Echo", "Message"]
 
 _keys = itertools.count(1)
 
