@@ -880,7 +880,19 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                     self._sent += 1
                     self._received += 1
                     return HANDED
-            self._push(item, priority)
+            # _push, inlined: every tell to a busy actor comes this way.
+            lane = self._lanes[priority]
+            if lane is None:
+                lane = self._new_lane(priority)
+            if not lane:
+                insort(self._prios, priority)
+            lane.append(item)
+            size = self._size = self._size + 1
+            self._sent += 1
+            if size > self._peak:
+                self._peak = size
+            if (self._receivers or self._taker is not None) and not self._paused:
+                self._wake_receiver()
             return QUEUED
         return 0
 

@@ -156,8 +156,9 @@ class BatchReply:
 # What a mailbox actor's mailbox holds (besides control messages), and the one name of
 # each request's reply target, ``reply``:
 #
-# * a ``tell``: the message itself, no envelope (a tuple, an Envelope, a Told or a
-#   Control told as data is wrapped in a Told, so nothing is mistaken for what follows);
+# * a ``tell``: the message itself, no envelope (a tuple, an Envelope or a Told told as
+#   data is wrapped in a Told, so nothing is mistaken for what follows; the only control
+#   message, the actor's stop, is told apart by identity);
 # * an ``ask``: an :class:`Envelope`, whose ``reply`` is the waiter the caller awaits;
 # * each message of an ``ask_many``: a :data:`BatchPart`, ``(message, reply, index)``
 #   with ``reply`` the batch's :class:`BatchReply` and ``index`` the message's place.
@@ -197,8 +198,8 @@ class Envelope:
 
 
 class Told:
-    """A told message that could be mistaken for an envelope (a tuple, an Envelope, a
-    Told or a Control), wrapped: rare, so tells need no envelope otherwise."""
+    """A told message that could be mistaken for an envelope (a tuple, an Envelope or
+    a Told), wrapped: rare, so tells need no envelope otherwise."""
 
     __slots__ = ("message",)
 
@@ -214,9 +215,7 @@ BatchPart = tuple[Any, BatchReply, int]
 def _told(message: Any) -> Any:
     """What the mailbox holds for a told ``message``."""
     cls = message.__class__
-    if cls is tuple or cls is Envelope or cls is Told or isinstance(message, Control):
-        return Told(message)
-    return message
+    return Told(message) if cls is tuple or cls is Envelope or cls is Told else message
 
 
 def _fail_request(item: Any, error: BaseException) -> None:
@@ -307,11 +306,7 @@ class MailboxActorRef(ActorRef[M, R]):
         kit = self._kit
         ops = kit.ops = kit.ops + 1
         cls = message.__class__
-        item: Any = (
-            Told(message)
-            if cls is tuple or cls is Envelope or cls is Told or isinstance(message, Control)
-            else message
-        )
+        item: Any = Told(message) if cls is tuple or cls is Envelope or cls is Told else message
         if not ops % TURN_CHECK_EVERY and (len(mailbox) >= CATCH_UP_AT or kit.turn_is_over()):
             return self._checkpoint_then_enqueue(item, priority)
         if mailbox.offer(item, priority):
@@ -363,9 +358,7 @@ class MailboxActorRef(ActorRef[M, R]):
 
     def offer_tell(self, message: M, priority: int) -> bool:
         """Queue a tell of ``message`` if the mailbox takes it without waiting."""
-        cls = message.__class__
-        told = cls is tuple or cls is Envelope or cls is Told or isinstance(message, Control)
-        return bool(self._mailbox.offer(Told(message) if told else message, priority))
+        return bool(self._mailbox.offer(_told(message), priority))
 
     async def _send_batch(self, items: list[Any], prio: int | list[int]) -> None:
         mailbox = self._mailbox
@@ -727,12 +720,8 @@ class MailboxActor(ActorRunner):
         live: list[Any] = []
         for item in items:
             cls = item.__class__
-            if (
-                (cls is Envelope and item.reply.done())
-                or (cls is tuple and item[1].waiter.done())
-                or isinstance(item, Control)
-            ):
-                self.skipped += cls is Envelope or cls is tuple
+            if (cls is Envelope and item.reply.done()) or (cls is tuple and item[1].waiter.done()):
+                self.skipped += 1
             else:
                 live.append(item)
         if live:

@@ -573,9 +573,13 @@ def _priorities(batch: Sequence[Any], priority: int | None) -> int | list[int]:
         return priority
     if not isinstance(batch, list):
         return DEFAULT_PRIORITY
-    priorities = [message_priority(message) for message in batch]
-    first = priorities[0]
-    return first if all(p == first for p in priorities) else priorities
+    # The rule of message_priority, a batch at a time: each distinct value checked once.
+    priorities = [getattr(message, "priority", DEFAULT_PRIORITY) for message in batch]
+    distinct = set(priorities)
+    if len(distinct) == 1:
+        return message_priority(None, priorities[0])
+    checked = {value: message_priority(None, value) for value in distinct}
+    return [checked[value] for value in priorities]
 
 
 def cancel_called() -> bool:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any, Final, overload
 
 import anyio
@@ -724,23 +724,33 @@ class RingKernel(ActorRef[Any, Any]):
 
     # -- messages -----------------------------------------------------------------------
 
-    async def send(
+    def send(
         self, message: Any, *, timeout: float | None = None, priority: int | None = None
-    ) -> None:
-        """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``).
+    ) -> Coroutine[Any, Any, None]:
+        """Put ``message`` in the kernel's input queue (see ``RingKernelRuntime.send``;
+        ``await kernel.send(...)``).
 
         The rules of :class:`~pdc_core.ActorRef` apply: the priority's default and
         range, the timeout's meanings, and the cancellation of an already-cancelled
-        scope raised on entry."""
-        if self._kit.cancel_called():
-            await raise_cancelled()
+        scope raised on entry. Bad arguments raise at the call. (A plain method that
+        returns the coroutine doing the work: one coroutine per message.)"""
+        if self._cancel_called():
+            return self._send_when_uncancelled(message, timeout, priority)
         if timeout is not None:
             timeout = check_timeout(timeout)
-        await self._send(message, message_priority(message, priority), timeout)
+        if priority is None or type(priority) is not int or not 0 <= priority <= 255:
+            priority = message_priority(message, priority)
+        return self._send(message, priority, timeout)
 
-    async def _deliver(self, message: Any, priority: int) -> None:
+    async def _send_when_uncancelled(
+        self, message: Any, timeout: float | None, priority: int | None
+    ) -> None:
+        await raise_cancelled()  # returns only if the scope was uncancelled meanwhile
+        await self.send(message, timeout=timeout, priority=priority)
+
+    def _deliver(self, message: Any, priority: int) -> Awaitable[None]:
         self._check_running()
-        await self._send(message, priority, None)
+        return self._send(message, priority, None)
 
     def _check_running(self) -> None:
         """The handle's methods (tell, ask...) on a kernel that is terminating or has
