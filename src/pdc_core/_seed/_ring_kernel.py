@@ -87,8 +87,18 @@ from .._exceptions import (
     MessageDropped,
     MessageTimeout,
 )
-from .._loop import TIMED_OUT, TURN_CHECK_EVERY, Kit, check_timeout, fail, wake
+from .._loop import (
+    TIMED_OUT,
+    TURN_CHECK_EVERY,
+    Kit,
+    check_timeout,
+    current_kit,
+    fail,
+    full_checkpoint,
+    wake,
+)
 from ._lifecycle import AS_ACTOR_STATE, RECEIVE_STATES, KernelState, terminate_within
+from ._messages import Message
 from ._telemetry import KernelTelemetry, Telemetry
 
 __all__ = [
@@ -328,6 +338,7 @@ class RingKernelContext:
 
     async def wait_active(self) -> None:
         """Wait until the kernel is activated (or is terminating)."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         kernel = self._kernel
         while kernel._state is KernelState.LAUNCHED or kernel._state is KernelState.DEACTIVATED:
             waiter = self._kit.waiter()
@@ -494,7 +505,9 @@ class RingKernelContext:
                 if entry is not None:
                     kernel._resolve(entry, message)
                     return
-        priority = message_priority(message)
+        # A pdc Message's priority was checked when it was made (Message.__post_init__);
+        # offer() refuses a bad one anyway, and send() below says why.
+        priority = message.priority if isinstance(message, Message) else message_priority(message)
         if outbox.offer(message, priority):
             return
         try:
@@ -662,6 +675,7 @@ class RingKernel(ActorRef[Any, Any]):
 
     async def activate(self) -> None:
         """LAUNCHED -> ACTIVE: start delivering messages."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is not KernelState.LAUNCHED:
             raise self._state_error("activate", "LAUNCHED")
         self._set_state(KernelState.ACTIVE)
@@ -669,6 +683,7 @@ class RingKernel(ActorRef[Any, Any]):
 
     async def deactivate(self) -> None:
         """ACTIVE -> DEACTIVATED: pause delivery; messages keep queueing."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is not KernelState.ACTIVE:
             raise self._state_error("deactivate", "ACTIVE")
         self._inbox.pause()
@@ -676,6 +691,7 @@ class RingKernel(ActorRef[Any, Any]):
 
     async def reactivate(self) -> None:
         """DEACTIVATED -> ACTIVE: resume delivery."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is not KernelState.DEACTIVATED:
             raise self._state_error("reactivate", "DEACTIVATED")
         self._set_state(KernelState.ACTIVE)
@@ -705,6 +721,7 @@ class RingKernel(ActorRef[Any, Any]):
         Idempotent. Called from inside the kernel, it requests termination and
         returns at once.
         """
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         check_timeout(timeout)
         if self._finished:
             return
@@ -714,6 +731,7 @@ class RingKernel(ActorRef[Any, Any]):
         await terminate_within(self, timeout)
 
     async def wait(self) -> None:
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._finished:
             return
         waiter = self._kit.waiter()
@@ -738,6 +756,8 @@ class RingKernel(ActorRef[Any, Any]):
             return self._send_when_uncancelled(message, timeout, priority)
         if timeout is not None:
             timeout = check_timeout(timeout)
+        if priority is None and isinstance(message, Message):
+            priority = message.priority  # checked when the message was made
         if priority is None or type(priority) is not int or not 0 <= priority <= 255:
             priority = message_priority(message, priority)
         return self._send(message, priority, timeout)
@@ -811,7 +831,7 @@ class RingKernel(ActorRef[Any, Any]):
     async def receive(self, timeout: float | None = None) -> Any:
         """Return the next message from the kernel's output queue (a cancellation of an
         already-cancelled scope is raised on entry)."""
-        if self._kit.cancel_called():
+        if self._cancel_called():
             await raise_cancelled()
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -927,15 +947,18 @@ class RingKernel(ActorRef[Any, Any]):
         return result if result is TIMED_OUT else list(result)
 
     async def pause(self) -> None:
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.deactivate()
 
     async def resume(self) -> None:
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is KernelState.LAUNCHED:
             await self.activate()
         else:
             await self.reactivate()
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if timeout is not None:
             timeout = check_timeout(timeout)
         if not drain and not self._finished:
