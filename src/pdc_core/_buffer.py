@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from ._backend._contract import Backend, Capability, MemoryKind, wait_shielded_on_cancel
 from ._exceptions import BackendUnavailable
+from ._loop import current_kit, full_checkpoint
 from ._plugins import get_backend, registered_backends, resolve_backend
 
 if TYPE_CHECKING:
@@ -361,6 +362,7 @@ class UnifiedBuffer:
         closed afterwards) and the stream is awaited; errors of its work are raised
         here. A cancelled wait still waits, shielded, for the copy it queued.
         """
+        await full_checkpoint(current_kit())  # on every path, as trio's API
         own = stream is None
         queue = self._backend.create_stream() if stream is None else stream
         try:

@@ -37,12 +37,12 @@ import math
 from collections import deque
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Final, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, Final, Generic, Literal, NamedTuple, Self, TypeVar
 
 from anyio import ClosedResourceError, EndOfStream, WouldBlock
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
 
-from .._loop import Kit, current_kit, wake, woken_value
+from .._loop import Kit, current_kit, full_checkpoint, wake, woken_value
 
 __all__ = [
     "BroadcastReceiveStream",
@@ -307,8 +307,15 @@ class BroadcastSendStream(ObjectSendStream[_T_contra], Generic[_T_contra]):
             state.end()
 
     async def aclose(self) -> None:
-        """Close this handle (see :meth:`close`); never waits."""
+        """Close this handle (see :meth:`close`); never waits, but is a checkpoint (as
+        trio's channels' ``aclose``): it closes, then raises a pending cancellation."""
         self.close()
+        await full_checkpoint(current_kit())
+
+    async def __aenter__(self) -> Self:
+        """``async with`` the handle (closed on the way out); a checkpoint."""
+        await full_checkpoint(current_kit())
+        return self
 
     def statistics(self) -> BroadcastStreamStatistics:
         """A snapshot of the stream (see :class:`BroadcastStreamStatistics`)."""
@@ -460,8 +467,15 @@ class BroadcastReceiveStream(ObjectReceiveStream[_T_co], Generic[_T_co]):
             self._state.unsubscribe(sub)
 
     async def aclose(self) -> None:
-        """Close this handle (see :meth:`close`); never waits."""
+        """Close this handle (see :meth:`close`); never waits, but is a checkpoint (as
+        trio's channels' ``aclose``): it closes, then raises a pending cancellation."""
         self.close()
+        await full_checkpoint(current_kit())
+
+    async def __aenter__(self) -> Self:
+        """``async with`` the handle (closed on the way out); a checkpoint."""
+        await full_checkpoint(current_kit())
+        return self
 
     def statistics(self) -> BroadcastStreamStatistics:
         """A snapshot of this subscription (see :class:`BroadcastStreamStatistics`)."""

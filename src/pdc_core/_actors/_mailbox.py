@@ -73,7 +73,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
 
 from anyio import BrokenResourceError, WouldBlock
 from anyio.abc import ObjectReceiveStream, ObjectSendStream
@@ -86,6 +86,7 @@ from .._loop import (
     Waiter,
     check_timeout,
     current_kit,
+    full_checkpoint,
     woken_value,
 )
 
@@ -1124,8 +1125,15 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     async def aclose(self) -> None:
         """:meth:`close`, as :class:`anyio.abc.AsyncResource` spells it (and leaving
         ``async with mailbox:`` does): the sending side closes, queued data can still be
-        received, and receivers then meet :class:`anyio.EndOfStream`."""
+        received, and receivers then meet :class:`anyio.EndOfStream`. A checkpoint, as
+        trio's channels' ``aclose``: it closes, then raises a pending cancellation."""
         self.close()
+        await full_checkpoint(self._kit or current_kit())
+
+    async def __aenter__(self) -> Self:
+        """``async with mailbox:`` (closed on the way out); a checkpoint."""
+        await full_checkpoint(self._kit or current_kit())
+        return self
 
     def seal(self, on_starved: Callable[[], None]) -> None:
         """Refuse new data from :meth:`send` (it raises MailboxClosed), but not from

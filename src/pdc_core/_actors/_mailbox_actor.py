@@ -32,6 +32,7 @@ from .._loop import (
     check_timeout,
     current_kit,
     fail,
+    full_checkpoint,
     wake,
 )
 from ._mailbox import (
@@ -395,6 +396,7 @@ class MailboxActorRef(ActorRef[M, R]):
         return await reply.waiter
 
     async def pause(self) -> None:
+        await full_checkpoint(self._kit)  # a checkpoint, as every lifecycle call
         runner = self._runner
         assert runner is not None
         if not self.alive:
@@ -404,6 +406,7 @@ class MailboxActorRef(ActorRef[M, R]):
             runner.state = ActorState.PAUSED
 
     async def resume(self) -> None:
+        await full_checkpoint(self._kit)
         runner = self._runner
         assert runner is not None
         if not self.alive:
@@ -414,6 +417,7 @@ class MailboxActorRef(ActorRef[M, R]):
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
         timeout = check_timeout(timeout)
+        await full_checkpoint(self._kit)  # a pending cancellation stops nothing
         runner = self._runner
         assert runner is not None
         if runner.finished:
@@ -441,6 +445,7 @@ class MailboxActorRef(ActorRef[M, R]):
             await self.wait()
 
     async def wait(self) -> None:
+        await full_checkpoint(self._kit)
         runner = self._runner
         assert runner is not None
         if runner.finished:

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 import anyio
 
 from .._exceptions import ActorStopped, LifecycleError, MessageTimeout, PdcError
-from .._loop import TIMED_OUT, Kit, current_kit, wake
+from .._loop import TIMED_OUT, Kit, current_kit, full_checkpoint, wake
 from ._refs import (
     ActorRef,
     ActorState,
@@ -643,12 +643,14 @@ class ActorMesh(Generic[M, R]):
         """Stop every member (concurrently) and wait until all have stopped; options as
         :meth:`ActorRef.stop`. Leaves no member, kernel or remote actor running."""
         timeout = check_timeout(timeout)
+        await full_checkpoint(current_kit())  # a pending cancellation stops nothing
         async with anyio.create_task_group() as tg:
             for port in self._ports:
                 tg.start_soon(functools.partial(port.ref.stop, drain=drain, timeout=timeout))
 
     async def wait(self) -> None:
-        """Wait until every member has stopped."""
+        """Wait until every member has stopped (a checkpoint, as every lifecycle call)."""
+        await full_checkpoint(current_kit())
         for port in self._ports:
             await port.ref.wait()
 

@@ -281,6 +281,7 @@ class ActorNursery:
         if self._tg is not None:
             raise LifecycleError("an ActorNursery can be entered only once")
         kit = self._kit = current_kit()
+        await full_checkpoint(kit)  # a pending cancellation opens nothing
         self._closing = kit.waiter()
         tg = self._tg = anyio.create_task_group()
         await tg.__aenter__()
@@ -353,6 +354,9 @@ class ActorNursery:
             _raise_errors(list(crashes), None)
         if self._left is not None:
             raise ShutdownTimeout(self._shutdown_timeout or 0.0, self._left)
+        if exc is None:
+            assert self._kit is not None
+            await full_checkpoint(self._kit)  # the exit drained: still a checkpoint
         return suppressed
 
     # -- draining: the body has ended ---------------------------------------------------

@@ -61,7 +61,7 @@ from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
 from .._backend._ring import StopMode
 from .._exceptions import ActorCrashed, ActorStopped
-from .._loop import check_duration, check_timeout
+from .._loop import check_duration, check_timeout, current_kit, full_checkpoint
 from ._session import (
     PersistentKernelSession,
     RecordLike,
@@ -239,6 +239,7 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
 
     async def pause(self) -> None:
         """Park the kernel (pause word); returns once it has acknowledged."""
+        await full_checkpoint(current_kit())  # a checkpoint, as every lifecycle call
         try:
             session = self._open_session()
             await session.pause()
@@ -248,6 +249,7 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
 
     async def resume(self) -> None:
         """Let a paused kernel go on; returns once it has left its pause."""
+        await full_checkpoint(current_kit())
         try:
             session = self._open_session()
             await session.resume()
@@ -264,10 +266,12 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
+        await full_checkpoint(current_kit())  # a pending cancellation stops nothing
         self._runner.request_stop(drain=drain, timeout=timeout)
-        await self.wait()
+        await self._runner.finished.wait()
 
     async def wait(self) -> None:
+        await full_checkpoint(current_kit())
         await self._runner.finished.wait()
 
     def statistics(self) -> ActorStatistics:
@@ -422,7 +426,7 @@ class PersistentKernelActor(ActorRunner):
             await session.watch_until(lambda: self.stop_requested)
         finally:
             # Shielded and bounded by the timeout; raises KernelStopTimeout (a crash).
-            await session.stop(self._stop_timeout, drain=self._drain)
+            await session._stop(self._stop_timeout, drain=self._drain)
         if session.error is not None:
             raise session.error
 

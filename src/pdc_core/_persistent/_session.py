@@ -54,8 +54,10 @@ from .._loop import (
     current_kit,
     current_library,
     current_loop,
+    full_checkpoint,
     wake,
 )
+from .._loop._cancel import raise_cancelled
 from .._plugins import resolve_backend
 
 if TYPE_CHECKING:
@@ -223,6 +225,10 @@ class _Follower:
         self.waiter = current_kit().waiter()
 
 
+def _never() -> bool:
+    return False
+
+
 def _interrupt_again(interrupt: BaseException, error: PersistentKernelError) -> BaseException:
     """A fresh ``KeyboardInterrupt``/``SystemExit`` like the body's, chained from
     ``error`` (whose cause is the body's own, with its traceback on the worker)."""
@@ -325,6 +331,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         self._state = SessionState.STARTING
         self._loop: object = None  # the event loop that drives it (see _check_loop)
         self._loop_name = ""
+        #: The loop's check for a cancelled scope: the per-message calls raise such a
+        #: cancellation on entry instead of completing (bound with the loop).
+        self._cancel_called: Callable[[], bool] = _never
         self._routes: collections.deque[_Route] = collections.deque()
         self._inbox: collections.deque[npt.NDArray[Any]] = collections.deque()
         self._inbox_count = 0
@@ -378,6 +387,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """
         check_duration(launch_timeout, "launch_timeout")
         check_duration(stop_timeout, "stop_timeout")
+        await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         backend = backend_for(kernel, backend)
         memory = RingMemory.allocate(backend, kernel.layout)
         resident = backend.launch_persistent_kernel(kernel, memory, **options)
@@ -427,9 +437,15 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     async def _abort(self) -> None:
         with anyio.CancelScope(shield=True):
             with suppress(KernelStopTimeout, ActorStopped):
-                await self.stop()
+                await self._stop()
 
     async def __aenter__(self) -> Self:
+        try:
+            await full_checkpoint(current_kit())
+        except BaseException:  # cancelled: __aexit__ will not run, so close it here
+            with anyio.CancelScope(shield=True):
+                await self._close(raise_crash=False)
+            raise
         return self
 
     async def __aexit__(
@@ -447,12 +463,18 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
         If the kernel crashed and no caller has been told yet, raises the
         :class:`~pdc_core.ActorCrashed` here, so a crash is never silent.
+
+        A checkpoint: a pending cancellation is raised once the kernel is stopped.
         """
+        await self._close(raise_crash=_raise_crash)
+        await full_checkpoint(current_kit())
+
+    async def _close(self, *, raise_crash: bool) -> None:
         if self._stop_timed_out is None:
-            await self.stop()
+            await self._stop()
         elif self.resident.exited:  # it stopped since: release without waiting again
-            await self.stop(0)
-        if _raise_crash and self._error is not None and not self._error_reported:
+            await self._stop(0)
+        if raise_crash and self._error is not None and not self._error_reported:
             self._raise_terminal()
 
     @property
@@ -497,6 +519,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if self._loop is None:
             self._loop = loop
             self._loop_name = current_library()
+            self._cancel_called = current_kit().cancel_called
             return
         raise RuntimeError(
             f"persistent kernel {self.kernel.name!r} belongs to the {self._loop_name} event "
@@ -827,6 +850,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
     async def _send(self, batch: npt.NDArray[Any], sink: int) -> int:
         self._check_loop()
+        if self._cancel_called():  # a per-message call: raised on entry
+            await raise_cancelled()
         self._check_open()
         first = self._ring.in_head
         await self._write_all(batch, sink)
@@ -892,6 +917,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
     async def _request(self, batch: npt.NDArray[Any]) -> npt.NDArray[RepT]:
         self._check_loop()
+        if self._cancel_called():  # a per-message call: raised on entry
+            await raise_cancelled()
         self._check_open()
         total = len(batch)
         if total == 0:
@@ -943,6 +970,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if max_count is not None and max_count < 1:
             raise ValueError(f"max_count must be at least 1, not {max_count}")
         self._check_loop()
+        if self._cancel_called():  # a per-message call: raised on entry
+            await raise_cancelled()
         self._pump()
         if not self._inbox_count:
             if self._terminal is None:
@@ -981,6 +1010,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         Requests sent while paused wait in the ring (and sends wait when it is full).
         """
         self._check_loop()
+        await full_checkpoint(current_kit())
         self._check_open()
         self.resident.pause()
         await self.wait_until(lambda: self._ring.paused)
@@ -990,6 +1020,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     async def resume(self) -> None:
         """Let a paused kernel go on; returns once it has left its pause."""
         self._check_loop()
+        await full_checkpoint(current_kit())
         self._check_open()
         self.resident.resume()
         await self.wait_until(lambda: not self._ring.paused)
@@ -1006,8 +1037,13 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         Shielded from cancellation, bounded by ``timeout`` (default:
         :attr:`stop_timeout`); raises :class:`~pdc_core.KernelStopTimeout` if the kernel
         has not stopped by then (the memory is then kept, since the device may still use
-        it). Calling it again tries again.
+        it). Calling it again tries again. A checkpoint: a pending cancellation is
+        raised once the kernel is stopped.
         """
+        await self._stop(timeout, drain=drain)
+        await full_checkpoint(current_kit())
+
+    async def _stop(self, timeout: float | None = None, *, drain: bool = False) -> None:
         if self._released:
             return
         self._check_loop()

@@ -47,7 +47,7 @@ import anyio
 from .._actors import ActorRunner, ActorState, cancellation_first, check_priority
 from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._exceptions import ActorStopped, KernelStateError, MessageTimeout
-from .._loop import check_timeout
+from .._loop import check_timeout, current_kit, full_checkpoint
 from .._persistent import KernelActorRef, PersistentKernelActor
 from ._lifecycle import RECEIVE_STATES, KernelState, terminate_within
 from ._telemetry import KernelTelemetry, Telemetry
@@ -144,24 +144,29 @@ class PersistentRingKernel(KernelActorRef):
 
     async def activate(self) -> None:
         """LAUNCHED -> ACTIVE: clear the pause word; returns once the kernel runs."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         self._require("activate", KernelState.LAUNCHED)
         await self.resume()
 
     async def deactivate(self) -> None:
         """ACTIVE -> DEACTIVATED: park the kernel; requests wait in the ring."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         self._require("deactivate", KernelState.ACTIVE)
         await self.pause()
 
     async def reactivate(self) -> None:
         """DEACTIVATED -> ACTIVE: let the parked kernel go on."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         self._require("reactivate", KernelState.DEACTIVATED)
         await self.resume()
 
     async def pause(self) -> None:
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         await super().pause()
         self._runner.recorder.set_active(False)
 
     async def resume(self) -> None:
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         await super().resume()
         self._runner.activated = True
         self._runner.recorder.set_active(True)
@@ -179,6 +184,7 @@ class PersistentRingKernel(KernelActorRef):
 
         Idempotent. See the module documentation for what happens to requests.
         """
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         check_timeout(timeout)
         await terminate_within(self, timeout)
 

@@ -25,7 +25,7 @@ from .._exceptions import (
     KernelNotFoundError,
     LifecycleError,
 )
-from .._loop import check_duration, check_timeout, current_kit
+from .._loop import check_duration, check_timeout, current_kit, full_checkpoint
 from ._lifecycle import FINAL_STATES, KernelState
 from ._persistent_runtime import PersistentRingKernel, launch_persistent
 from ._ring_kernel import KernelFunction, RingKernel, RingKernelDefinition, get_ring_kernel
@@ -96,6 +96,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         self._active = False
 
     async def __aenter__(self) -> Self:
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._nursery is not None:
             raise LifecycleError("a RingKernelRuntime can be entered only once")
         self._nursery = open_nursery()
@@ -180,6 +181,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         apply to it only; ``input_type``, ``output_type``, ``queue_size`` and
         ``backpressure`` do not (its records and ring capacity are in the kernel).
         """
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         if not self._active or self._nursery is None:
             raise LifecycleError(
                 "the runtime is not running: use `async with RingKernelRuntime() as runtime:`"
@@ -265,22 +267,27 @@ class RingKernelRuntime(Generic[TelemetryT]):
 
     async def activate(self, kernel_id: str) -> None:
         """Phase 2: LAUNCHED -> ACTIVE, start delivering messages."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).activate()
 
     async def deactivate(self, kernel_id: str) -> None:
         """ACTIVE -> DEACTIVATED: pause delivery (messages keep queueing)."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).deactivate()
 
     async def reactivate(self, kernel_id: str) -> None:
         """DEACTIVATED -> ACTIVE: resume delivery."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).reactivate()
 
     async def terminate(self, kernel_id: str, timeout: float = 5.0) -> None:
         """Drain the kernel's queue for up to ``timeout`` seconds, then stop it."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).terminate(timeout)
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Terminate every live kernel, draining them for ``timeout`` seconds in all."""
+        await full_checkpoint(current_kit())  # a checkpoint on every path
         check_timeout(timeout)
         live = [kernel for kernel in self._kernels.values() if not kernel._finished]
         for kernel in live:
