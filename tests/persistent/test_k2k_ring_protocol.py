@@ -15,9 +15,9 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 import pytest
-from support.host_memory_backend import HostMemoryBackend
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support.host_memory_backend import HostMemoryBackend
 
 from pdc_core import Backend, CapabilityError, PersistentKernel, PersistentPipeline
 from pdc_core.backend import (

@@ -1,4 +1,5 @@
-"""The example backend with one planted bug per class, for tests/backend/test_conformance_mutations.py.
+"""The example backend with one planted bug per class, for
+tests/backend/test_conformance_mutations.py.
 
 Importing this module needs ``pdc_example_backend`` importable (the
 ``example_backend_importable`` fixture). Its ``pdc_register_backends`` hook registers
