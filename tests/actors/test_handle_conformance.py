@@ -89,3 +89,22 @@ class _ControlLike(Control):
 
 
 _STOP_LIKE = _ControlLike()
+
+
+async def test_a_told_waiter_is_a_message_not_the_actors_own_wait() -> None:
+    """The actor's loop parks on a waiter of the event loop's type; a told object of
+    that type is wrapped on the way and arrives as told."""
+    from pdc_core._loop import current_kit
+
+    seen: list[Any] = []
+
+    async def handler(message: Any) -> None:
+        seen.append(message)
+
+    told = current_kit().waiter()
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(handler)
+        await ref.tell(told)
+        await ref.tell_many([told])
+        await ref.ask_many([0])
+    assert seen == [told, told, 0]

@@ -922,6 +922,25 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._taker = waiter
         return waiter
 
+    def poll_or_park(self) -> Any:
+        """:meth:`poll`, and when nothing is deliverable :meth:`park_receiver`, in one
+        call: the step of a single consumer's loop (an actor's).
+
+        Returns the next item; or, having parked, the waiter to await (an object of the
+        type the event loop's waiters have: a consumer that may also receive such
+        objects as items must wrap them when they are sent); or :data:`EMPTY` once the
+        mailbox is closed and has nothing left.
+        """
+        if self._ctrl or (self._size and not self._paused):
+            return self.poll()
+        if self._closed and not self._sealed and not self._size:
+            return EMPTY
+        waiter = (self._kit or self._bind()).waiter()
+        self._taker = waiter
+        if self._sealed and self._on_starved is not None:
+            self._on_starved()
+        return waiter
+
     def park_receiver(self) -> Waiter | None:
         """Become the mailbox's single receiver until something arrives: the wait of an
         actor's serving loop, which is the only task receiving from its mailbox. Call

@@ -157,8 +157,9 @@ class BatchReply:
 # What a mailbox actor's mailbox holds (besides control messages), and the one name of
 # each request's reply target, ``reply``:
 #
-# * a ``tell``: the message itself, no envelope (a tuple, an Envelope or a Told told as
-#   data is wrapped in a Told, so nothing is mistaken for what follows; the only control
+# * a ``tell``: the message itself, no envelope (a tuple, an Envelope, a Told or an
+#   object of the event loop's waiter class told as data is wrapped in a Told, so
+#   nothing is mistaken for what follows or for the loop's own waiter; the only control
 #   message, the actor's stop, is told apart by identity);
 # * an ``ask``: an :class:`Envelope`, whose ``reply`` is the waiter the caller awaits;
 # * each message of an ``ask_many``: a :data:`BatchPart`, ``(message, reply, index)``
@@ -200,7 +201,8 @@ class Envelope:
 
 class Told:
     """A told message that could be mistaken for an envelope (a tuple, an Envelope or
-    a Told), wrapped: rare, so tells need no envelope otherwise."""
+    a Told) or for the actor loop's waiter, wrapped: rare, so tells need no envelope
+    otherwise."""
 
     __slots__ = ("message",)
 
@@ -213,10 +215,13 @@ class Told:
 BatchPart = tuple[Any, BatchReply, int]
 
 
-def _told(message: Any) -> Any:
-    """What the mailbox holds for a told ``message``."""
+def _told(message: Any, waiter_type: type) -> Any:
+    """What the mailbox holds for a told ``message`` (``waiter_type``: the class of the
+    event loop's waiters, which the actor's loop parks on)."""
     cls = message.__class__
-    return Told(message) if cls is tuple or cls is Envelope or cls is Told else message
+    if cls is tuple or cls is Envelope or cls is Told or cls is waiter_type:
+        return Told(message)
+    return message
 
 
 def _fail_request(item: Any, error: BaseException) -> None:
@@ -240,7 +245,7 @@ def _message_of(item: Any) -> Any:
 class MailboxActorRef(ActorRef[M, R]):
     """Handle of a mailbox actor (see :class:`ActorRef`)."""
 
-    __slots__ = ("_actor_id", "_cancel_called", "_kit", "_mailbox", "_runner")
+    __slots__ = ("_actor_id", "_cancel_called", "_kit", "_mailbox", "_runner", "_waiter_type")
 
     def __init__(self, actor_id: str, mailbox: Mailbox[Any], kit: Kit) -> None:
         self._actor_id = actor_id
@@ -249,6 +254,9 @@ class MailboxActorRef(ActorRef[M, R]):
         # ActorRef's entry check, bound once: a slot that shadows the method.
         self._cancel_called = kit.cancel_called  # type: ignore[method-assign]
         self._runner: MailboxActor | None = None
+        #: The class of this loop's waiters: what the actor's loop parks on, so a told
+        #: message of that class is wrapped (see Mailbox.poll_or_park).
+        self._waiter_type: type = type(kit.waiter())
 
     @property
     def actor_id(self) -> str:
@@ -307,7 +315,11 @@ class MailboxActorRef(ActorRef[M, R]):
         kit = self._kit
         ops = kit.ops = kit.ops + 1
         cls = message.__class__
-        item: Any = Told(message) if cls is tuple or cls is Envelope or cls is Told else message
+        item: Any = (
+            Told(message)
+            if cls is tuple or cls is Envelope or cls is Told or cls is self._waiter_type
+            else message
+        )
         if not ops % TURN_CHECK_EVERY and (len(mailbox) >= CATCH_UP_AT or kit.turn_is_over()):
             return self._checkpoint_then_enqueue(item, priority)
         if mailbox.offer(item, priority):
@@ -359,7 +371,7 @@ class MailboxActorRef(ActorRef[M, R]):
 
     def offer_tell(self, message: M, priority: int) -> bool:
         """Queue a tell of ``message`` if the mailbox takes it without waiting."""
-        return bool(self._mailbox.offer(_told(message), priority))
+        return bool(self._mailbox.offer(_told(message, self._waiter_type), priority))
 
     async def _send_batch(self, items: list[Any], prio: int | list[int]) -> None:
         mailbox = self._mailbox
@@ -378,7 +390,8 @@ class MailboxActorRef(ActorRef[M, R]):
             raise self._stopped_error() from None
 
     async def _deliver_many(self, messages: Sequence[M], priority: int | list[int]) -> None:
-        await self._send_batch([_told(m) for m in messages], priority)
+        waiter_type = self._waiter_type
+        await self._send_batch([_told(m, waiter_type) for m in messages], priority)
 
     async def _request_many(
         self, messages: Sequence[M], priority: int | list[int], timeout: float | None
@@ -607,16 +620,15 @@ class MailboxActor(ActorRunner):
         engaged = False
         kit = self._kit
         handle = actor.handle
-        poll = mailbox.poll
+        poll_or_park = mailbox.poll_or_park
+        waiter_type: Any = self._ref._waiter_type
         count = 0
         item: Any = None
         try:
             while True:
-                item = poll()
-                if item is EMPTY:
-                    waiter = mailbox.park_receiver()
-                    if waiter is None:
-                        break  # closed, and nothing left
+                item = poll_or_park()
+                if item.__class__ is waiter_type:  # parked (a told waiter is wrapped)
+                    waiter = item
                     try:
                         item = await waiter
                     except BaseException:
@@ -625,6 +637,8 @@ class MailboxActor(ActorRunner):
                     count = 0  # it waited: the count to the next checkpoint starts again
                     if item is None:
                         continue  # woken to look again
+                elif item is EMPTY:
+                    break  # closed, and nothing left
                 if item is _STOP:
                     break
                 if not engaged:
