@@ -34,6 +34,9 @@ looks a ``send`` or ``tell`` also yields when the mailbox it sends to holds 32 m
 or more, so that a receiver that has fallen behind catches up in runs of about 64
 instead of after the sender has filled the whole mailbox.
 
+A ``send``, ``admit``, ``receive`` or ``receive_many`` whose caller's cancel scope is
+already cancelled raises that cancellation on entry, before it takes or sends anything.
+
 A mailbox belongs to the event loop that first waits on it.
 
 **A mailbox is an anyio object stream.** :class:`Mailbox` implements both
@@ -89,6 +92,7 @@ from .._loop import (
     full_checkpoint,
     woken_value,
 )
+from .._loop._cancel import raise_cancelled
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -654,6 +658,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if type(priority) is not int or not 0 <= priority <= 255:
             priority = check_priority(priority)
         kit = self._kit or self._bind()
+        if kit.cancel_called():  # a caller in a cancelled scope sends nothing
+            await raise_cancelled()
         ops = kit.ops = kit.ops + 1
         if not ops % TURN_CHECK_EVERY and (self._size >= CATCH_UP_AT or kit.turn_is_over()):
             await kit.checkpoint()
@@ -671,6 +677,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if not self._sealed:
             await self.send(item, priority)
             return
+        if (self._kit or self._bind()).cancel_called():
+            await raise_cancelled()
         priority = check_priority(priority)
         if self._size < self._capacity:
             self._push(item, priority)
@@ -840,6 +848,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if timeout is not None:
             timeout = check_timeout(timeout)
         kit = self._kit or self._bind()
+        if kit.cancel_called():  # a caller in a cancelled scope takes nothing
+            await raise_cancelled()
         ops = kit.ops = kit.ops + 1
         if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
             await kit.checkpoint()
@@ -1112,6 +1122,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if timeout is not None:
             timeout = check_timeout(timeout)
         kit = self._kit or self._bind()
+        if kit.cancel_called():  # a caller in a cancelled scope takes nothing
+            await raise_cancelled()
         ops = kit.ops = kit.ops + 1
         if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
             await kit.checkpoint()

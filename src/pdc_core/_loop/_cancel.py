@@ -39,7 +39,7 @@ _anyio_states: dict[Any, Any] | None = None
 #: The last asyncio task asked about and its anyio state: a task sending many messages
 #: is looked up once (a task's state object lives as long as the task). Holds that task
 #: until another one asks.
-_last_task: object = None
+_last_task: object = object()  # no task is this one
 _last_state: Any = None
 
 
@@ -60,6 +60,8 @@ def asyncio_cancel_called(loop: object) -> Callable[[], bool]:
                 if backend is None:
                     return False  # anyio never ran here: no anyio scope can be cancelled
                 states = _anyio_states = backend._task_states.data
+            if task is None:
+                return False  # no task of this loop is running (a mailbox used elsewhere)
             state = states.get(_ref(task))
             if state is None:
                 return False  # in no anyio scope yet (not cached: it may enter one)

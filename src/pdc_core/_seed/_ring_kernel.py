@@ -363,6 +363,8 @@ class RingKernelContext:
             timeout = check_timeout(timeout)
         inbox = self._inbox
         kit = self._kit
+        if kit.cancel_called():  # a kernel in a cancelled scope takes nothing
+            await self._raise_cancelled()
         ops = kit.ops = kit.ops + 1
         if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
             await self._checkpoint()
@@ -402,6 +404,13 @@ class RingKernelContext:
     async def _checkpoint(self) -> None:
         try:
             await self._kit.checkpoint()
+        except BaseException:
+            self._kernel._interrupted = True
+            raise
+
+    async def _raise_cancelled(self) -> None:
+        try:
+            await raise_cancelled()
         except BaseException:
             self._kernel._interrupted = True
             raise
@@ -475,6 +484,8 @@ class RingKernelContext:
         kernel = self._kernel
         outbox = self._outbox
         kit = self._kit
+        if kit.cancel_called():  # a kernel in a cancelled scope sends nothing
+            await self._raise_cancelled()
         ops = kit.ops = kit.ops + 1
         if not ops % TURN_CHECK_EVERY and (len(outbox) >= CATCH_UP_AT or kit.turn_is_over()):
             await self._checkpoint()  # before sending: a cancelled send sends nothing
