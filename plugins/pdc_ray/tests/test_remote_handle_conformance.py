@@ -53,6 +53,11 @@ class EchoBody:
 
 
 class _OnFakeEngine(ActorRefConformance):
+    """One call on the wire at a time (``window=1``): a request sent while the actor is
+    busy waits here, so a stop without drain fails it here, as the kit expects; with a
+    wider window it may already be in the remote mailbox and be answered before the
+    stop arrives there (delivery is at most once, never lost without an error)."""
+
     engine: FakeEngine
 
     @asynccontextmanager
@@ -68,7 +73,7 @@ class _OnFakeEngine(ActorRefConformance):
 
 class TestRemoteActorHandles(_OnFakeEngine):
     async def start(self, nursery: ActorNursery, echo: Echo) -> ActorRef[Any, Any]:
-        placement = pdc_ray.on(engine=self.engine, heartbeat=60)
+        placement = pdc_ray.on(engine=self.engine, heartbeat=60, window=1)
         return await nursery.start_actor(RemoteEcho, echo.key, placement=placement)
 
 
@@ -79,7 +84,7 @@ class TestRemoteKernelHandles(_OnFakeEngine):
     async def start(self, nursery: ActorNursery, echo: Echo) -> ActorRef[Any, Any]:
         name = f"echo_{echo.key.replace('-', '_')}"
         kernel = PersistentKernel(name, RECORD, RECORD, bodies={"cpu": EchoBody(echo.key)})
-        placement = pdc_ray.on(engine=self.engine, backend="cpu", heartbeat=60)
+        placement = pdc_ray.on(engine=self.engine, backend="cpu", heartbeat=60, window=1)
         return await nursery.start_actor(kernel, placement=placement)
 
     def message(self, value: int, priority: int | None = None) -> Any:
