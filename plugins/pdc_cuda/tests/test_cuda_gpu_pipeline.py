@@ -21,12 +21,13 @@ pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -
 from cuda_pipeline_support import (
     FRAGILE,
     FRAGILE_CODE,
+    GATED,
     NEGATIVE_CODE,
     NEGATIVE_FAILS,
     TWICE,
     abc,
     expected,
-    gated,
+    gate_state,
     records,
     stage,
 )
@@ -56,12 +57,16 @@ pytestmark = [
 
 class Gate:
     """Two u32 words of mapped host memory: the gated body stores *entered*, the test
-    stores *release*."""
+    stores *release*. :meth:`pipeline` is a -> b -> c with the gated b; the gate's
+    address reaches b in its device state, so b's source is the same in every test."""
 
     def __init__(self, cuda: Any, hold: int) -> None:
         self.words = cuda.allocate((2,), np.dtype("<u4"), MemoryKind.MAPPED)
         self.words[:] = 0
-        self.body = gated(cuda.device_pointer(self.words), hold)
+        self.state = gate_state(cuda.device_pointer(self.words), hold)
+
+    def pipeline(self, caps: tuple[int, int, int]) -> PersistentPipeline:
+        return abc(caps, GATED, self.state)
 
     async def entered(self) -> None:
         with anyio.fail_after(30):
@@ -131,7 +136,7 @@ async def test_a_crash_in_the_middle_stage_names_it_and_fails_what_is_in_flight(
 
 async def test_drain_stop_answers_everything_in_flight_stage_by_stage(cuda):
     gate = Gate(cuda, hold=3)
-    async with open_persistent_pipeline(abc((8, 8, 8), gate.body), cuda) as pipe:
+    async with open_persistent_pipeline(gate.pipeline((8, 8, 8)), cuda) as pipe:
         await pipe.send_batch(records(16))  # the receive window is 16
         await gate.entered()  # record 3 is in stage b's hands; the rest queue
         async with anyio.create_task_group() as group:
@@ -151,7 +156,7 @@ async def test_drain_stop_answers_everything_in_flight_stage_by_stage(cuda):
 async def test_stop_now_fails_every_request_in_flight(cuda):
     gate = Gate(cuda, hold=0)
     failed: list[BaseException] = []
-    async with open_persistent_pipeline(abc((4, 4, 4), gate.body), cuda) as pipe:
+    async with open_persistent_pipeline(gate.pipeline((4, 4, 4)), cuda) as pipe:
 
         async def caller() -> None:
             try:

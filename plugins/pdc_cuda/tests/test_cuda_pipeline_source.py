@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 import cuda_test_support
-from cuda_pipeline_support import REC, SOURCES
+from cuda_pipeline_support import REC, SOURCES, STATES
 from pdc_cuda._ring_source import (
     RingWiring,
     compile_ring_kernel_ptx,
@@ -134,7 +134,7 @@ MIDDLE = PLACES[2][1]
 @needs_nvrtc
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_every_gpu_test_body_compiles(name):
-    ptx = compile_ring_kernel_ptx(SOURCES[name], REC, REC, wiring=MIDDLE)
+    ptx = compile_ring_kernel_ptx(SOURCES[name], REC, REC, STATES.get(name), wiring=MIDDLE)
     assert ".entry pdc_ring_kernel(" in ptx
 
 
