@@ -245,30 +245,37 @@ class UnifiedBuffer:
 
     @property
     def shape(self) -> tuple[int, ...]:
+        """The buffer's shape, as given when it was made."""
         return self._shape
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The NumPy dtype of its elements."""
         return self._host.dtype
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return math.prod(self._shape)
 
     @property
     def nbytes(self) -> int:
+        """Bytes of one copy of the data (host or device)."""
         return math.prod(self._shape) * self._host.dtype.itemsize
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self._shape)
 
     @property
     def pinned(self) -> bool:
+        """Whether the host copy is page-locked (``pinned=True`` when it was made)."""
         return self._pinned
 
     @property
     def backend(self) -> Backend:
+        """The backend that owns the device copy."""
         return self._backend
 
     @property

@@ -122,14 +122,17 @@ class LaunchConfig:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions (1 to 3) of the grid and of the block."""
         return len(self.block)
 
     @property
     def threads_per_block(self) -> int:
+        """Threads in one block: the product of ``block``."""
         return math.prod(self.block)
 
     @property
     def blocks(self) -> int:
+        """Blocks in the grid: the product of ``grid``."""
         return math.prod(self.grid)
 
     @property
@@ -144,10 +147,12 @@ class LaunchConfig:
 
     @property
     def grid3(self) -> tuple[int, int, int]:
+        """``grid`` as three dimensions (missing ones are 1), as CUDA launches take it."""
         return dim3(self.grid)
 
     @property
     def block3(self) -> tuple[int, int, int]:
+        """``block`` as three dimensions (missing ones are 1), as CUDA launches take it."""
         return dim3(self.block)
 
 

@@ -61,6 +61,8 @@ class PoolStatistics:
 
     @property
     def hit_rate(self) -> float:
+        """``hits / (hits + misses)``: the share of acquisitions served by a released
+        buffer; 0.0 before any acquisition."""
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
@@ -197,6 +199,7 @@ class MemoryPool:
             self._free_by_key.clear()
 
     def statistics(self) -> PoolStatistics:
+        """A consistent snapshot of the pool's counters (taken under its lock)."""
         with self._lock:
             return PoolStatistics(
                 hits=self._hits,

@@ -673,7 +673,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     async def admit(self, item: T, priority: int = DEFAULT_PRIORITY) -> None:
         """:meth:`send` that a :meth:`seal`-ed mailbox lets in: how the actors of a
         draining nursery keep sending to each other. Backpressure applies as for
-        :meth:`send`; raises :class:`~pdc_core.MailboxClosed` once closed for good."""
+        :meth:`send`; raises :class:`~pdc_core.MailboxClosed` once closed for good. A
+        caller already cancelled on entry sends nothing, and cancelling the wait for
+        room leaves the item unsent."""
         if not self._sealed:
             await self.send(item, priority)
             return
@@ -1002,8 +1004,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         another task is the taker, in line behind it.
 
         Returns the item, :data:`TIMED_OUT` after ``timeout`` seconds, or :data:`EMPTY`
-        once the mailbox is closed and empty. A wait that ends with an exception calls
-        ``abandon(handed, exc)`` with the item handed meanwhile (or ``None``) before the
+        once the mailbox is closed and empty. A wait that ends with an exception (a
+        cancellation included) calls ``abandon(handed, exc)`` with the item handed
+        meanwhile (or ``None``) before the
         exception propagates. Only for mailboxes that carry no control messages and are
         not paused while taken from.
         """
@@ -1115,7 +1118,9 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     async def receive_many(self, max_items: int, timeout: float | None = None) -> list[T | Control]:
         """Wait for at least one deliverable item, then take up to ``max_items``.
 
-        Same order, timeout and closing rules as :meth:`receive`.
+        Same order, timeout and closing rules as :meth:`receive`; ``max_items`` below 1
+        is a :class:`ValueError`. A caller already cancelled on entry takes nothing, and
+        a cancelled wait takes nothing from the mailbox.
         """
         if max_items < 1:
             raise ValueError(f"max_items must be at least 1, got {max_items}")

@@ -89,18 +89,37 @@ class Actor(Generic[M, R]):
     ref: ActorRef[M, R]
 
     async def on_start(self) -> None:
-        """Called before the actor receives its first message (the start handshake)."""
+        """Called before the actor receives its first message (the start handshake).
+
+        An exception raised here fails the start: ``start_actor`` raises
+        :class:`~pdc_core.ActorCrashed`. It runs in the actor's task and is cancelled
+        with it (when the nursery is cancelled); the actor then never starts.
+        """
 
     async def handle(self, message: M) -> R:
-        """Handle one message and return the reply."""
+        """Handle one message and return the reply.
+
+        An exception raised here crashes the actor (an ``ask`` of this message gets
+        :class:`~pdc_core.ActorCrashed`); this default raises
+        :class:`NotImplementedError`. It runs in the actor's task and is cancelled with
+        it (the nursery cancelled, or a stop's ``timeout`` passed); the requests left
+        unanswered then fail with :class:`~pdc_core.ActorStopped`.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement handle()")
 
     async def handle_batch(self, messages: list[M]) -> list[R]:
-        """Handle several messages at once; return one reply per message, in order."""
+        """Handle several messages at once; return one reply per message, in order.
+
+        This default awaits :meth:`handle` for each message. Exceptions and
+        cancellation as for :meth:`handle`.
+        """
         return [await self.handle(message) for message in messages]
 
     async def on_stop(self) -> None:
-        """Called after the last message when the actor stops cleanly."""
+        """Called after the last message when the actor stops cleanly (not after a crash
+        or a cancellation). An exception raised here crashes the actor; it is cancelled
+        with the actor's task (when a stop's ``timeout`` passes or the nursery is
+        cancelled)."""
 
 
 class _FunctionActor(Actor[Any, Any]):

@@ -126,6 +126,9 @@ class MeshError(ExceptionGroup[Exception], PdcError):
         return self
 
     def derive(self, excs: Sequence[Exception]) -> MeshError:  # type: ignore[override]
+        """The same error over ``excs``, a subset of its exceptions (what
+        ``ExceptionGroup.split`` and ``subgroup`` call): keeps the failures of those
+        exceptions and every reply."""
         kept = {id(e) for e in excs}
         failures = {c: e for c, e in self.failures.items() if id(e) in kept}
         return MeshError(self.message, list(excs), failures, self.replies)
@@ -606,7 +609,8 @@ class ActorMesh(Generic[M, R]):
         self, message: M, *, priority: int | None = None, timeout: float | None = None
     ) -> R:
         """Ask the least loaded member (:meth:`choose`) and return its reply; raises
-        what its ``ask`` raises."""
+        what its ``ask`` raises. Cancelling it cancels that ``ask``, which leaves
+        nothing behind; a caller already cancelled on entry sends nothing."""
         prio, timeout = _rules(message, priority, timeout)
         await _entry()
         return await self.choose().ask(message, priority=prio, timeout=timeout)
@@ -641,7 +645,10 @@ class ActorMesh(Generic[M, R]):
 
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
         """Stop every member (concurrently) and wait until all have stopped; options as
-        :meth:`ActorRef.stop`. Leaves no member, kernel or remote actor running."""
+        :meth:`ActorRef.stop`. Leaves no member, kernel or remote actor running. A
+        caller already cancelled on entry stops nothing; cancelled while it waits, it
+        cancels the members' ``stop`` calls (members already told to stop still stop:
+        call it again to stop the rest)."""
         timeout = check_timeout(timeout)
         await full_checkpoint(current_kit())  # a pending cancellation stops nothing
         async with anyio.create_task_group() as tg:
@@ -649,7 +656,10 @@ class ActorMesh(Generic[M, R]):
                 tg.start_soon(functools.partial(port.ref.stop, drain=drain, timeout=timeout))
 
     async def wait(self) -> None:
-        """Wait until every member has stopped (a checkpoint, as every lifecycle call)."""
+        """Wait until every member has stopped (a checkpoint, as every lifecycle call).
+
+        Cancelling it ends the wait only: the members are not affected.
+        """
         await full_checkpoint(current_kit())
         for port in self._ports:
             await port.ref.wait()

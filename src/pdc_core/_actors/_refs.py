@@ -179,6 +179,9 @@ class ActorRef(ABC, Generic[M, R]):
         Raises :class:`~pdc_core.MessageTimeout` (a :class:`TimeoutError`) after
         ``timeout`` seconds, :class:`~pdc_core.ActorStopped` if the actor stops first,
         :class:`~pdc_core.ActorCrashed` if handling the message crashed the actor.
+        Cancelling it leaves nothing behind: the request is skipped if not yet handled
+        and its reply, if one comes, is dropped; a caller already cancelled on entry
+        sends nothing.
         """
         if self._cancel_called():
             await raise_cancelled()
@@ -199,7 +202,13 @@ class ActorRef(ABC, Generic[M, R]):
         return reply
 
     async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
-        """Send every message of ``messages``, in order, without waiting for replies."""
+        """Send every message of ``messages``, in order, without waiting for replies.
+
+        Waits for room as :meth:`tell` does; raises :class:`~pdc_core.ActorStopped` if
+        the actor is not running. A caller already cancelled on entry sends nothing;
+        cancelled while it waits for room, a prefix of the batch may have been sent
+        and the rest is not.
+        """
         if self._cancel_called():
             await raise_cancelled()
         if priority is not None:
@@ -219,7 +228,9 @@ class ActorRef(ABC, Generic[M, R]):
         """Send every message and return the replies, in the order of ``messages``.
 
         ``timeout`` bounds the whole batch. If any request fails, this raises that
-        request's error.
+        request's error. Cancelling it abandons the batch as a cancelled :meth:`ask`
+        abandons its request (a prefix of it may have been sent; replies that come
+        are dropped); a caller already cancelled on entry sends nothing.
         """
         if self._cancel_called():
             await raise_cancelled()
@@ -255,7 +266,10 @@ class ActorRef(ABC, Generic[M, R]):
     ) -> AsyncIterator[R]:
         """Yield the replies to ``messages`` in order, with up to ``window`` in flight.
 
-        ``messages`` may be an async iterable. ``timeout`` bounds each window.
+        ``messages`` may be an async iterable. ``timeout`` bounds each window; a
+        ``window`` below 1 is a :class:`ValueError`; errors are those of
+        :meth:`ask_many`. Cancelling it abandons the window in flight as a cancelled
+        :meth:`ask_many` does; the replies already yielded stand.
         """
         if self._cancel_called():
             await raise_cancelled()
@@ -374,11 +388,23 @@ class ActorRef(ABC, Generic[M, R]):
 
     @abstractmethod
     async def pause(self) -> None:
-        """Stop delivering messages to the actor; they stay queued. Stop still works."""
+        """Stop delivering messages to the actor; they stay queued. Stop still works.
+
+        Raises :class:`~pdc_core.ActorStopped` if the actor is not running. A
+        checkpoint: a caller already cancelled on entry pauses nothing; a kind that
+        waits for the actor to acknowledge (a persistent kernel), cancelled during
+        that wait, leaves the pause requested.
+        """
 
     @abstractmethod
     async def resume(self) -> None:
-        """Resume delivery after :meth:`pause`."""
+        """Resume delivery after :meth:`pause`.
+
+        Raises :class:`~pdc_core.ActorStopped` if the actor is not running. A
+        checkpoint: a caller already cancelled on entry resumes nothing; a kind that
+        waits for the actor to acknowledge, cancelled during that wait, leaves the
+        resume requested.
+        """
 
     @abstractmethod
     async def stop(self, *, drain: bool = False, timeout: float | None = None) -> None:
@@ -485,7 +511,12 @@ class ActorRunner(ABC):
 
     @abstractmethod
     async def run(self, started: Callable[[], None]) -> None:
-        """Run one incarnation; call ``started()`` once ready; return when stopped."""
+        """Run one incarnation; call ``started()`` once ready; return when stopped.
+
+        An ``Exception`` raised here is a crash of the actor. It is cancelled when the
+        nursery or :attr:`cancel_scope` is, and must then release everything it holds
+        (device memory, running kernels) before the cancellation propagates.
+        """
 
     def _ready_at_once(self) -> bool:
         """pdc's own runners: True when getting ready involves nothing that waits or can

@@ -90,10 +90,13 @@ class Availability:
 
     @classmethod
     def yes(cls, reason: str = "") -> Availability:
+        """The backend can run here (``reason``: an optional note, shown by ``pdc info``)."""
         return cls(True, reason)
 
     @classmethod
     def no(cls, reason: str) -> Availability:
+        """The backend cannot run here, because of ``reason`` (say what to install or
+        which hardware is missing)."""
         return cls(False, reason)
 
 
@@ -154,6 +157,7 @@ class Event(abc.ABC):
 
         The default polls :attr:`done` inside the event loop with a back-off of at
         most one millisecond; backends with a better mechanism override it.
+        Cancelling it ends the wait only: the work the event follows goes on.
         """
         await _poll_until(lambda: self.done)
 
@@ -186,7 +190,11 @@ class Stream(abc.ABC):
         return event
 
     async def wait(self) -> None:
-        """Wait for all queued work without blocking the event loop."""
+        """Wait for all queued work without blocking the event loop.
+
+        The default polls :attr:`done` as :meth:`Event.wait` does. Cancelling it ends
+        the wait only: the queued work goes on.
+        """
         await _poll_until(lambda: self.done)
 
     def close(self) -> None:  # noqa: B027 - optional hook, nothing to release by default

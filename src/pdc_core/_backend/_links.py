@@ -273,6 +273,7 @@ class StageLink:
 
     @property
     def is_last(self) -> bool:
+        """Whether this is the pipeline's last stage (its output is the reply ring)."""
         return self.index == self.count - 1
 
     def check(self, kernel: PersistentKernel, rings: RingMemory) -> None:
@@ -304,6 +305,8 @@ class StageLink:
         return None
 
     def output(self) -> _Output:
+        """Where this stage writes its results: the reply ring for the last stage,
+        else the link into the next stage (which must have been launched first)."""
         if self.is_last:
             return _ReplyOutput(self.output_region)
         assert self.consumer is not None, "the next stage is launched first"

@@ -156,14 +156,17 @@ class PersistentKernel(Generic[ReqT, RepT]):
 
     @property
     def request_dtype(self) -> np.dtype[ReqT]:
+        """The structured dtype of a request record (one input slot)."""
         return self.layout.request_dtype
 
     @property
     def reply_dtype(self) -> np.dtype[RepT]:
+        """The structured dtype of a reply record (one output slot)."""
         return self.layout.reply_dtype
 
     @property
     def capacity(self) -> int:
+        """Slots of the input ring: the most requests in flight at once."""
         return self.layout.in_capacity
 
     @property

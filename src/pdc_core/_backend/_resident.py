@@ -60,7 +60,12 @@ class HostWaiter(abc.ABC):
 
     @abc.abstractmethod
     async def wait(self, outstanding: bool) -> None:
-        """Wait a little. ``outstanding``: replies are due from the device side."""
+        """Wait a little. ``outstanding``: replies are due from the device side.
+
+        Called by the session's leader in the event loop, which looks at the ring again
+        after it returns. Cancelling it must end the wait only, leaving the waiter
+        usable.
+        """
 
     def spin_until_progress(self, ring: RingHost, limit: float) -> bool:
         """Wait up to ``limit`` seconds *without* the event loop for the device side to
@@ -120,6 +125,9 @@ class PollingWaiter(HostWaiter):
         self._kicked = True
 
     async def wait(self, outstanding: bool) -> None:
+        """Yield (``sleep(0)``) after a :meth:`kick` or while replies are due within
+        ``spin`` of the last progress; else sleep, doubling from ``min_sleep`` to
+        ``max_sleep``. Cancelling it ends the sleep only."""
         sleep = self._sleep
         if sleep is None:
             sleep = self._sleep = current_sleep()
@@ -243,14 +251,18 @@ class ResidentKernel(abc.ABC):
 
     @property
     def started(self) -> bool:
+        """The ``STARTED`` word: the kernel is resident and polling its ring."""
         return bool(self.memory.load32(Offset.STARTED))
 
     @property
     def paused(self) -> bool:
+        """The ``PAUSED`` word: the kernel is parked in a pause."""
         return bool(self.memory.load32(Offset.PAUSED))
 
     @property
     def done(self) -> bool:
+        """The ``DONE`` word: the kernel has left its loop (its execution may still be
+        ending: see :attr:`exited`)."""
         return bool(self.memory.load32(Offset.DONE))
 
     @property
@@ -272,6 +284,8 @@ class ResidentKernel(abc.ABC):
 
     @property
     def status(self) -> KernelStatus:
+        """A snapshot of the control block (every word, the error message) and of
+        :attr:`exited`, for diagnostics."""
         memory = self.memory
         words = memory.snapshot()
         return KernelStatus(
@@ -291,7 +305,10 @@ class ResidentKernel(abc.ABC):
         )
 
     async def wait_exited(self, timeout: float) -> bool:
-        """Wait (polling, backing off to 1 ms) until :attr:`exited`; False on timeout."""
+        """Wait (polling, backing off to 1 ms) until :attr:`exited`; False on timeout.
+
+        Cancelling it ends the wait only: the kernel is not affected.
+        """
         check_timeout(timeout)
         deadline = time.monotonic() + timeout
         delay = 0.0
@@ -308,7 +325,9 @@ class ResidentKernel(abc.ABC):
         This handle does not consume replies: with ``drain=True`` and a full output
         ring nothing can finish (a :class:`PersistentKernelSession` drains while it
         stops). Raises :class:`~pdc_core.KernelStopTimeout` after ``timeout`` seconds,
-        describing the control block; never hangs.
+        describing the control block; never hangs. Shielded from cancellation: a
+        cancelled caller's stop still finishes (within ``timeout``), and the
+        cancellation reaches the caller at its next checkpoint.
         """
         check_timeout(timeout)
         self.request_stop(StopMode.DRAIN if drain else StopMode.NOW)

@@ -304,18 +304,22 @@ class RingLayout:
 
     @property
     def out_slot_size(self) -> int:
+        """Bytes per output slot: the reply record's size."""
         return self.reply_dtype.itemsize
 
     @property
     def in_ring_offset(self) -> int:
+        """Where the input ring starts in the region: right after the control block."""
         return CONTROL_BLOCK_SIZE
 
     @property
     def out_ring_offset(self) -> int:
+        """Where the output ring starts in the region: after the input ring, aligned."""
         return _align(self.in_ring_offset + self.in_capacity * self.in_slot_size)
 
     @property
     def total_size(self) -> int:
+        """Bytes of the whole region (control block and both rings), aligned."""
         return _align(self.out_ring_offset + self.out_capacity * self.out_slot_size)
 
 
@@ -977,26 +981,33 @@ class RingHost:
 
     @property
     def stop_requested(self) -> StopMode:
+        """The ``STOP`` word as this host last stored it."""
         return StopMode(int(self._w32[Offset.STOP >> 2]))
 
     @property
     def started(self) -> bool:
+        """The kernel's ``STARTED`` word: it is resident and polling."""
         return bool(self._w32[Offset.STARTED >> 2])
 
     @property
     def paused(self) -> bool:
+        """The kernel's ``PAUSED`` word: it is parked in a pause."""
         return bool(self._w32[Offset.PAUSED >> 2])
 
     @property
     def done(self) -> bool:
+        """The kernel's ``DONE`` word: it has left its loop and touches the region no more."""
         return bool(self._w32[Offset.DONE >> 2])
 
     @property
     def error_code(self) -> int:
+        """The kernel's ``ERROR_CODE`` word: 0 for none, else an
+        :class:`~pdc_core.backend.ErrorCode` or a body-defined code of 256 or more."""
         return int(self._w32[Offset.ERROR_CODE >> 2])
 
     @property
     def batches(self) -> int:
+        """The kernel's ``BATCHES`` counter: device batches published (informational)."""
         return int(self._w64[Offset.BATCHES >> 3])
 
 
@@ -1074,9 +1085,11 @@ class RingDevice:
     # -- status line -------------------------------------------------------------------
 
     def mark_started(self) -> None:
+        """Store ``STARTED``: the kernel is resident and polling."""
         self._w32[Offset.STARTED >> 2] = 1
 
     def set_paused(self, paused: bool) -> None:
+        """Store ``PAUSED``: 1 while the kernel is parked in a pause, else 0."""
         self._w32[Offset.PAUSED >> 2] = 1 if paused else 0
 
     def set_error(self, code: int, message: str) -> None:
@@ -1096,6 +1109,8 @@ class RingDevice:
     # -- host words ---------------------------------------------------------------------
 
     def stop_mode(self) -> StopMode:
+        """Load the host's ``STOP`` word; raises :class:`~pdc_core.RingProtocolError`
+        if it holds no :class:`~pdc_core.backend.StopMode`."""
         value = int(self._w32[Offset.STOP >> 2])
         try:
             return StopMode(value)
@@ -1103,6 +1118,7 @@ class RingDevice:
             raise RingProtocolError(f"the STOP word holds {value}, not a StopMode") from None
 
     def pause_requested(self) -> bool:
+        """Load the host's ``PAUSE`` word: whether it asks the kernel to pause."""
         return bool(self._w32[Offset.PAUSE >> 2])
 
     def load_in_head(self) -> int:
@@ -1119,6 +1135,9 @@ class RingDevice:
         return head
 
     def load_out_tail(self) -> int:
+        """Load the host's ``OUT_TAIL`` (replies it has consumed); raises
+        :class:`~pdc_core.RingProtocolError` if it is ahead of ``out_head`` or more than a ring's
+        capacity behind it."""
         tail = int(self._w64[Offset.OUT_TAIL >> 3])
         if not (self.out_head - self._out_cap <= tail <= self.out_head):
             raise RingProtocolError(

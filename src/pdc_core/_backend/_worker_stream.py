@@ -116,6 +116,7 @@ class WorkerStream(Stream):
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
         return self._closed
 
     def synchronize(self) -> None:

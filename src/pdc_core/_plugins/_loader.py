@@ -104,6 +104,7 @@ class PluginInfo:
 
     @property
     def loaded(self) -> bool:
+        """Whether the plugin loaded and registered without error (:attr:`error` is ``None``)."""
         return self.error is None
 
     @property

@@ -261,6 +261,8 @@ class Lanes(NDArrayOperatorsMixin):
         return complex(self._single())
 
     def item(self) -> Any:
+        """The value as a Python scalar, as ``ndarray.item()`` gives it; when the lanes
+        disagree, the simulator re-runs the body once per group of agreeing lanes."""
         return self._single().item()
 
     def __str__(self) -> str:
@@ -300,22 +302,27 @@ class Lanes(NDArrayOperatorsMixin):
 
     @property
     def dtype(self) -> np.dtype[Any]:
+        """The NumPy dtype of the lanes' values."""
         return self.v.dtype
 
     @property
     def real(self) -> Lanes:
+        """The real part of every lane."""
         return Lanes(self.v.real)
 
     @property
     def imag(self) -> Lanes:
+        """The imaginary part of every lane."""
         return Lanes(self.v.imag)
 
     def conjugate(self) -> Lanes:
+        """The complex conjugate of every lane (``conj`` is the same)."""
         return Lanes(self.v.conjugate())
 
     conj = conjugate
 
     def astype(self, dtype: Any) -> Lanes:
+        """Every lane converted to ``dtype`` (a NumPy dtype or a numba type)."""
         return Lanes(self.v.astype(_as_dtype(dtype)))
 
 
