@@ -14,6 +14,7 @@ ThreadSanitizer.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
+from cuda_host_plan import check_planned
 from cuda_pipeline_support import ADD_ONE, MINUS_THREE, REC, TWICE, expected, records, stage
 from cuda_test_support import DOUBLE, REPLY, REQUEST, skip_if_a_kernel_is_resident
 from pdc_cuda import CudaCompileError
@@ -96,9 +98,12 @@ NOT_HERE = {
 
 
 @pytest.fixture
-def cuda() -> HostCudaBackend:
-    """The cuda backend, its device the host build on CPU threads."""
-    return HostCudaBackend()
+def cuda(host_builds: frozenset[str]) -> Iterator[HostCudaBackend]:
+    """The cuda backend, its device the host build on CPU threads (every kernel the
+    module launches built up front: a source the plan lacks fails the test)."""
+    backend = HostCudaBackend()
+    yield backend
+    check_planned([backend], host_builds)
 
 
 def test_every_gpu_ring_kernel_test_runs_here() -> None:
@@ -123,8 +128,10 @@ class TestHostConformance(BackendConformance):
     timeout = 30.0
 
     @pytest.fixture
-    def backend(self) -> HostCudaBackend:
-        return HostCudaBackend()
+    def backend(self, host_builds: frozenset[str]) -> Iterator[HostCudaBackend]:
+        backend = HostCudaBackend()
+        yield backend
+        check_planned([backend], host_builds)
 
     def persistent_kernel(self, backend: Any) -> PersistentKernel:
         kernel = PersistentKernel("conformance_affine", np.float32, np.float32, capacity=8)

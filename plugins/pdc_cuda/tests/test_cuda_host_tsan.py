@@ -3,8 +3,9 @@ pipeline, 1 and 32 threads per block, driven by the C++ host side of
 ``pdc_cuda/testing/host/tsan_driver.cpp`` (Python's NumPy stores are invisible to TSan).
 
 Fails on any TSan report, in the kernel or in the harness; each report is one line:
-its kind and the source line of each access. Runs in the normal suite (about 30 s on
-two cores, most of it building five kernels and the driver once per cache).
+its kind and the source line of each access. Runs in the normal suite; its kernels and
+the driver are built up front with the other host-build modules' (``conftest.py``'s
+``host_builds``), once per cache.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ pytestmark = [
         not _availability.available,
         reason=f"no host build of the ring kernel: {_availability.reason}",
     ),
+    pytest.mark.usefixtures("host_builds"),  # every kernel and the driver, built up front
 ]
 
 

@@ -39,7 +39,13 @@ if TYPE_CHECKING:
     from ._kernels import CudaKernel
     from ._streams import CudaStream
 
-__all__ = ["LAUNCH_OPTIONS", "CudaResidentKernel", "launch_persistent_kernel", "ring_body"]
+__all__ = [
+    "LAUNCH_OPTIONS",
+    "CudaResidentKernel",
+    "launch_persistent_kernel",
+    "render_kernel",
+    "ring_body",
+]
 
 #: Launch options accepted by ``open_persistent_kernel(..., **options)`` on CUDA.
 LAUNCH_OPTIONS = frozenset(
@@ -234,6 +240,18 @@ class CudaResidentKernel(ResidentKernel):
         self.state_array = None
 
 
+def render_kernel(
+    kernel: PersistentKernel, options: dict[str, Any], wiring: RingWiring
+) -> tuple[CudaRingBody, str, tuple[str, ...]]:
+    """What the launch of ``kernel`` (a kernel of its own, or a pipeline stage: ``wiring``)
+    with launch ``options`` compiles: its body, the rendered source and NVRTC options.
+    The one place a launch renders (``pdc_cuda.testing`` renders through it too)."""
+    body, compile_options = ring_body(kernel, options)
+    state_dtype = kernel.state.dtype if kernel.state is not None else None
+    source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype, wiring)
+    return body, source, compile_options
+
+
 def launch_persistent_kernel(
     backend: CudaBackend, kernel: PersistentKernel, rings: RingMemory, **options: Any
 ) -> CudaResidentKernel:
@@ -242,11 +260,9 @@ def launch_persistent_kernel(
         raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
     if not isinstance(rings, RingMemory):
         raise TypeError(f"expected the RingMemory the core allocated, not {type(rings).__name__}")
-    body, compile_options = ring_body(kernel, dict(options))
-    check_device(backend, bool(options.get("allow_watchdog", False)))
-    state_dtype = kernel.state.dtype if kernel.state is not None else None
     wiring = RingWiring(sequenced_input=rings.layout.sequenced_input)
-    source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype, wiring)
+    body, source, compile_options = render_kernel(kernel, dict(options), wiring)
+    check_device(backend, bool(options.get("allow_watchdog", False)))
     compiled = backend.compile_kernel(source, KERNEL_NAME, compile_options)
     threads = min(body.threads, compiled.max_threads_per_block)
     address = region_device_address(backend, rings)

@@ -52,9 +52,9 @@ from ._persistent import (
     CudaResidentKernel,
     check_device,
     region_device_address,
-    ring_body,
+    render_kernel,
 )
-from ._ring_source import KERNEL_NAME, RingWiring, Scope, render_ring_kernel
+from ._ring_source import KERNEL_NAME, RingWiring, Scope
 
 if TYPE_CHECKING:
     from ._backend import CudaBackend
@@ -251,9 +251,7 @@ def _prepare_stage(
     output_address: int,
 ) -> _Stage:
     kernel: PersistentKernel = pipeline.stages[index]
-    body, compile_options = ring_body(kernel, options)
-    state_dtype = kernel.state.dtype if kernel.state is not None else None
-    source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype, wiring)
+    body, source, compile_options = render_kernel(kernel, options, wiring)
     try:
         compiled = backend.compile_kernel(source, KERNEL_NAME, compile_options)
     except CudaCompileError as exc:

@@ -6,6 +6,9 @@ threads, so its protocol runs (and ThreadSanitizer watches it) without a GPU.
   CUDA vocabulary its C++20 meaning (``host/pdc_cuda_host.h``); cached by source hash.
 - :class:`HostCudaBackend`: the cuda backend with that build as its device: the GPU
   tests run against it unchanged (``pytest -m cuda_host``).
+- :func:`prebuild` with :func:`kernel_builds` / :func:`pipeline_builds`: the sources a
+  test session will launch, rendered by the cuda backend's launch path and built up
+  front on every core (a cold cache then costs a fraction of building them one by one).
 - ``host/tsan_driver.cpp``: a C++ host side of the ring protocol that drives
   ThreadSanitizer builds of the same kernels (``tests/test_cuda_host_tsan.py``).
 
@@ -22,6 +25,7 @@ from ._build import (
     cache_dir,
     compiler_missing,
 )
+from ._plan import PlannedBuild, kernel_builds, pipeline_builds, prebuild
 
 __all__ = [
     "HEADER_DIR",
@@ -32,8 +36,12 @@ __all__ = [
     "HostKernel",
     "HostKernelFault",
     "HostStream",
+    "PlannedBuild",
     "build_ring_kernel",
     "build_ring_kernels",
     "cache_dir",
     "compiler_missing",
+    "kernel_builds",
+    "pipeline_builds",
+    "prebuild",
 ]

@@ -238,7 +238,12 @@ class HostCudaBackend(CudaBackend):
     """The cuda backend with a host device: see the module documentation.
 
     ``max_threads_per_block`` caps a launch's threads (as a device's limit does): the
-    ring kernel's launch takes ``min(threads, this)``.
+    ring kernel's launch takes ``min(threads, this)``. ``device`` is the index the
+    instance stands for (``cuda:<device>``): several instances with distinct indexes are
+    several devices, e.g. ``devices=[HostCudaBackend(device=i) for i in range(4)]`` for
+    a kernel mesh. Like separate GPUs they share nothing but the host: each has its own
+    allocations, residency bookkeeping and loaded kernels (each block has its own loaded
+    copy of its build anyway; see the module ``_build``).
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
@@ -251,8 +256,12 @@ class HostCudaBackend(CudaBackend):
         }
     )
 
-    def __init__(self, max_threads_per_block: int = 1024, multiprocessors: int = 16) -> None:
-        self.device = 0
+    def __init__(
+        self, max_threads_per_block: int = 1024, multiprocessors: int = 16, device: int = 0
+    ) -> None:
+        if not (isinstance(device, int) and device >= 0):
+            raise ValueError(f"device must be a non-negative int, not {device!r}")
+        self.device = device
         self.max_threads_per_block = max_threads_per_block
         self._lock = threading.Lock()
         self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
@@ -260,8 +269,10 @@ class HostCudaBackend(CudaBackend):
         self._resident = set()
         self._deferred_frees = []
         self._regions: list[tuple[weakref.ref[Any], int, int, int]] = []
+        #: Every host build this backend compiled a kernel into, in order.
+        self.builds: list[HostBuild] = []
         self._properties = CudaDeviceProperties.from_dict(
-            0,
+            device,
             {
                 "name": b"host build of the CUDA ring kernel (CPU threads)",
                 "major": 9,
@@ -397,6 +408,7 @@ class HostCudaBackend(CudaBackend):
         kernel = HostKernel(self, build_ring_kernel(source, options=full), name, full)
         with self._lock:
             self._kernels.setdefault(key, kernel)
+            self.builds.append(kernel.build)
         return kernel
 
     def launch_kernel(

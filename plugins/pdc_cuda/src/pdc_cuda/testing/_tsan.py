@@ -4,8 +4,8 @@ Python's host side stores ring words with NumPy, which ThreadSanitizer does not 
 the kernels are driven by ``host/tsan_driver.cpp`` instead: the ring protocol's host
 rows in C++ atomics (``docs/ring-protocol.md`` section 5), built with
 ``-fsanitize=thread`` like the kernels. :func:`tsan_single` and :func:`tsan_pipeline`
-render the kernels exactly as the cuda backend does (:func:`pdc_cuda._persistent.ring_body`,
-:func:`pdc_cuda._pipeline.stage_wirings`, :func:`render_ring_kernel`), build them for
+render the kernels exactly as the cuda backend does (through its launch path's
+:func:`pdc_cuda._persistent.render_kernel`, see ``_plan``), build them for
 TSan, write the plan and run the driver in a subprocess; :class:`TsanRun` holds its
 exit status and one line per TSan report (kind, then each access's first frame in
 the kernel or the driver, with its source line).
@@ -18,6 +18,7 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,12 +29,20 @@ import numpy as np
 from pdc_core import PersistentKernel, PersistentPipeline
 from pdc_core.backend import RingLayout, RingMemory
 
-from .._persistent import ring_body
-from .._pipeline import link_placement, stage_wirings
-from .._ring_source import RingWiring, _constants, render_ring_kernel
-from ._build import HEADER_DIR, TSAN_FLAGS, HostBuild, build_ring_kernels, cache_dir, compiler
+from .._ring_source import _constants
+from ._build import HEADER_DIR, TSAN_FLAGS, HostBuild, cache_dir, compiler
+from ._plan import PlannedBuild, kernel_builds, pipeline_builds, prebuild
 
-__all__ = ["RECORD", "TsanRun", "build_driver", "summarize_reports", "tsan_pipeline", "tsan_single"]
+__all__ = [
+    "RECORD",
+    "TsanRun",
+    "build_driver",
+    "summarize_reports",
+    "tsan_pipeline",
+    "tsan_pipeline_builds",
+    "tsan_single",
+    "tsan_single_builds",
+]
 
 #: The driver's records: ``(id: u64, x: f64)``.
 RECORD = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
@@ -44,8 +53,16 @@ Scenario = Literal["drain", "now", "error"]
 TSAN_OPTIONS = "halt_on_error=0:exitcode=66:report_signal_unsafe=0:history_size=4"
 
 
+_driver_lock = threading.Lock()
+
+
 def build_driver() -> Path:
     """The TSan build of ``host/tsan_driver.cpp`` (cached by hash)."""
+    with _driver_lock:
+        return _build_driver()
+
+
+def _build_driver() -> Path:
     found = compiler()
     if found is None:
         raise RuntimeError("no C++20 compiler")
@@ -174,6 +191,13 @@ def _scenario(kind: Scenario, count: int, mul: float, add: float, code: int, par
     return f"{kind} {count} {mul!r} {add!r} {code} {part.replace(' ', '_') or '-'}"
 
 
+def tsan_single_builds(source: str, *, threads: int, capacity: int = 16) -> list[PlannedBuild]:
+    """The TSan build :func:`tsan_single` runs (for :func:`~pdc_cuda.testing.prebuild`)."""
+    kernel = PersistentKernel("tsan", RECORD, RECORD, capacity=capacity)
+    kernel.add_body("cuda", source)
+    return kernel_builds(kernel, sanitize=True, threads=threads)
+
+
 def tsan_single(
     source: str,
     *,
@@ -188,17 +212,18 @@ def tsan_single(
 ) -> TsanRun:
     """One kernel of its own (sequenced input slots, as the cuda backend lays out its
     rings) with CUDA body ``source`` over :data:`RECORD`, under TSan."""
-    kernel = PersistentKernel("tsan", RECORD, RECORD, capacity=capacity)
-    kernel.add_body("cuda", source)
-    body, _ = ring_body(kernel, {"threads": threads})
     layout = RingLayout(RECORD, RECORD, capacity, sequenced_input=True)
-    text = render_ring_kernel(body, RECORD, RECORD, None, RingWiring(sequenced_input=True))
-    (build,) = build_ring_kernels([text], sanitize=True)
+    builds = prebuild(tsan_single_builds(source, threads=threads, capacity=capacity))
     memory = RingMemory.from_buffer(layout)
     return _run(
-        [build], [("host", memory, 3)], [("host", "host")], threads,
+        builds, [("host", memory, 3)], [("host", "host")], threads,
         _scenario(scenario, count, mul, add, *error), timeout,
     )  # fmt: skip
+
+
+def tsan_pipeline_builds(pipeline: PersistentPipeline, *, threads: int) -> list[PlannedBuild]:
+    """The TSan builds :func:`tsan_pipeline` runs (for :func:`~pdc_cuda.testing.prebuild`)."""
+    return pipeline_builds(pipeline, sanitize=True, threads=threads)
 
 
 def tsan_pipeline(
@@ -216,13 +241,7 @@ def tsan_pipeline(
     device scope, the host region sequenced and system scope), under TSan."""
     stages = pipeline.stages
     count_stages = len(stages)
-    scopes = [link_placement(0, 0).scope] * (count_stages - 1)
-    wirings = stage_wirings(pipeline, scopes, True)
-    texts = []
-    for stage, wiring in zip(stages, wirings, strict=True):
-        body, _ = ring_body(stage, {"threads": threads})
-        texts.append(render_ring_kernel(body, RECORD, RECORD, None, wiring))
-    builds = build_ring_kernels(texts, sanitize=True)
+    builds = prebuild(pipeline_builds(pipeline, sanitize=True, threads=threads))
     host = RingMemory.from_buffer(
         RingLayout(RECORD, RECORD, stages[0].capacity, stages[-1].capacity, sequenced_input=True)
     )
