@@ -218,7 +218,9 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
         timeout: float | None = None,
     ) -> npt.NDArray[RepT]:
         """Send a batch and return the replies, in order, as one record array (the
-        rules of :meth:`ask_many` apply)."""
+        rules of :meth:`ask_many` apply, cancellation included: a caller already
+        cancelled on entry sends nothing; cancelled later, a prefix may have been sent
+        and its replies are dropped)."""
         if cancel_called():
             await raise_cancelled()
         if timeout is not None:
@@ -238,7 +240,12 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
         return cast("npt.NDArray[RepT]", replies)
 
     async def pause(self) -> None:
-        """Park the kernel (pause word); returns once it has acknowledged."""
+        """Park the kernel (pause word); returns once it has acknowledged.
+
+        Raises :class:`~pdc_core.ActorStopped` if the actor is not running. A caller
+        already cancelled on entry pauses nothing; cancelled while it waits for the
+        acknowledgement, the pause stays requested and the kernel parks.
+        """
         await full_checkpoint(current_kit())  # a checkpoint, as every lifecycle call
         try:
             session = self._open_session()
@@ -248,7 +255,12 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
             raise self._stopped(exc) from exc.__cause__
 
     async def resume(self) -> None:
-        """Let a paused kernel go on; returns once it has left its pause."""
+        """Let a paused kernel go on; returns once it has left its pause.
+
+        Raises :class:`~pdc_core.ActorStopped` if the actor is not running. A caller
+        already cancelled on entry resumes nothing; cancelled while it waits, the
+        resume stays requested and the kernel goes on.
+        """
         await full_checkpoint(current_kit())
         try:
             session = self._open_session()
@@ -262,7 +274,8 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
 
         ``timeout`` bounds the wait for the kernel's done word (default: the actor's
         ``stop_timeout``); a kernel that does not stop in time crashes the actor with
-        :class:`~pdc_core.KernelStopTimeout`. Idempotent.
+        :class:`~pdc_core.KernelStopTimeout`. Idempotent. A caller already cancelled on
+        entry stops nothing; cancelled while it waits, the stop it requested goes on.
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -403,7 +416,12 @@ class PersistentKernelActor(ActorRunner):
 
     async def start_session(self) -> PersistentKernelSession[Any, Any]:
         """Launch the kernel and return its session once it is resident (a subclass
-        running something else as one kernel, such as a pipeline, overrides it)."""
+        running something else as one kernel, such as a pipeline, overrides it).
+
+        Raises and cancels as :meth:`PersistentKernelSession.start` does: cancelled
+        while it waits for the kernel, it stops the kernel before the cancellation
+        propagates.
+        """
         return await PersistentKernelSession.start(
             self.kernel,
             self._backend,

@@ -88,6 +88,8 @@ class PipelineSession(PersistentKernelSession):
         Raises what :meth:`PersistentKernelSession.start` raises, naming the stage
         at fault; a pipeline that does not start within ``launch_timeout`` seconds is
         stopped (every stage) before :class:`~pdc_core.PersistentKernelError` is raised.
+        A caller already cancelled on entry launches nothing; cancelled while it waits,
+        every stage is stopped (shielded) before the cancellation propagates.
         """
         check_duration(launch_timeout, "launch_timeout")
         check_duration(stop_timeout, "stop_timeout")
@@ -170,6 +172,8 @@ class PersistentPipelineActor(PersistentKernelActor):
         super().__init__(pipeline.kernel, _pipeline_backend(pipeline, backend), **kwargs)
 
     async def start_session(self) -> PersistentKernelSession:
+        """Launch every stage and return the pipeline's session once all are resident
+        (:meth:`PipelineSession.start`, whose errors and cancellation apply)."""
         return await PipelineSession.start(
             self.pipeline,
             self._backend,

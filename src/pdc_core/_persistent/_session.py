@@ -384,6 +384,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         :class:`~pdc_core.KernelBodyMissing` when ``kernel`` has no body for it, and
         :class:`~pdc_core.PersistentKernelError` when the kernel fails to start or does
         not signal ``STARTED`` within ``launch_timeout`` seconds (it is then stopped).
+        A caller already cancelled on entry launches nothing; cancelled while it waits
+        for ``STARTED``, the kernel is stopped (shielded) before the cancellation
+        propagates.
         """
         check_duration(launch_timeout, "launch_timeout")
         check_duration(stop_timeout, "stop_timeout")
@@ -479,6 +482,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
     @property
     def state(self) -> SessionState:
+        """Where the session is in its lifecycle (starting, running, paused, stopped)."""
         return self._state
 
     @property
@@ -488,9 +492,12 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
     @property
     def capacity(self) -> int:
+        """Slots of the kernel's input ring: the most requests in flight at once."""
         return self.kernel.capacity
 
     def statistics(self) -> SessionStatistics:
+        """A snapshot of the session's counters: requests sent, replies published,
+        received and discarded, device batches, requests left unprocessed."""
         return SessionStatistics(
             sent=self._ring.in_head,
             replied=self._replied,
@@ -834,7 +841,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """Publish one request; return its sequence number (its reply's place in order).
 
         Waits while the ring is full (backpressure). The reply is delivered by
-        :meth:`receive`, or dropped with ``reply=False`` (fire and forget).
+        :meth:`receive`, or dropped with ``reply=False`` (fire and forget). A caller
+        already cancelled on entry sends nothing, and cancelling the wait for room
+        leaves the record unsent.
         """
         batch = coerce_record(record, self.kernel.request_dtype)
         return await self._send(batch, _RECEIVE if reply else _DISCARD)
@@ -843,7 +852,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """Publish a batch of requests in order; return the first one's sequence number.
 
         A batch larger than the free space is written in pieces as space frees up.
-        Every record is validated before the first is written.
+        Every record is validated before the first is written. A caller already
+        cancelled on entry sends nothing; cancelled while it waits for room, the
+        pieces already written stay sent (see :meth:`statistics`) and the rest is not.
         """
         batch = coerce_batch(records, self.kernel.request_dtype)
         return await self._send(batch, _RECEIVE if reply else _DISCARD)
@@ -905,13 +916,24 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     # -- requests ------------------------------------------------------------------------------
 
     async def request(self, record: RecordLike) -> RepT:
-        """Send one request and return its reply (a record of the reply dtype)."""
+        """Send one request and return its reply (a record of the reply dtype).
+
+        Raises :class:`~pdc_core.RecordError` for a bad record and
+        :class:`~pdc_core.ActorStopped` (or ``ActorCrashed``) if the kernel stops
+        first. A caller already cancelled on entry sends nothing; cancelled after
+        sending, its reply is discarded when it comes.
+        """
         batch = coerce_record(record, self.kernel.request_dtype)
         reply: RepT = (await self._request(batch))[0]
         return reply
 
     async def request_batch(self, records: RecordBatch[ReqT]) -> npt.NDArray[RepT]:
-        """Send a batch and return its replies, in order, as an array of the reply dtype."""
+        """Send a batch and return its replies, in order, as an array of the reply dtype.
+
+        Errors as for :meth:`request`. A caller already cancelled on entry sends
+        nothing; cancelled later, a prefix of the batch may have been sent, and the
+        replies to it are discarded when they come.
+        """
         batch = coerce_batch(records, self.kernel.request_dtype)
         return await self._request(batch)
 
@@ -960,13 +982,19 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """The next reply to a :meth:`send`, in order; waits for one.
 
         After the kernel stops, replies already collected are still returned; then it
-        raises :class:`~pdc_core.ActorStopped` (or ``ActorCrashed``).
+        raises :class:`~pdc_core.ActorStopped` (or ``ActorCrashed``). Cancellation as
+        for :meth:`receive_batch`.
         """
         reply: RepT = (await self.receive_batch(1))[0]
         return reply
 
     async def receive_batch(self, max_count: int | None = None) -> npt.NDArray[RepT]:
-        """Between 1 and ``max_count`` (default: all available) replies to sends, in order."""
+        """Between 1 and ``max_count`` (default: all available) replies to sends, in order.
+
+        Waits for one; errors after a stop as for :meth:`receive`; ``max_count`` below
+        1 is a :class:`ValueError`. A caller already cancelled on entry takes nothing,
+        and a cancelled wait takes nothing: the replies stay for the next receive.
+        """
         if max_count is not None and max_count < 1:
             raise ValueError(f"max_count must be at least 1, not {max_count}")
         self._check_loop()
@@ -1008,6 +1036,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """Park the kernel between batches; returns once it has acknowledged.
 
         Requests sent while paused wait in the ring (and sends wait when it is full).
+        A caller already cancelled on entry pauses nothing; cancelled while it waits
+        for the acknowledgement, the pause stays requested and the kernel parks
+        (:meth:`resume` lets it go on).
         """
         self._check_loop()
         await full_checkpoint(current_kit())
@@ -1018,7 +1049,11 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         self._state = SessionState.PAUSED
 
     async def resume(self) -> None:
-        """Let a paused kernel go on; returns once it has left its pause."""
+        """Let a paused kernel go on; returns once it has left its pause.
+
+        A caller already cancelled on entry resumes nothing; cancelled while it waits,
+        the resume stays requested and the kernel goes on.
+        """
         self._check_loop()
         await full_checkpoint(current_kit())
         self._check_open()

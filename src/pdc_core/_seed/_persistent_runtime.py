@@ -143,29 +143,49 @@ class PersistentRingKernel(KernelActorRef):
             raise self._state_error(operation, ", ".join(state.name for state in allowed))
 
     async def activate(self) -> None:
-        """LAUNCHED -> ACTIVE: clear the pause word; returns once the kernel runs."""
+        """LAUNCHED -> ACTIVE: clear the pause word; returns once the kernel runs.
+
+        Raises :class:`~pdc_core.KernelStateError` in any other state. A caller
+        already cancelled on entry changes nothing; cancelled while it waits, the
+        resume stays requested and the kernel goes on.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         self._require("activate", KernelState.LAUNCHED)
         await self.resume()
 
     async def deactivate(self) -> None:
-        """ACTIVE -> DEACTIVATED: park the kernel; requests wait in the ring."""
+        """ACTIVE -> DEACTIVATED: park the kernel; requests wait in the ring.
+
+        Raises :class:`~pdc_core.KernelStateError` in any other state. A caller
+        already cancelled on entry changes nothing; cancelled while it waits for the
+        kernel to park, the pause stays requested and the kernel parks.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         self._require("deactivate", KernelState.ACTIVE)
         await self.pause()
 
     async def reactivate(self) -> None:
-        """DEACTIVATED -> ACTIVE: let the parked kernel go on."""
+        """DEACTIVATED -> ACTIVE: let the parked kernel go on.
+
+        Errors and cancellation as for :meth:`activate`.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         self._require("reactivate", KernelState.DEACTIVATED)
         await self.resume()
 
     async def pause(self) -> None:
+        """Park the kernel, whatever its lifecycle state (:meth:`deactivate` checks
+        it); raises and cancels as :meth:`KernelActorRef.pause
+        <pdc_core.KernelActorRef.pause>` does, and marks the telemetry inactive."""
         await full_checkpoint(current_kit())  # a checkpoint on every path
         await super().pause()
         self._runner.recorder.set_active(False)
 
     async def resume(self) -> None:
+        """Let the kernel go on, whatever its lifecycle state (:meth:`activate` and
+        :meth:`reactivate` check it); raises and cancels as
+        :meth:`KernelActorRef.resume <pdc_core.KernelActorRef.resume>` does, and marks
+        the telemetry active."""
         await full_checkpoint(current_kit())  # a checkpoint on every path
         await super().resume()
         self._runner.activated = True
@@ -182,7 +202,9 @@ class PersistentRingKernel(KernelActorRef):
     async def terminate(self, timeout: float = 5.0) -> None:
         """Drain for up to ``timeout`` seconds, then stop; returns once it has stopped.
 
-        Idempotent. See the module documentation for what happens to requests.
+        Idempotent. See the module documentation for what happens to requests. A
+        caller already cancelled on entry terminates nothing; cancelled while it
+        waits, the stop it requested goes on.
         """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         check_timeout(timeout)
@@ -197,7 +219,9 @@ class PersistentRingKernel(KernelActorRef):
 
         Waits while the ring is full, at most ``timeout`` seconds
         (:class:`~pdc_core.MessageTimeout`). Raises
-        :class:`~pdc_core.KernelStateError` unless LAUNCHED, ACTIVE or DEACTIVATED.
+        :class:`~pdc_core.KernelStateError` unless LAUNCHED, ACTIVE or DEACTIVATED. A
+        caller already cancelled on entry sends nothing, and cancelling the wait for
+        room leaves the record unsent.
         """
         if cancel_called():
             await raise_cancelled()
@@ -226,7 +250,9 @@ class PersistentRingKernel(KernelActorRef):
 
         Raises :class:`~pdc_core.MessageTimeout` after ``timeout`` seconds, and
         :class:`~pdc_core.KernelStateError` once the kernel has stopped and every
-        reply it published has been received.
+        reply it published has been received. A caller already cancelled on entry
+        takes nothing, and a cancelled wait takes nothing: the reply stays for the
+        next receive.
         """
         if cancel_called():
             await raise_cancelled()

@@ -337,7 +337,10 @@ class RingKernelContext:
         return state is KernelState.ACTIVE or state is KernelState.TERMINATING
 
     async def wait_active(self) -> None:
-        """Wait until the kernel is activated (or is terminating)."""
+        """Wait until the kernel is activated (or is terminating).
+
+        A checkpoint; cancelling it ends the wait only.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         kernel = self._kernel
         while kernel._state is KernelState.LAUNCHED or kernel._state is KernelState.DEACTIVATED:
@@ -357,7 +360,10 @@ class RingKernelContext:
         Waits while the queue is empty or the kernel is deactivated. Raises
         :class:`~pdc_core.MessageTimeout` (a ``TimeoutError``) after ``timeout``
         seconds, and :class:`~pdc_core.KernelTerminated` when the kernel is
-        terminating and its queue is drained.
+        terminating and its queue is drained. A kernel already cancelled on entry
+        takes nothing; cancelled while it waits, it takes nothing, except a message
+        handed to it in that instant, which is counted as undelivered (an ``ask`` of
+        it fails with :class:`~pdc_core.ActorStopped`).
         """
         if timeout is not None:
             timeout = check_timeout(timeout)
@@ -455,7 +461,11 @@ class RingKernelContext:
         return message
 
     async def receive_batch(self, max_count: int, timeout: float | None = None) -> list[Any]:
-        """Wait for at least one message, then return up to ``max_count`` of them."""
+        """Wait for at least one message, then return up to ``max_count`` of them.
+
+        Waits, raises and cancels as :meth:`receive` does; ``max_count`` below 1 is a
+        :class:`ValueError`.
+        """
         if timeout is not None:
             timeout = check_timeout(timeout)
         if max_count < 1:
@@ -479,7 +489,9 @@ class RingKernelContext:
 
         A message whose ``correlation_id`` answers a pending ``ask`` resolves it
         directly; any other goes to the output queue (read with
-        ``runtime.receive``), waiting while that queue is full.
+        ``runtime.receive``), waiting while that queue is full. A kernel already
+        cancelled on entry sends nothing, and cancelling the wait for room leaves the
+        message unsent.
         """
         kernel = self._kernel
         outbox = self._outbox
@@ -685,7 +697,11 @@ class RingKernel(ActorRef[Any, Any]):
                 wake(waiter)
 
     async def activate(self) -> None:
-        """LAUNCHED -> ACTIVE: start delivering messages."""
+        """LAUNCHED -> ACTIVE: start delivering messages.
+
+        Raises :class:`~pdc_core.KernelStateError` in any other state. Never waits, but
+        is a checkpoint: a caller already cancelled on entry changes nothing.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is not KernelState.LAUNCHED:
             raise self._state_error("activate", "LAUNCHED")
@@ -693,7 +709,11 @@ class RingKernel(ActorRef[Any, Any]):
         self._inbox.resume()
 
     async def deactivate(self) -> None:
-        """ACTIVE -> DEACTIVATED: pause delivery; messages keep queueing."""
+        """ACTIVE -> DEACTIVATED: pause delivery; messages keep queueing.
+
+        Raises :class:`~pdc_core.KernelStateError` in any other state. Never waits, but
+        is a checkpoint: a caller already cancelled on entry changes nothing.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is not KernelState.ACTIVE:
             raise self._state_error("deactivate", "ACTIVE")
@@ -701,7 +721,11 @@ class RingKernel(ActorRef[Any, Any]):
         self._set_state(KernelState.DEACTIVATED)
 
     async def reactivate(self) -> None:
-        """DEACTIVATED -> ACTIVE: resume delivery."""
+        """DEACTIVATED -> ACTIVE: resume delivery.
+
+        Raises :class:`~pdc_core.KernelStateError` in any other state. Never waits, but
+        is a checkpoint: a caller already cancelled on entry changes nothing.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is not KernelState.DEACTIVATED:
             raise self._state_error("reactivate", "DEACTIVATED")
@@ -958,10 +982,14 @@ class RingKernel(ActorRef[Any, Any]):
         return result if result is TIMED_OUT else list(result)
 
     async def pause(self) -> None:
+        """:meth:`deactivate` (the :class:`~pdc_core.ActorRef` name): raises and
+        cancels as it does."""
         await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.deactivate()
 
     async def resume(self) -> None:
+        """:meth:`activate` a LAUNCHED kernel, else :meth:`reactivate` it (the
+        :class:`~pdc_core.ActorRef` name): raises and cancels as they do."""
         await full_checkpoint(current_kit())  # a checkpoint on every path
         if self._state is KernelState.LAUNCHED:
             await self.activate()

@@ -180,6 +180,10 @@ class RingKernelRuntime(Generic[TelemetryT]):
         ``launch_timeout``, ``receive_window`` and the backend's own launch options)
         apply to it only; ``input_type``, ``output_type``, ``queue_size`` and
         ``backpressure`` do not (its records and ring capacity are in the kernel).
+        Options that do not apply are a :class:`TypeError`; outside ``async with`` it
+        raises :class:`~pdc_core.LifecycleError`. A caller already cancelled on entry
+        launches nothing; cancelled while the kernel starts, the kernel is not
+        registered under ``kernel_id``.
         """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         if not self._active or self._nursery is None:
@@ -266,27 +270,50 @@ class RingKernelRuntime(Generic[TelemetryT]):
         )
 
     async def activate(self, kernel_id: str) -> None:
-        """Phase 2: LAUNCHED -> ACTIVE, start delivering messages."""
+        """Phase 2: LAUNCHED -> ACTIVE, start delivering messages.
+
+        Raises :class:`~pdc_core.KernelNotFoundError` for an unknown id and
+        :class:`~pdc_core.KernelStateError` in another state. A caller already
+        cancelled on entry changes nothing; a persistent kernel, cancelled while it
+        waits for the kernel to leave its pause, has the resume requested.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).activate()
 
     async def deactivate(self, kernel_id: str) -> None:
-        """ACTIVE -> DEACTIVATED: pause delivery (messages keep queueing)."""
+        """ACTIVE -> DEACTIVATED: pause delivery (messages keep queueing).
+
+        Errors as for :meth:`activate`. A caller already cancelled on entry changes
+        nothing; a persistent kernel, cancelled while it waits for the kernel to
+        park, has the pause requested.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).deactivate()
 
     async def reactivate(self, kernel_id: str) -> None:
-        """DEACTIVATED -> ACTIVE: resume delivery."""
+        """DEACTIVATED -> ACTIVE: resume delivery.
+
+        Errors and cancellation as for :meth:`activate`.
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).reactivate()
 
     async def terminate(self, kernel_id: str, timeout: float = 5.0) -> None:
-        """Drain the kernel's queue for up to ``timeout`` seconds, then stop it."""
+        """Drain the kernel's queue for up to ``timeout`` seconds, then stop it.
+
+        Raises :class:`~pdc_core.KernelNotFoundError` for an unknown id. A caller
+        already cancelled on entry terminates nothing; cancelled while it waits, the
+        kernel stays terminating (it takes no new messages).
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         await self.get_kernel(kernel_id).terminate(timeout)
 
     async def shutdown(self, timeout: float = 5.0) -> None:
-        """Terminate every live kernel, draining them for ``timeout`` seconds in all."""
+        """Terminate every live kernel, draining them for ``timeout`` seconds in all.
+
+        A caller already cancelled on entry terminates nothing; cancelled while it
+        waits, the kernels stay terminating (they take no new messages).
+        """
         await full_checkpoint(current_kit())  # a checkpoint on every path
         check_timeout(timeout)
         live = [kernel for kernel in self._kernels.values() if not kernel._finished]
@@ -339,13 +366,19 @@ class RingKernelRuntime(Generic[TelemetryT]):
         return kernel.receive(timeout)
 
     async def ask(self, kernel_id: str, message: Any, *, timeout: float | None = None) -> Any:
-        """Send ``message`` and return the kernel's reply with its ``correlation_id``."""
+        """Send ``message`` and return the kernel's reply with its ``correlation_id``.
+
+        Raises :class:`~pdc_core.KernelNotFoundError` for an unknown id, else as the
+        kernel's :meth:`~pdc_core.ActorRef.ask`, whose cancellation rules apply: a
+        cancelled ask leaves nothing behind.
+        """
         return await self.get_kernel(kernel_id).ask(message, timeout=timeout)
 
     async def send_and_receive(
         self, kernel_id: str, message: Any, *, timeout: float | None = None
     ) -> Any:
-        """PyDotCompute's name for :meth:`ask` (here the reply is matched by id)."""
+        """PyDotCompute's name for :meth:`ask` (here the reply is matched by id); raises
+        and cancels as it does."""
         return await self.ask(kernel_id, message, timeout=timeout)
 
     def get_telemetry(self, kernel_id: str) -> TelemetryT:
