@@ -239,6 +239,8 @@ class BackendConformance:
     # -- discovery -------------------------------------------------------------------
 
     def test_declares_itself(self, backend: Backend) -> None:
+        """The backend has an identifier name and a distribution, is available, and
+        lists at least one device, indexed in order, with its name and kind."""
         assert backend.name.isidentifier()
         assert isinstance(backend.distribution, str)
         assert backend.availability().available
@@ -254,6 +256,8 @@ class BackendConformance:
 
     @pytest.mark.parametrize("dtype", [*_DTYPES, _RECORD])
     def test_round_trip_copies(self, backend: Backend, dtype: Any) -> None:
+        """Host to device and back keeps shape, dtype and values (plain and record
+        dtypes), and ``to_host(out=...)`` fills and returns ``out``."""
         host = np.zeros((3, 5), dtype=dtype)
         if host.dtype.names:
             host["id"] = np.arange(15).reshape(3, 5)
@@ -270,6 +274,7 @@ class BackendConformance:
         np.testing.assert_array_equal(out, host)
 
     def test_copy_into_existing_device_memory(self, backend: Backend) -> None:
+        """``to_device(host, out=device)`` copies into memory already allocated."""
         device = backend.allocate((8,), np.dtype(np.int32), MemoryKind.DEVICE)
         backend.to_device(np.arange(8, dtype=np.int32), out=device)
         np.testing.assert_array_equal(_host(backend, device), np.arange(8))
@@ -335,6 +340,8 @@ class BackendConformance:
 
     @pytest.mark.parametrize("dtype", _DTYPES)
     def test_allocate_honours_shape_and_dtype(self, backend: Backend, dtype: Any) -> None:
+        """``allocate`` of every declared memory kind gives the shape and dtype asked
+        for, NumPy arrays for the host kinds, and memory that holds what is written."""
         dtype = np.dtype(dtype)
         host_kinds = {MemoryKind.HOST, MemoryKind.PINNED, MemoryKind.MAPPED}
         for kind in self._declared_kinds(backend):
@@ -358,6 +365,7 @@ class BackendConformance:
                     np.testing.assert_array_equal(_host(backend, array), values)
 
     def test_host_kinds_are_numpy_arrays(self, backend: Backend) -> None:
+        """Host, pinned and mapped memory (as declared) are writable NumPy arrays."""
         kinds = [MemoryKind.HOST]
         if backend.has(Capability.PINNED_MEMORY) or backend.has(Capability.UNIFIED_MEMORY):
             kinds.append(MemoryKind.PINNED)
@@ -371,12 +379,16 @@ class BackendConformance:
             assert float(array.sum()) == 12.0
 
     def test_bad_allocations_are_named(self, backend: Backend) -> None:
+        """A negative shape is a :class:`ValueError` and an object dtype a
+        :class:`TypeError`, each saying what is wrong."""
         with pytest.raises(ValueError, match="negative"):
             backend.allocate((-1,), np.dtype(np.float32))
         with pytest.raises(TypeError, match="objects"):
             backend.allocate((2,), np.dtype(object))
 
     def test_unified_memory_is_shared(self, backend: Backend) -> None:
+        """With unified memory, a host write is seen through ``device_view`` without a
+        copy; skipped without the capability."""
         if not backend.has(Capability.UNIFIED_MEMORY):
             pytest.skip(f"the {backend.name} backend declares no unified memory")
         host = backend.allocate((4,), np.dtype(np.float32), MemoryKind.HOST)
@@ -386,6 +398,8 @@ class BackendConformance:
         assert float(_host(backend, view)[2]) == 7.0
 
     def test_memory_statistics(self, backend: Backend) -> None:
+        """``memory_statistics()`` gives non-negative integer counters, with no more
+        bytes in use than held (unless the backend holds none)."""
         stats = backend.memory_statistics()
         for value in (stats.hits, stats.misses, stats.bytes_in_use, stats.bytes_held):
             assert isinstance(value, int)
@@ -395,6 +409,7 @@ class BackendConformance:
     # -- streams and events ----------------------------------------------------------
 
     def test_stream_copies_complete_in_order(self, backend: Backend) -> None:
+        """Copies queued on one stream run in order: the copy back sees the copy in."""
         stream = backend.create_stream()
         try:
             host = np.arange(1000, dtype=np.float32)
@@ -430,6 +445,8 @@ class BackendConformance:
             assert (out == k).all(), f"copy out {k} saw {sorted(set(out.tolist()))}"
 
     def test_recorded_event_completes(self, backend: Backend) -> None:
+        """An event recorded after a copy becomes done and ``synchronize`` returns,
+        also on an idle stream, within :attr:`timeout`."""
         stream = backend.create_stream()
         try:
             backend.to_device(np.ones(256, dtype=np.float32), stream=stream)
@@ -446,6 +463,7 @@ class BackendConformance:
             stream.close()
 
     def test_wait_event_across_streams(self, backend: Backend) -> None:
+        """A stream that waits on another stream's event sees that stream's copy."""
         first, second = backend.create_stream(), backend.create_stream()
         try:
             host = np.arange(64, dtype=np.int64)
@@ -461,6 +479,8 @@ class BackendConformance:
             second.close()
 
     async def test_async_waits(self, backend: Backend) -> None:
+        """``await event.wait()`` and ``await stream.wait()`` return once a queued copy
+        is done, within :attr:`timeout`. Cancelled, it still closes its stream."""
         stream = backend.create_stream()
         try:
             backend.to_device(np.ones(256, dtype=np.float32), stream=stream)
@@ -481,6 +501,8 @@ class BackendConformance:
     # -- buffers and pool ------------------------------------------------------------
 
     def test_unified_buffer_round_trip(self, backend: Backend) -> None:
+        """A :class:`~pdc_core.UnifiedBuffer` on the backend syncs to the device and
+        back, SYNCHRONIZED after each."""
         buf = UnifiedBuffer((16,), dtype=np.float32, backend=backend)
         buf.host[:] = np.arange(16)
         buf.sync_to_device()
@@ -491,12 +513,15 @@ class BackendConformance:
         np.testing.assert_array_equal(buf.host_readonly(), np.arange(16))
 
     def test_host_writes_reach_the_device(self, backend: Backend) -> None:
+        """A write through ``buf.host`` after a sync is seen through ``buf.device``."""
         buf = UnifiedBuffer((4,), dtype=np.int32, backend=backend)
         buf.sync_to_device()
         buf.host[3] = 11
         assert int(_host(backend, buf.device)[3]) == 11
 
     def test_pool_reuses_buffers(self, backend: Backend) -> None:
+        """A :class:`~pdc_core.MemoryPool` on the backend hands a released buffer out
+        again, and counts one miss and one hit."""
         pool = MemoryPool(backend=backend)
         first = pool.acquire((32,), dtype=np.float32)
         pool.release(first)
@@ -507,6 +532,8 @@ class BackendConformance:
     # -- Python kernels --------------------------------------------------------------
 
     def test_python_kernels_run_the_seeds_examples(self, backend: Backend) -> None:
+        """A backend declaring Python kernels runs the seeds' ``@kernel`` examples
+        (:meth:`run_python_kernel_examples`); skipped without the capability."""
         if not backend.has(Capability.PYTHON_KERNELS):
             pytest.skip(f"the {backend.name} backend declares no Python kernels")
         try:
@@ -548,6 +575,8 @@ class BackendConformance:
         return np.arange(start, start + count, dtype=np.float32)
 
     async def test_persistent_kernel_request(self, backend: Backend) -> None:
+        """One request is answered by the resident kernel, and the session stops
+        cleanly with one sent and one replied. Cancelled, it still stops the session."""
         session = await self._start(backend)
         try:
             with anyio.fail_after(self.timeout):
@@ -560,6 +589,9 @@ class BackendConformance:
         assert session.statistics().sent == session.statistics().replied == 1
 
     async def test_persistent_kernel_batches(self, backend: Backend) -> None:
+        """Batches larger than the ring are answered in order, by ``request_batch`` and
+        by ``send_batch`` waiting for room while another task receives. Cancelled, it
+        still stops the session."""
         session = await self._start(backend)
         try:
             with anyio.fail_after(self.timeout):
@@ -577,6 +609,9 @@ class BackendConformance:
             await session.stop()
 
     async def test_persistent_kernel_pause_and_resume(self, backend: Backend) -> None:
+        """A paused kernel acknowledges the pause and answers nothing; resumed, it
+        answers what was sent meanwhile, in order. Cancelled, it still stops the
+        session."""
         session = await self._start(backend)
         try:
             with anyio.fail_after(self.timeout):
@@ -599,6 +634,9 @@ class BackendConformance:
             await session.stop()
 
     async def test_persistent_kernel_drain_stop_answers_everything(self, backend: Backend) -> None:
+        """``stop(drain=True)`` of a paused kernel answers every request sent before it;
+        the replies can still be received, then ``receive`` raises ``ActorStopped``.
+        Cancelled, it still stops the session."""
         session = await self._start(backend)
         try:
             with anyio.fail_after(self.timeout):
@@ -615,6 +653,9 @@ class BackendConformance:
             await session.receive()
 
     async def test_persistent_kernel_stop_now(self, backend: Backend) -> None:
+        """``stop()`` without drain leaves requests published to a paused kernel
+        unprocessed (counted), and later calls raise ``ActorStopped``. Cancelled, it
+        still stops the session."""
         session = await self._start(backend)
         try:
             with anyio.fail_after(self.timeout):
@@ -632,6 +673,9 @@ class BackendConformance:
             await session.request(np.float32(2.0))
 
     async def test_persistent_kernel_error_word(self, backend: Backend) -> None:
+        """A body that fails sets the error word: the request gets ``ActorCrashed``
+        caused by a ``PersistentKernelError`` with its code, the session is CRASHED and
+        refuses further requests. Cancelled, it still stops the session."""
         session = await self._start(backend, failing=True)
         try:
             with anyio.fail_after(self.timeout), pytest.raises(ActorCrashed) as info:

@@ -113,6 +113,7 @@ class Echo:
         return cls._live[key]
 
     def forget(self) -> None:
+        """Unregister the echo, so :meth:`named` no longer finds it (idempotent)."""
         Echo._live.pop(self.key, None)
 
     def handle(self, value: int) -> int:
@@ -124,7 +125,8 @@ class Echo:
         return value
 
     async def handle_async(self, value: int) -> int:
-        """Handle ``value`` on the event loop (waits on :data:`HOLD`)."""
+        """Handle ``value`` on the event loop (waits on :data:`HOLD`). Cancelled while
+        it holds, it logs nothing."""
         if value == HOLD:
             self.holding.set()
             await self._released_async.wait()
@@ -165,7 +167,11 @@ class ActorRefConformance:
     # -- what a kind's suite supplies ------------------------------------------------
 
     async def start(self, nursery: ActorNursery, echo: Echo) -> ActorRef[Any, Any]:
-        """Start, in ``nursery``, an actor of the kind under test running ``echo``."""
+        """Start, in ``nursery``, an actor of the kind under test running ``echo``.
+
+        Override it (the default raises :class:`NotImplementedError`). Cancelled, it
+        must start nothing that outlives ``nursery``.
+        """
         raise NotImplementedError("ActorRefConformance.start: start an actor of your kind")
 
     @asynccontextmanager
@@ -246,6 +252,9 @@ class ActorRefConformance:
     # -- priority -----------------------------------------------------------------------
 
     async def test_priority_order_and_default_from_the_message(self) -> None:
+        """Higher priorities are served first (where the kind orders by priority), an
+        explicit priority beats the message's own, and 128 is the default. Cancelled,
+        it leaves no actor running."""
         async with self._running() as (ref, echo):
             async with self._held(ref, echo):
                 if self.messages_carry_priority:
@@ -267,6 +276,8 @@ class ActorRefConformance:
             assert echo.handled == expected
 
     async def test_numpy_integer_priorities_are_priorities(self) -> None:
+        """NumPy integer scalars are priorities, given as ``priority`` or carried by
+        the message. Cancelled, it leaves no actor running."""
         async with self._running() as (ref, _echo):
             priorities: tuple[Any, ...] = (np.int64(5), np.uint8(200), np.int32(0))
             for priority in priorities:
@@ -280,6 +291,9 @@ class ActorRefConformance:
 
     @pytest.mark.parametrize("method", ["tell", "ask", "tell_many", "ask_many", "ask_stream"])
     async def test_priority_out_of_range_or_not_an_int_is_refused(self, method: str) -> None:
+        """A priority outside 0..255 is a ``ValueError`` and a non-integer a
+        ``TypeError``, with the documented text, before anything is sent. Cancelled, it
+        leaves no actor running."""
         async with self._running() as (ref, echo):
             call = self._calls(ref)[method]
             for bad in (256, -1):
@@ -297,6 +311,8 @@ class ActorRefConformance:
     # -- timeouts -----------------------------------------------------------------------
 
     async def test_none_inf_and_numpy_timeouts_wait(self) -> None:
+        """``None``, infinity and NumPy scalar timeouts wait for the reply. Cancelled,
+        it leaves no actor running."""
         async with self._running() as (ref, _echo):
             timeouts: tuple[Any, ...] = (None, math.inf, np.float64(math.inf), np.float32(30))
             for timeout in (*timeouts, np.int64(30), 30):
@@ -305,6 +321,9 @@ class ActorRefConformance:
                 assert [self.value(r) for r in replies] == [3, 4]
 
     async def test_zero_and_negative_timeouts_mean_now(self) -> None:
+        """Zero and negative timeouts time out at once with the documented message, a
+        short timeout waits that long, and the actor keeps serving. Cancelled, it
+        leaves no actor running."""
         async with self._running() as (ref, echo):
             async with self._held(ref, echo):
                 for now in (0, -1, 0.0, np.float64(-0.5)):
@@ -328,6 +347,8 @@ class ActorRefConformance:
 
     @pytest.mark.parametrize("method", ["ask", "ask_many", "ask_stream"])
     async def test_nan_and_non_number_timeouts_are_refused(self, method: str) -> None:
+        """A NaN timeout is a ``ValueError`` and a non-number a ``TypeError``, before
+        anything is sent. Cancelled, it leaves no actor running."""
         async with self._running() as (ref, echo):
             call = self._calls(ref)[method]
             with pytest.raises(ValueError, match="timeout is NaN"):
@@ -341,6 +362,8 @@ class ActorRefConformance:
 
     @pytest.mark.parametrize("method", ["tell", "ask", "tell_many", "ask_many", "ask_stream"])
     async def test_an_already_cancelled_caller_sends_nothing(self, method: str) -> None:
+        """Each messaging method called in an already-cancelled scope raises the
+        cancellation and sends nothing. Cancelled, it leaves no actor running."""
         async with self._running() as (ref, echo):
             call = self._calls(ref)[method]
             with anyio.CancelScope() as scope:
@@ -351,6 +374,9 @@ class ActorRefConformance:
             await self._sent_nothing(ref, echo)
 
     async def test_a_cancelled_ask_leaves_nothing_behind(self) -> None:
+        """An ``ask`` cancelled while it waits (with and without a timeout) leaves no
+        request tracked and no timer armed, and a late reply answers no later ask.
+        Cancelled itself, it leaves no actor running (the nursery ends with it)."""
         async with self._running() as (ref, echo):
             first = self.message(1)
             armed: set[int] = set()
@@ -380,6 +406,9 @@ class ActorRefConformance:
     # -- stop while asking --------------------------------------------------------------
 
     async def test_stop_while_asking_fails_the_request_with_actor_stopped(self) -> None:
+        """A stop while a request waits fails it with ``ActorStopped``; after the stop
+        every method raises ``ActorStopped``, or the cancellation first in a cancelled
+        scope. Cancelled, it leaves no actor running."""
         async with self._running() as (ref, echo):
             outcome: list[BaseException | Any] = []
             async with anyio.create_task_group() as tg, self._held(ref, echo):
@@ -407,6 +436,9 @@ class ActorRefConformance:
     # -- the nursery's drain ------------------------------------------------------------
 
     async def test_a_draining_nursery_admits_its_own_actors(self) -> None:
+        """While the nursery drains after its body, its own actors can still ask this
+        kind of actor and an outsider is refused; skipped for a kind that runs in a
+        nursery of its own. Cancelled, it leaves no actor running."""
         if not self.runs_in_nursery:
             pytest.skip("this kind runs in a nursery of its own")
         echo = Echo()
@@ -452,6 +484,9 @@ class ActorRefConformance:
     # -- batches ------------------------------------------------------------------------
 
     async def test_empty_batches_send_nothing_and_return_at_once(self) -> None:
+        """``tell_many([])``, ``ask_many([])`` and ``ask_stream([])`` send nothing and
+        return at once, still check their arguments, and do so after a stop too.
+        Cancelled, it leaves no actor running."""
         async with self._running() as (ref, echo):
             await ref.tell_many([])  # returns None (typed so)
             assert list(await ref.ask_many([])) == []
@@ -467,6 +502,8 @@ class ActorRefConformance:
             assert list(await ref.ask_many([])) == []
 
     async def test_ask_many_and_ask_stream_keep_the_order_of_the_messages(self) -> None:
+        """``ask_many`` and ``ask_stream`` return the replies in the order of the
+        messages, whatever their priorities. Cancelled, it leaves no actor running."""
         async with self._running() as (ref, echo):
             n = 40
             if self.messages_carry_priority:

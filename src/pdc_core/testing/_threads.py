@@ -18,7 +18,8 @@ _POLL_SECONDS = 0.005
 
 async def settle_threads(baseline: int, *, within: float) -> None:
     """Return once :func:`thread_count` is back to ``baseline``; after ``within``
-    seconds without that, fail with an ``AssertionError`` listing the live threads."""
+    seconds without that, fail with an ``AssertionError`` listing the live threads.
+    Cancelling it ends the wait only."""
     with anyio.move_on_after(within):
         while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
             await anyio.sleep(_POLL_SECONDS)
