@@ -194,14 +194,38 @@ class GraphOps(Protocol):
     stream captures.
     """
 
-    def device_context(self) -> contextlib.AbstractContextManager[Any]: ...
-    def create_stream(self) -> Any: ...
-    def close_stream(self, stream: Any) -> None: ...
-    def host_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]: ...
-    def device_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any: ...
-    def device_address(self, array: Any) -> int: ...
-    def copy_to_device(self, dst: int, src: int, nbytes: int, stream: Any) -> None: ...
-    def copy_to_host(self, dst: int, src: int, nbytes: int, stream: Any) -> None: ...
+    def device_context(self) -> contextlib.AbstractContextManager[Any]:
+        """A context in which the backend's device is the current one."""
+        ...
+
+    def create_stream(self) -> Any:
+        """A new stream for the launcher's copies, launches and replays."""
+        ...
+
+    def close_stream(self, stream: Any) -> None:
+        """Release a stream made by :meth:`create_stream`."""
+        ...
+
+    def host_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """A staging host array (pinned, so copies can be queued and captured)."""
+        ...
+
+    def device_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """A device array of ``shape`` and ``dtype``."""
+        ...
+
+    def device_address(self, array: Any) -> int:
+        """The device address of an array made by :meth:`device_buffer`."""
+        ...
+
+    def copy_to_device(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        """Queue (or, while capturing, record) a copy of ``nbytes`` host to device."""
+        ...
+
+    def copy_to_host(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        """Queue (or, while capturing, record) a copy of ``nbytes`` device to host."""
+        ...
+
     def launch(
         self,
         kernel: CudaKernel,
@@ -210,15 +234,41 @@ class GraphOps(Protocol):
         args: tuple[Any, ...],
         shared_mem: int,
         stream: Any,
-    ) -> None: ...
-    def begin_capture(self, stream: Any) -> None: ...
-    def end_capture(self, stream: Any) -> int: ...
-    def instantiate(self, graph: int, stream: Any) -> int: ...
-    def replay(self, executable: int, stream: Any) -> None: ...
-    def destroy_graph(self, graph: int) -> None: ...
-    def destroy_executable(self, executable: int) -> None: ...
-    def synchronize(self, stream: Any) -> None: ...
-    def done(self, stream: Any) -> bool: ...
+    ) -> None:
+        """Queue (or, while capturing, record) a launch of ``kernel`` on ``stream``."""
+        ...
+
+    def begin_capture(self, stream: Any) -> None:
+        """Start capturing ``stream``'s work into a graph instead of running it."""
+        ...
+
+    def end_capture(self, stream: Any) -> int:
+        """End the capture; return the captured graph."""
+        ...
+
+    def instantiate(self, graph: int, stream: Any) -> int:
+        """Make an executable graph of ``graph``, ready to replay on ``stream``."""
+        ...
+
+    def replay(self, executable: int, stream: Any) -> None:
+        """Queue one run of an executable graph on ``stream``."""
+        ...
+
+    def destroy_graph(self, graph: int) -> None:
+        """Release a graph returned by :meth:`end_capture`."""
+        ...
+
+    def destroy_executable(self, executable: int) -> None:
+        """Release an executable graph returned by :meth:`instantiate`."""
+        ...
+
+    def synchronize(self, stream: Any) -> None:
+        """Block until the work queued on ``stream`` is done."""
+        ...
+
+    def done(self, stream: Any) -> bool:
+        """Whether the work queued on ``stream`` is done (never waits)."""
+        ...
 
 
 class CupyGraphOps:
@@ -238,28 +288,36 @@ class CupyGraphOps:
         self._runtime = cupy.cuda.runtime
 
     def device_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The backend's ``device_context()``."""
         return self.backend.device_context()
 
     def create_stream(self) -> Any:
+        """A new :class:`~pdc_cuda.CudaStream` of the backend."""
         return self.backend.create_stream()
 
     def close_stream(self, stream: Any) -> None:
+        """Close the stream."""
         stream.close()
 
     def host_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> npt.NDArray[Any]:
+        """A NumPy array in pinned memory from CuPy's pinned pool."""
         return pinned_empty(shape, dtype)
 
     def device_buffer(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Any:
+        """A CuPy array from the backend's memory pool."""
         return self.backend.allocate(shape, dtype, MemoryKind.DEVICE)
 
     def device_address(self, array: Any) -> int:
+        """The CuPy array's ``data.ptr``."""
         return int(array.data.ptr)
 
     def copy_to_device(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        """``cudaMemcpyAsync`` host to device on the stream."""
         runtime = self._runtime
         runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyHostToDevice, stream.ptr)
 
     def copy_to_host(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
+        """``cudaMemcpyAsync`` device to host on the stream."""
         runtime = self._runtime
         runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDeviceToHost, stream.ptr)
 
@@ -272,16 +330,22 @@ class CupyGraphOps:
         shared_mem: int,
         stream: Any,
     ) -> None:
+        """Launch the compiled kernel's CuPy ``RawKernel`` on the stream."""
         with stream.cupy:
             kernel.raw(grid, block, args, shared_mem=shared_mem)
 
     def begin_capture(self, stream: Any) -> None:
+        """``cudaStreamBeginCapture`` in thread-local mode."""
         self._runtime.streamBeginCapture(stream.ptr, self._runtime.streamCaptureModeThreadLocal)
 
     def end_capture(self, stream: Any) -> int:
+        """``cudaStreamEndCapture``: the captured graph."""
         return int(self._runtime.streamEndCapture(stream.ptr))
 
     def instantiate(self, graph: int, stream: Any) -> int:
+        """``cudaGraphInstantiate``, then ``cudaGraphUpload`` on the stream so the
+        first replay does not pay for the upload; a failed upload destroys the
+        executable before the error propagates."""
         runtime = self._runtime
         executable = int(runtime.graphInstantiate(graph))
         try:
@@ -293,18 +357,23 @@ class CupyGraphOps:
         return executable
 
     def replay(self, executable: int, stream: Any) -> None:
+        """``cudaGraphLaunch`` on the stream."""
         self._runtime.graphLaunch(executable, stream.ptr)
 
     def destroy_graph(self, graph: int) -> None:
+        """``cudaGraphDestroy``."""
         self._runtime.graphDestroy(graph)
 
     def destroy_executable(self, executable: int) -> None:
+        """``cudaGraphExecDestroy``."""
         self._runtime.graphExecDestroy(executable)
 
     def synchronize(self, stream: Any) -> None:
+        """The stream's ``synchronize()``."""
         stream.synchronize()
 
     def done(self, stream: Any) -> bool:
+        """The stream's ``done``."""
         return bool(stream.done)
 
 
@@ -637,6 +706,7 @@ class MessageLauncher:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has been called."""
         return self._closed
 
     def close(self) -> None:

@@ -132,10 +132,13 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
     # are only consulted for attribute access on the class itself).
     @property
     def priority(self) -> int:  # type: ignore[override]
+        """Where the backend ranks when pdc picks the best one: above cpu with a Metal
+        GPU, below it on MLX's CPU device."""
         return _priority()
 
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
+        """What the backend can do; Metal shader kernels only with a Metal GPU."""
         return _capabilities()
 
     def __init__(self, device: int = 0) -> None:
@@ -391,6 +394,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         }
 
     def reset_peak_memory(self) -> None:
+        """Reset MLX's peak-memory counter (``mx.reset_peak_memory()``)."""
         self._mx.reset_peak_memory()
 
     def free_cached_memory(self) -> None:
