@@ -73,7 +73,7 @@ import operator
 import time
 from bisect import insort
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Self, TypeVar
@@ -687,6 +687,30 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             return
         await self._send_full(item, priority, self._kit or self._bind())
 
+    async def wait_room(self) -> None:
+        """Wait until a :meth:`send` would not wait, without sending anything: there is
+        room, the policy is not ``"block"``, or the mailbox is closed (then ``send``
+        raises). A :meth:`send_nowait` or :meth:`offer` made right after, with no
+        ``await`` between, takes the room; after an ``await``, another sender may have
+        taken it (check again). How a mesh's ``broadcast`` waits for room in every member
+        before it tells any. A caller already cancelled on entry gets its cancellation;
+        a cancelled wait takes nothing (and passes on a wake-up it had)."""
+        kit = self._kit or self._bind()
+        if kit.cancel_called():
+            await raise_cancelled()
+        if (
+            self._size < self._capacity
+            or self._closed
+            or self._backpressure is not Backpressure.BLOCK
+        ):
+            return
+        try:
+            await self._wait_for_room(kit)
+        except MailboxClosed:
+            return
+        if self._senders and self._size < self._capacity:
+            self._wake_sender()  # this wake-up took no room: pass it on
+
     async def _send_full(self, item: T, priority: int, kit: Kit) -> None:
         """Apply the backpressure policy to an item that finds the mailbox full."""
         if self._backpressure is Backpressure.DROP_OLDEST:
@@ -908,6 +932,61 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                 self._wake_receiver()
             return QUEUED
         return 0
+
+    def deliverer(
+        self,
+        wrapped: frozenset[type],
+        wrap: Callable[[Any], T],
+        slow: Callable[[T, int, bool], Awaitable[None]],
+    ) -> Callable[[Any, int], Awaitable[None] | None]:
+        """A one-call send for a sender that completes without a coroutine when it can
+        (a mailbox actor's ``tell``: its handle's ``_deliver``).
+
+        ``deliver(item, priority)``, with ``priority`` already checked (an int in
+        0..255): an ``item`` whose class is in ``wrapped`` is replaced by ``wrap(item)``;
+        then the fairness rule of :meth:`send` applies (every :data:`TURN_CHECK_EVERY`-th
+        operation of the loop, at the end of a turn or when :data:`CATCH_UP_AT` items
+        wait, the sender must yield first): if so it returns ``slow(item, priority,
+        True)``, the awaitable that yields and then sends. Otherwise :meth:`offer`:
+        ``None`` once the item is in (queued, or handed to the parked receiver), else
+        (closed or full) ``slow(item, priority, False)``.
+        """
+        kit = self._kit or self._bind()
+        mailbox = self
+
+        def deliver(item: Any, priority: int) -> Awaitable[None] | None:
+            if item.__class__ in wrapped:
+                item = wrap(item)
+            ops = kit.ops = kit.ops + 1
+            if not ops % TURN_CHECK_EVERY and (mailbox._size >= CATCH_UP_AT or kit.turn_is_over()):
+                return slow(item, priority, True)
+            if mailbox._size < mailbox._capacity and not mailbox._closed:
+                # offer()'s body (priority already checked), inlined: one Python frame
+                # less on every tell (docs/benchmarks.md, issue 25/26 section).
+                taker = mailbox._taker
+                if taker is not None and not mailbox._paused and item is not None:
+                    mailbox._taker = None
+                    if not taker.done():
+                        taker.set_result(item)
+                        mailbox._sent += 1
+                        mailbox._received += 1
+                        return None
+                lane = mailbox._lanes[priority]
+                if lane is None:
+                    lane = mailbox._new_lane(priority)
+                if not lane:
+                    insort(mailbox._prios, priority)
+                lane.append(item)
+                size = mailbox._size = mailbox._size + 1
+                mailbox._sent += 1
+                if size > mailbox._peak:
+                    mailbox._peak = size
+                if (mailbox._receivers or mailbox._taker is not None) and not mailbox._paused:
+                    mailbox._wake_receiver()
+                return None
+            return slow(item, priority, False)
+
+        return deliver
 
     def requeue(self, item: T, priority: int) -> None:
         """Put back, first in its priority, an item whose receiver was cancelled after it

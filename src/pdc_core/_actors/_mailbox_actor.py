@@ -14,7 +14,7 @@ import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from inspect import CO_COROUTINE
 from types import FunctionType
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar
 
 import anyio
 
@@ -26,7 +26,6 @@ from .._exceptions import (
     MessageDropped,
 )
 from .._loop import (
-    TURN_CHECK_EVERY,
     Kit,
     Waiter,
     check_timeout,
@@ -36,7 +35,6 @@ from .._loop import (
     wake,
 )
 from ._mailbox import (
-    CATCH_UP_AT,
     EMPTY,
     HANDED,
     Control,
@@ -234,13 +232,18 @@ class Told:
 BatchPart = tuple[Any, BatchReply, int]
 
 
-def _told(message: Any, waiter_type: type) -> Any:
-    """What the mailbox holds for a told ``message`` (``waiter_type``: the class of the
-    event loop's waiters, which the actor's loop parks on)."""
-    cls = message.__class__
-    if cls is tuple or cls is Envelope or cls is Told or cls is waiter_type:
-        return Told(message)
-    return message
+def _wrapped_classes(waiter_type: type) -> frozenset[type]:
+    """The classes of told messages that are wrapped in a :class:`Told` (the one
+    definition of that rule): those that could pass for an envelope (a tuple, an
+    Envelope, a Told) or for ``waiter_type``, the class of the event loop's waiters,
+    which the actor's loop parks on."""
+    return frozenset((tuple, Envelope, Told, waiter_type))
+
+
+def _told(message: Any, wrapped: frozenset[type]) -> Any:
+    """What the mailbox holds for a told ``message`` (``wrapped``: see
+    :func:`_wrapped_classes`)."""
+    return Told(message) if message.__class__ in wrapped else message
 
 
 def _fail_request(item: Any, error: BaseException) -> None:
@@ -264,7 +267,16 @@ def _message_of(item: Any) -> Any:
 class MailboxActorRef(ActorRef[M, R]):
     """Handle of a mailbox actor (see :class:`ActorRef`)."""
 
-    __slots__ = ("_actor_id", "_cancel_called", "_kit", "_mailbox", "_runner", "_waiter_type")
+    __slots__ = (
+        "_actor_id",
+        "_cancel_called",
+        "_deliver",
+        "_kit",
+        "_mailbox",
+        "_runner",
+        "_waiter_type",
+        "_wrapped",
+    )
 
     def __init__(self, actor_id: str, mailbox: Mailbox[Any], kit: Kit) -> None:
         self._actor_id = actor_id
@@ -276,6 +288,20 @@ class MailboxActorRef(ActorRef[M, R]):
         #: The class of this loop's waiters: what the actor's loop parks on, so a told
         #: message of that class is wrapped (see Mailbox.poll_or_park).
         self._waiter_type: type = type(kit.waiter())
+        self._wrapped = _wrapped_classes(self._waiter_type)
+        # ActorRef's delivery of a tell, as one call into the mailbox (measured: one
+        # Python frame less per tell than a method calling Mailbox.offer): a told
+        # message that could pass for an envelope or the loop's waiter is wrapped in a
+        # Told (the classes of _wrapped_classes, one definition), the mailbox's
+        # fairness rule applies, and what cannot finish at once goes on in
+        # _deliver_slowly. ActorRef.tell applies every rule of the handle before this.
+        self._deliver = mailbox.deliverer(  # type: ignore[method-assign, assignment]
+            self._wrapped, Told, self._deliver_slowly
+        )
+
+    if TYPE_CHECKING:  # at run time the slot above, set in __init__
+
+        def _deliver(self, message: M, priority: int) -> Awaitable[None] | None: ...
 
     @property
     def actor_id(self) -> str:
@@ -327,30 +353,18 @@ class MailboxActorRef(ActorRef[M, R]):
             raise self._stopped_error() from None
 
     # Delivery without a coroutine per message: a tell that finds room is done when
-    # _deliver returns, and an ask's caller awaits the reply's waiter itself.
+    # _deliver returns, and an ask's caller awaits the reply's waiter itself. _deliver
+    # is a slot holding the mailbox's deliverer (see __init__): one call per tell.
 
-    def _deliver(self, message: M, priority: int) -> Awaitable[None] | None:
-        mailbox = self._mailbox
-        kit = self._kit
-        ops = kit.ops = kit.ops + 1
-        cls = message.__class__
-        item: Any = (
-            Told(message)
-            if cls is tuple or cls is Envelope or cls is Told or cls is self._waiter_type
-            else message
-        )
-        if not ops % TURN_CHECK_EVERY and (len(mailbox) >= CATCH_UP_AT or kit.turn_is_over()):
-            return self._checkpoint_then_enqueue(item, priority)
-        if mailbox.offer(item, priority):
-            return None
-        return self._enqueue(item, priority)
-
-    async def _checkpoint_then_enqueue(self, item: Any, priority: int) -> None:
-        # Yield at the end of a turn, or to let the actor catch up, before enqueueing:
-        # a tell cancelled there sends nothing.
-        await self._kit.checkpoint()
-        if not self._mailbox.offer(item, priority):
-            await self._enqueue(item, priority)
+    async def _deliver_slowly(self, item: Any, priority: int, checkpoint: bool) -> None:
+        """The rest of a tell the deliverer could not finish (``item`` already wrapped):
+        yield first at the end of a turn, or to let the actor catch up (a tell
+        cancelled there sends nothing); wait for room, or meet a closed mailbox."""
+        if checkpoint:
+            await self._kit.checkpoint()
+            if self._mailbox.offer(item, priority):
+                return
+        await self._enqueue(item, priority)
 
     def _request(self, message: M, priority: int, timeout: float | None) -> Awaitable[Any]:
         kit = self._kit
@@ -390,7 +404,7 @@ class MailboxActorRef(ActorRef[M, R]):
 
     def offer_tell(self, message: M, priority: int) -> bool:
         """Queue a tell of ``message`` if the mailbox takes it without waiting."""
-        return bool(self._mailbox.offer(_told(message, self._waiter_type), priority))
+        return bool(self._mailbox.offer(_told(message, self._wrapped), priority))
 
     async def _send_batch(self, items: list[Any], prio: int | list[int]) -> None:
         mailbox = self._mailbox
@@ -409,8 +423,8 @@ class MailboxActorRef(ActorRef[M, R]):
             raise self._stopped_error() from None
 
     async def _deliver_many(self, messages: Sequence[M], priority: int | list[int]) -> None:
-        waiter_type = self._waiter_type
-        await self._send_batch([_told(m, waiter_type) for m in messages], priority)
+        wrapped = self._wrapped
+        await self._send_batch([_told(m, wrapped) for m in messages], priority)
 
     async def _request_many(
         self, messages: Sequence[M], priority: int | list[int], timeout: float | None

@@ -46,11 +46,14 @@ _last_state: Any = None
 def asyncio_cancel_called(loop: object) -> Callable[[], bool]:
     """The check for asyncio ``loop``: whether its running task is in a cancelled anyio
     scope (a closure over the loop: one Python frame per call)."""
-    get_task = _current_tasks.get
+    tasks = _current_tasks
 
     def cancel_called() -> bool:
         global _anyio_states, _last_task, _last_state
-        task = get_task(loop)
+        try:
+            task = tasks[loop]  # a subscript, not .get(): ~10 ns less
+        except KeyError:
+            return False  # no task of this loop is running (a mailbox used elsewhere)
         if task is _last_task:
             state = _last_state
         else:
@@ -60,8 +63,6 @@ def asyncio_cancel_called(loop: object) -> Callable[[], bool]:
                 if backend is None:
                     return False  # anyio never ran here: no anyio scope can be cancelled
                 states = _anyio_states = backend._task_states.data
-            if task is None:
-                return False  # no task of this loop is running (a mailbox used elsewhere)
             state = states.get(_ref(task))
             if state is None:
                 return False  # in no anyio scope yet (not cached: it may enter one)
