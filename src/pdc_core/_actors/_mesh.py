@@ -515,7 +515,10 @@ class ActorMesh(Generic[M, R]):
     ) -> None:
         host = self._group.nursery._host
         for port, message, prio, slot in asks:
-            if host is None or not port.ref.alive:
+            # Not ``ref.alive``: a kernel member whose crash the nursery has not yet
+            # handed to its restart policy reads CRASHED, and its handle waits for the
+            # next incarnation; the handle's own ask raises for a member that is gone.
+            if host is None:
                 slot.set_exception(
                     ActorStopped(
                         f"actor {port.ref.actor_id!r} is not running", actor_id=port.ref.actor_id
