@@ -97,8 +97,10 @@ def _host_tsan_module() -> list[PlannedBuild]:
 
 
 def _host_mesh_module() -> list[PlannedBuild]:
-    """test_cuda_host_mesh.py: test_cuda_gpu_mesh.py's kernel on every simulated device."""
-    return kernel_builds(_kernel("mesh_double", DOUBLE, 64))
+    """test_cuda_host_mesh.py: test_cuda_gpu_mesh.py's kernel (one build for every device)."""
+    from test_cuda_gpu_mesh import mesh_kernel
+
+    return kernel_builds(mesh_kernel())
 
 
 #: Module name -> its plan.
