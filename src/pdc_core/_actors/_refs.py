@@ -26,7 +26,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, cast, runtime_checkable
+from typing import Any, Generic, Protocol, SupportsIndex, TypeVar, cast, runtime_checkable
 
 import anyio
 from anyio.abc import ObjectSendStream
@@ -148,7 +148,7 @@ class ActorRef(ABC, Generic[M, R]):
 
     # -- the messaging methods: the rules, once ----------------------------------------
 
-    async def tell(self, message: M, *, priority: int | None = None) -> None:
+    async def tell(self, message: M, *, priority: SupportsIndex | None = None) -> None:
         """Send ``message`` without waiting for a reply (fire and forget).
 
         Waits only for mailbox room under the ``"block"`` policy. Like a mailbox's
@@ -172,7 +172,7 @@ class ActorRef(ABC, Generic[M, R]):
             raise
 
     async def ask(
-        self, message: M, *, priority: int | None = None, timeout: float | None = None
+        self, message: M, *, priority: SupportsIndex | None = None, timeout: float | None = None
     ) -> R:
         """Send ``message`` and return the actor's reply to it.
 
@@ -201,7 +201,9 @@ class ActorRef(ABC, Generic[M, R]):
         reply: R = result  # (not cast(): a call on the hot path)
         return reply
 
-    async def tell_many(self, messages: Iterable[M], *, priority: int | None = None) -> None:
+    async def tell_many(
+        self, messages: Iterable[M], *, priority: SupportsIndex | None = None
+    ) -> None:
         """Send every message of ``messages``, in order, without waiting for replies.
 
         Waits for room as :meth:`tell` does; raises :class:`~pdc_core.ActorStopped` if
@@ -223,7 +225,11 @@ class ActorRef(ABC, Generic[M, R]):
             raise
 
     async def ask_many(
-        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
+        self,
+        messages: Iterable[M],
+        *,
+        priority: SupportsIndex | None = None,
+        timeout: float | None = None,
     ) -> list[R]:
         """Send every message and return the replies, in the order of ``messages``.
 
@@ -261,7 +267,7 @@ class ActorRef(ABC, Generic[M, R]):
         messages: Iterable[M] | AsyncIterable[M],
         *,
         window: int = 256,
-        priority: int | None = None,
+        priority: SupportsIndex | None = None,
         timeout: float | None = None,
     ) -> AsyncIterator[R]:
         """Yield the replies to ``messages`` in order, with up to ``window`` in flight.
@@ -373,7 +379,7 @@ class ActorRef(ABC, Generic[M, R]):
             replies.append(reply)
         return replies
 
-    def send_stream(self, *, priority: int | None = None) -> ObjectSendStream[M]:
+    def send_stream(self, *, priority: SupportsIndex | None = None) -> ObjectSendStream[M]:
         """Return an :class:`anyio.abc.ObjectSendStream` that tells the actor each item.
 
         ``await stream.send(item)`` is ``await ref.tell(item, priority=priority)``, so
@@ -436,7 +442,7 @@ class _ActorGone(ActorStopped, anyio.BrokenResourceError):
 class _RefSendStream(ObjectSendStream[M]):
     """What :meth:`ActorRef.send_stream` returns."""
 
-    def __init__(self, ref: ActorRef[M, Any], priority: int | None) -> None:
+    def __init__(self, ref: ActorRef[M, Any], priority: SupportsIndex | None) -> None:
         self._ref = ref
         self._priority = priority
         self._closed = False

@@ -41,7 +41,7 @@ Messages go through the ring in order: ``priority`` is validated but has no effe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, Generic, cast
+from typing import TYPE_CHECKING, Any, Generic, SupportsIndex, cast
 
 import anyio
 import numpy as np
@@ -214,7 +214,7 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
         self,
         messages: npt.NDArray[ReqT] | Iterable[RecordLike],
         *,
-        priority: int | None = None,
+        priority: SupportsIndex | None = None,
         timeout: float | None = None,
     ) -> npt.NDArray[RepT]:
         """Send a batch and return the replies, in order, as one record array (the
@@ -312,7 +312,7 @@ def _records(
     return np.array(list(messages), dtype=kernel.request_dtype)
 
 
-class PersistentKernelActor(ActorRunner):
+class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
     """Runs a :class:`~pdc_core.PersistentKernel` as an actor of an actor nursery.
 
     Pass it to :meth:`ActorNursery.start_actor`; ``start_actor(kernel)`` with a bare
@@ -324,6 +324,10 @@ class PersistentKernelActor(ActorRunner):
     the start handshake and ``stop_timeout`` every stop; ``paused=True`` starts the
     kernel paused; ``options`` go to the backend's ``launch_persistent_kernel``.
     Under a :class:`~pdc_core.RestartPolicy` each incarnation launches a fresh kernel.
+
+    Types: ``PersistentKernelActor(kernel)`` for a ``PersistentKernel[ReqT, RepT]`` is a
+    ``PersistentKernelActor[ReqT, RepT]``, and ``start_actor`` returns its handle as a
+    ``KernelActorRef[ReqT, RepT]``.
     """
 
     #: The handle class :attr:`ref` is made from (a subclass may extend the handle).
@@ -331,7 +335,7 @@ class PersistentKernelActor(ActorRunner):
 
     def __init__(
         self,
-        kernel: PersistentKernel,
+        kernel: PersistentKernel[ReqT, RepT],
         backend: Backend | str | None = None,
         *,
         name: str | None = None,
@@ -353,7 +357,7 @@ class PersistentKernelActor(ActorRunner):
         self._receive_window = receive_window
         self._paused = paused
         self._options = options
-        self._ref: KernelActorRef[Any, Any] = self.ref_type(self)
+        self._ref: KernelActorRef[ReqT, RepT] = self.ref_type(self)
         self.session: PersistentKernelSession[Any, Any] | None = None
         self.stop_requested = False
         self._drain = False
@@ -372,7 +376,7 @@ class PersistentKernelActor(ActorRunner):
         self.restarts = 0
 
     @property
-    def ref(self) -> KernelActorRef[Any, Any]:
+    def ref(self) -> KernelActorRef[ReqT, RepT]:
         return self._ref
 
     def _changed(self) -> None:

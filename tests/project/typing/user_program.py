@@ -65,6 +65,13 @@ async def actors(runner: ActorRunner, elsewhere: Placement) -> None:
         assert_type(doubler, ActorRef[int, int])
         assert_type(await doubler.ask(21), int)
         assert_type(await doubler.ask(21, priority=0, timeout=1.0), int)
+        # NumPy integers are priorities, as the runtime accepts them (SupportsIndex)
+        assert_type(await doubler.ask(21, priority=np.int64(5)), int)
+        await doubler.tell(1, priority=np.uint8(200))
+        await doubler.tell_many(range(3), priority=np.int32(7))
+        assert_type(await doubler.ask_many([1, 2], priority=np.int64(5)), list[int])
+        await doubler.ask(21, priority=5.0)  # expect-error: arg-type
+        await doubler.tell(1, priority="5")  # expect-error: arg-type
         assert_type(await doubler.ask_many([1, 2, 3]), list[int])
         await doubler.tell(1)
         await doubler.tell_many(range(3))
@@ -213,8 +220,14 @@ async def persistent() -> None:
         await typed_ref.tell_many([(1, 2.0)])
         as_actor: ActorRef[Any, np.void] = typed_ref
         assert_type(await as_actor.ask((1, 2.0)), np.void)
-        on_cpu = await nursery.start_actor(PersistentKernelActor(kernel, backend="cpu"))
-        assert_type(on_cpu, KernelActorRef[Any, Any])
+        runner = PersistentKernelActor(kernel, backend="cpu")
+        assert_type(runner, PersistentKernelActor[np.void, np.void])
+        on_cpu = await nursery.start_actor(runner)
+        assert_type(on_cpu, KernelActorRef[np.void, np.void])
+        assert_type(await on_cpu.ask((1, 2.0), priority=np.int64(5)), np.void)
+        assert_type(await on_cpu.ask_batch([(1, 2.0)], priority=np.int64(5)), npt.NDArray[np.void])
+        mistyped: npt.NDArray[np.float64] = await on_cpu.ask_batch([])  # expect-error: assignment
+        print(mistyped)
 
         await ref.tell([1, 2.0])  # expect-error: arg-type
         await ref.ask(None)  # expect-error: arg-type
@@ -266,6 +279,13 @@ async def decorated_kernels() -> None:
         assert_type(await ref.ask_batch(np.zeros(4, REQ)), npt.NDArray[np.void])
         assert_type(await ref.ask_many([(1, 2.0)]), list[np.void])
         await ref.ask(None)  # expect-error: arg-type
+        # with a backend: PersistentKernelActor keeps the kernel's record types
+        halver = await nursery.start_actor(PersistentKernelActor(halved, backend="cpu"))
+        assert_type(halver, KernelActorRef[np.float64, np.float32])
+        assert_type(await halver.ask(2.0), np.float32)
+        assert_type(await halver.ask_batch(np.zeros(4)), npt.NDArray[np.float32])
+        doubles: npt.NDArray[np.float64] = await halver.ask_batch([1.0])  # expect-error: assignment
+        print(doubles)
     decorated(np.zeros(1, REQ))  # expect-error: operator
     persistent_kernel(request_dtype=REQ)  # expect-error: call-overload
     persistent_kernel(request_dtype=REQ, reply_dtype=REP)(42)  # expect-error: arg-type
