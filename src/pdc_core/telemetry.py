@@ -165,6 +165,7 @@ class Instrumentation:
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` has been called (the handle then reports nothing)."""
         return self._closed
 
     def observe(self, target: object) -> None:
