@@ -38,6 +38,13 @@ FACES: tuple[str, ...] = (
     "pdc_metal",
     "pdc_ray",
     "pdc_ray.testing",
+    # PyDotCompute's import paths (docs/migrating-from-pydotcompute.md): pdc's own
+    # objects under the seeds' module names, documented at their home face
+    "pdc_core.core",
+    "pdc_core.decorators",
+    "pdc_core.ring_kernels",
+    "pdc_core.backends",
+    "pdc_core.exceptions",
 )
 
 #: The distributions whose modules count as pdc's own (for inherited members).
