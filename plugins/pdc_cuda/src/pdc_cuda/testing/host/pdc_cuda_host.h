@@ -10,6 +10,19 @@
 //   __shared__                           a function-local static: one per loaded instance of
 //                                        the build, and the launcher gives every running
 //                                        block its own instance (pdc_cuda.testing._build)
+//   __device__ variables                 namespace-scope variables of the loaded instance, so
+//                                        NOT what a GPU does for two blocks of one build that
+//                                        run at once: on a GPU both blocks use the module's one
+//                                        copy, here each block has its own (the cost of giving
+//                                        __shared__ a copy per block). pdc launches one block
+//                                        per kernel, so this shows only when two resident
+//                                        kernels of the same source and options run on one
+//                                        device (the cuda backend shares one module between
+//                                        them) and the source has __device__ variables; and a
+//                                        later launch of a build may get a fresh copy, or a
+//                                        pooled one with an earlier launch's values, where a
+//                                        GPU keeps the module's. Kernels on different devices
+//                                        have separate copies on both.
 //   cuda::atomic_ref<T, Scope>           std::atomic_ref<T>, after checking Scope against the
 //                                        scope the memory needs (system for mapped host
 //                                        memory, device for device memory): a narrower scope
