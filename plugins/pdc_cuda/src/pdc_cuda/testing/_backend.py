@@ -84,9 +84,12 @@ class DeviceArray(np.ndarray[Any, Any]):
 
     @property
     def data(self) -> _Pointer:  # type: ignore[override]
+        """An object whose ``ptr`` is the array's address, as CuPy's ``data.ptr``."""
         return _Pointer(int(self.ctypes.data))
 
     def get(self, stream: Any = None, out: Any = None, blocking: bool = True) -> Any:
+        """A host copy of the array, or the values copied into ``out`` (returned), as
+        CuPy's ``get``; synchronous, whatever ``stream`` and ``blocking`` say."""
         host = np.asarray(self)
         if out is None:
             return host.copy()
@@ -94,6 +97,8 @@ class DeviceArray(np.ndarray[Any, Any]):
         return out
 
     def set(self, array: Any, stream: Any = None) -> None:
+        """Copy ``array`` (reshaped to this shape) into the array, as CuPy's ``set``;
+        synchronous, whatever ``stream`` says."""
         np.copyto(np.asarray(self), np.asarray(array).reshape(self.shape))
 
 
@@ -114,6 +119,8 @@ class HostStream(CudaStream):
         return self._ptr
 
     def attach(self, launch: HostLaunch) -> None:
+        """Make ``launch`` the stream's resident launch (joined at exit if still
+        running); :class:`RuntimeError` while another one runs on it."""
         if self.launch is not None and self.launch.status == 0:
             raise RuntimeError("one resident launch per stream")
         self.launch = launch
