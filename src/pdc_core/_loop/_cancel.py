@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 import sys
-import weakref
 from asyncio import tasks as _asyncio_tasks
 from collections.abc import Callable
 from typing import Any
@@ -29,44 +28,72 @@ import anyio
 
 __all__ = ["asyncio_cancel_called", "raise_cancelled"]
 
-_ref = weakref.ref
 #: asyncio's own {loop: running task}: what ``asyncio.current_task`` reads, without its
 #: Python frame and its ``get_running_loop()`` (about 100 ns on 3.11).
 _current_tasks: dict[object, object] = _asyncio_tasks._current_tasks  # type: ignore[attr-defined]
-#: anyio's asyncio task states (``anyio._backends._asyncio._task_states.data``), found
-#: once the backend is loaded.
-_anyio_states: dict[Any, Any] | None = None
-#: The last asyncio task asked about and its anyio state: a task sending many messages
-#: is looked up once (a task's state object lives as long as the task). Holds that task
-#: until another one asks.
-_last_task: object = object()  # no task is this one
-_last_state: Any = None
+#: How many tasks' anyio states one loop's check keeps at hand (then it starts afresh).
+_CACHED_TASKS = 16
+
+
+def _anyio_state(task: object) -> Any:
+    """anyio's state of asyncio ``task`` (its innermost cancel scope), made now if anyio
+    has none for it yet (a task anyio did not start, in no anyio scope so far), exactly
+    as anyio's ``CancelScope.__enter__`` makes it (no parent id, no scope): the scopes
+    the task enters later are then recorded in this object, which lives as long as the
+    task. ``None`` when anyio's asyncio backend was never loaded (no anyio scope can be
+    cancelled)."""
+    backend = sys.modules.get("anyio._backends._asyncio")
+    if backend is None:
+        return None
+    states = backend._task_states
+    state = states.get(task)
+    if state is None:
+        state = states[task] = backend.TaskState(None, None)
+    return state
 
 
 def asyncio_cancel_called(loop: object) -> Callable[[], bool]:
     """The check for asyncio ``loop``: whether its running task is in a cancelled anyio
-    scope (a closure over the loop: one Python frame per call)."""
-    tasks = _current_tasks
+    scope (a closure over the loop: one Python frame per call).
 
-    def cancel_called() -> bool:
-        global _anyio_states, _last_task, _last_state
+    Each task's anyio state is looked up once (a weak-keyed lookup, ~0.1-0.5 us, was
+    paid on every call of a task other than the last one: every call of a seed-facade
+    round trip, which alternates between the caller and the kernel): the loop's check
+    keeps the last task's, and up to ``_CACHED_TASKS`` tasks' in a dict (strong
+    references to those tasks until it is cleared; the cache is the loop's, used by the
+    loop's thread only).
+    """
+    cache: dict[object, Any] = {}
+    #: [last task, its state]: one object, where two closure cells would be two.
+    last: list[Any] = [None, None]
+
+    # Everything it reads comes in as a default (one tuple) rather than from closure
+    # cells (one object each): after the loop's other work (a seed-facade round trip
+    # alternates tasks, with a poll of the selector between), each object touched is a
+    # likely cache miss, and this check is a few of them.
+    def cancel_called(
+        tasks: dict[object, object] = _current_tasks,
+        loop: object = loop,
+        last: list[Any] = last,
+        cache: dict[object, Any] = cache,
+    ) -> bool:
         try:
             task = tasks[loop]  # a subscript, not .get(): ~10 ns less
         except KeyError:
             return False  # no task of this loop is running (a mailbox used elsewhere)
-        if task is _last_task:
-            state = _last_state
+        if task is last[0]:
+            state = last[1]
         else:
-            states = _anyio_states
-            if states is None:
-                backend = sys.modules.get("anyio._backends._asyncio")
-                if backend is None:
-                    return False  # anyio never ran here: no anyio scope can be cancelled
-                states = _anyio_states = backend._task_states.data
-            state = states.get(_ref(task))
+            state = cache.get(task)
             if state is None:
-                return False  # in no anyio scope yet (not cached: it may enter one)
-            _last_task, _last_state = task, state
+                state = _anyio_state(task)
+                if state is None:
+                    return False  # anyio never ran here: no anyio scope can be cancelled
+                if len(cache) >= _CACHED_TASKS:
+                    cache.clear()
+                cache[task] = state
+            last[0] = task
+            last[1] = state
         scope = state.cancel_scope
         while scope is not None:
             if scope._cancel_called:
