@@ -22,7 +22,10 @@ Contenders, each measured in the same event loop, rounds interleaved:
   (not timed). Target: <= 1.3.
 * ``--ray``: ``await mesh.call(x)`` over 8 remote actors placed with ``pdc_ray.on()``
   against ``ray.get([a.method.remote(x) for a in actors])`` over 8 bare Ray actors,
-  asyncio only (``ray.get`` blocks the loop; both run back to back). Target: <= 1.15.
+  asyncio only (``ray.get`` blocks the loop). Each round interleaves 10 blocks of 10
+  calls each way (alternating which goes first) and reports the ratio of the medians,
+  and the CPU time this process spent per call (the event loop and Ray's driver
+  threads: what pdc adds on the caller's side). Target: <= 1.15.
 
 Times are medians of per-round medians; ratios are medians of per-round ratios.
 """
@@ -176,7 +179,8 @@ async def broadcast_round(n: int, messages: int, reps: int) -> dict[str, float]:
             await bsend.send(item)
         out["pdc send"].append((time.perf_counter() - start) / messages)
         drain()
-    for stream in [*sends, *receives, bsend, *subscribers]:
+    opened: list[Any] = [*sends, *receives, bsend, *subscribers]
+    for stream in opened:
         stream.close()
     return {key: statistics.median(values) for key, values in out.items()}
 
@@ -272,11 +276,30 @@ def run_ray(rounds: int) -> float:
             async def bare_call() -> None:
                 ray.get([a.method.remote(1) for a in actors])
 
+            for _ in range(10):  # warm-up
+                await bare_call()
+                await pdc_call()
             for _ in range(rounds):
-                bare = await _time(bare_call, 100)
-                pdc = await _time(pdc_call, 100)
+                # Interleaved: 10 blocks of 10 calls each way, alternating which goes
+                # first, so that a burst of load on the machine hits both alike.
+                samples: dict[str, list[float]] = {"bare": [], "pdc": []}
+                cpu = {"bare": 0.0, "pdc": 0.0}
+                for block in range(10):
+                    order = [("bare", bare_call), ("pdc", pdc_call)]
+                    for name, call in order if block % 2 == 0 else order[::-1]:
+                        for _ in range(10):
+                            start, start_cpu = time.perf_counter(), time.process_time()
+                            await call()
+                            samples[name].append(time.perf_counter() - start)
+                            cpu[name] += time.process_time() - start_cpu
+                bare = statistics.median(samples["bare"])
+                pdc = statistics.median(samples["pdc"])
                 ratios.append(pdc / bare)
-                print(f"  ray round: bare {_us(bare)}  pdc {_us(pdc)}  ratio {pdc / bare:.2f}")
+                print(
+                    f"  ray round: bare {_us(bare)}  pdc {_us(pdc)}  ratio {pdc / bare:.2f}"
+                    f"  (this process's CPU per call: bare {_us(cpu['bare'] / 100)},"
+                    f" pdc {_us(cpu['pdc'] / 100)})"
+                )
             for actor in actors:
                 ray.kill(actor)
         return statistics.median(ratios)

@@ -33,8 +33,11 @@ or once the policy gives up, the crash fails the whole nursery (and so the mesh)
 member; leaving the nursery stops them with the rest.
 
 The requests to mailbox actors are posted straight into their mailboxes with one reply
-slot each, gathered by one waiter (see :mod:`._mesh_mailbox`); other kinds of member
-(persistent kernels, remote actors) are asked through their handles, concurrently.
+slot each, gathered by one waiter (see :mod:`._mesh_mailbox`); a handle that posts
+requests itself (``_post_request``/``_send_request``: pdc-ray's remote actors and
+kernels) gets them with the same slots, no task per request (see :class:`_HookPort`);
+other kinds of member (persistent kernels) are asked through their handles, one task
+per request, concurrently.
 """
 
 # ruff: noqa: ASYNC109
@@ -46,11 +49,17 @@ import itertools
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, SupportsIndex, TypeVar, cast
 
 import anyio
 
-from .._exceptions import ActorStopped, LifecycleError, MessageTimeout, PdcError
+from .._exceptions import (
+    ActorStopped,
+    LifecycleError,
+    MailboxFull,
+    MessageTimeout,
+    PdcError,
+)
 from .._loop import TIMED_OUT, Kit, current_kit, full_checkpoint, wake
 from ._refs import (
     ActorRef,
@@ -58,6 +67,7 @@ from ._refs import (
     Placement,
     cancel_called,
     check_timeout,
+    current_task,
     message_priority,
     raise_cancelled,
 )
@@ -84,7 +94,7 @@ Coordinates = tuple[int, ...]
 
 
 def _rules(
-    message: object, priority: int | None, timeout: float | None
+    message: object, priority: SupportsIndex | None, timeout: float | None
 ) -> tuple[int, float | None]:
     """The argument rules of single handles (``pdc_core.lowlevel``'s
     :func:`message_priority` and :func:`check_timeout`), applied once for a whole mesh
@@ -144,7 +154,17 @@ class _Gather:
     """The replies of one mesh operation: one waiter for the caller, woken when all
     are in (``call``) or at each arrival (``stream``)."""
 
-    __slots__ = ("arrived", "closed", "errors", "remaining", "replies", "scopes", "slots", "waiter")
+    __slots__ = (
+        "arrived",
+        "cancels",
+        "closed",
+        "errors",
+        "remaining",
+        "replies",
+        "shared",
+        "slots",
+        "waiter",
+    )
 
     def __init__(self, waiter: Any, n: int) -> None:
         self.waiter = waiter
@@ -155,9 +175,13 @@ class _Gather:
         self.closed = False
         #: Arrival order, for ``stream`` (None for ``call``).
         self.arrived: deque[int] | None = None
-        #: Cancel scopes of the tasks asking members through their handles.
-        self.scopes: list[anyio.CancelScope] | None = None
+        #: What to call when the caller gives up: the cancel scopes of the tasks asking
+        #: members through their handles, and the abandon callbacks of requests posted
+        #: through a handle's ``_post_request`` (see :class:`_Slot.on_abandon`).
+        self.cancels: list[Callable[[], object]] | None = None
         self.slots: list[_Slot] = []
+        #: See :meth:`_Slot.shared`.
+        self.shared: dict[object, Any] | None = None
 
     def _arrive(self, index: int) -> None:
         self.remaining -= 1
@@ -173,9 +197,17 @@ class _Gather:
 
     def close(self) -> None:
         """The caller is gone: skip what members have not handled; stop the asking tasks."""
+        if self.closed:
+            return
         self.closed = True
-        for scope in self.scopes or ():
-            scope.cancel()
+        for slot in self.slots:
+            port = slot.port
+            if port is not None:  # posted, never answered: no longer in flight
+                slot.port = None
+                port.inflight -= 1
+        cancels, self.cancels = self.cancels, None
+        for cancel in cancels or ():
+            cancel()
 
 
 class _Slot:
@@ -183,21 +215,56 @@ class _Slot:
     (``done``, ``set_result``, ``set_exception``, ``exception``), so an actor answers,
     skips or fails it exactly as it does a single request."""
 
-    __slots__ = ("error", "gather", "index", "resolved")
+    __slots__ = ("error", "gather", "index", "port", "resolved")
 
     def __init__(self, gather: _Gather, index: int) -> None:
         self.gather = gather
         self.index = index
         self.resolved = False
         self.error: BaseException | None = None
+        #: The port whose ``inflight`` counts this request until it resolves (hook ports).
+        self.port: _Port | None = None
 
     def done(self) -> bool:
         return self.resolved or self.gather.closed
+
+    def on_abandon(self, callback: Callable[[], object], /) -> None:
+        """Call ``callback()`` when the caller gives up on this request (cancelled,
+        timed out, stream closed), at once if it has: how a kind of handle that posts
+        requests (``_post_request``) skips or cancels what its member has not handled."""
+        gather = self.gather
+        if gather.closed:
+            callback()
+        elif gather.cancels is None:
+            gather.cancels = [callback]
+        else:
+            gather.cancels.append(callback)
+
+    def shared(self) -> dict[object, Any] | None:
+        """A dict shared by every slot of this operation, where a kind of handle that
+        posts requests keeps what handles their answers together (pdc-ray wakes the
+        event loop once for all of a ``call``'s remote replies); None for a ``stream``,
+        whose replies are wanted as each arrives."""
+        gather = self.gather
+        if gather.arrived is not None:
+            return None
+        shared = gather.shared
+        if shared is None:
+            shared = gather.shared = {}
+        return shared
+
+    def _unport(self) -> None:
+        port = self.port
+        if port is not None:
+            self.port = None
+            port.inflight -= 1
 
     def set_result(self, value: Any, /) -> None:
         if self.resolved:
             raise RuntimeError("reply slot already resolved")
         self.resolved = True
+        if self.port is not None:
+            self._unport()
         gather = self.gather
         gather.replies[self.index] = value
         gather._arrive(self.index)
@@ -206,6 +273,8 @@ class _Slot:
         if self.resolved:
             raise RuntimeError("reply slot already resolved")
         self.resolved = True
+        if self.port is not None:
+            self._unport()
         self.error = error
         gather = self.gather
         if not isinstance(error, Exception):  # pragma: no cover - actors fail with errors
@@ -218,6 +287,9 @@ class _Slot:
 
 
 # -- ports: how a mesh reaches one kind of member ----------------------------------------
+
+#: What :meth:`_Port.tell_nowait` returns for a member only its handle's ``tell`` reaches.
+_LATER: object = object()
 
 
 class _Port:
@@ -246,6 +318,24 @@ class _Port:
         """Tell without waiting; False if that needs a wait."""
         return False
 
+    def needs_wait(self) -> bool:
+        """Whether a tell would wait now (a full mailbox whose policy is ``"block"``);
+        False when the port cannot tell (it is then told through its handle)."""
+        return False
+
+    async def wait_room(self) -> None:
+        """Wait until a tell would not wait (see :meth:`Mailbox.wait_room`)."""
+
+    def tell_nowait(self, message: Any, priority: int) -> object:
+        """Tell at once, applying a full mailbox's policy (``"drop_oldest"`` evicts):
+        None when told, the member's error when it refuses (stopped, ``MailboxFull``),
+        or :data:`_LATER` when only its handle's ``tell`` can (it may wait)."""
+        return _LATER
+
+    def runs_in(self, task: object) -> bool:
+        """Whether ``task`` is the member's own task (its handler is the caller)."""
+        return False
+
     def load(self) -> int:
         """Messages queued for the member or in hand (for :meth:`ActorMesh.choose`)."""
         stats = self.ref.statistics()
@@ -254,9 +344,72 @@ class _Port:
         return self.inflight
 
 
+class _HookPort(_Port):
+    """A member whose handle posts requests itself: it has ``_post_request(message,
+    priority, slot) -> bool`` (send without waiting, with ``slot`` as the reply
+    target; False when that needs a wait) and ``async _send_request(message,
+    priority, slot)`` (the same, waiting for room; a refusal goes to ``slot``). Both
+    register, with ``slot.on_abandon``, what skips or cancels the request when the
+    caller gives up. A plugin's kind of handle (pdc-ray's remote actors) offers them
+    so that a mesh reaches its members with no task per request.
+
+    For ``broadcast``, such a handle may also have ``_tell_would_wait() -> bool``,
+    ``async _wait_room()`` and ``_tell_nowait(message, priority) -> bool | Exception``
+    (as :meth:`_Port.needs_wait`, :meth:`_Port.wait_room` and :meth:`_Port.tell_nowait`:
+    True when told, the member's error when refused, False when only its ``tell``
+    can); without them it is told through its ``tell``."""
+
+    __slots__ = ("_post", "_send")
+
+    direct = True
+
+    def __init__(self, ref: ActorRef[Any, Any]) -> None:
+        super().__init__(ref)
+        self._post: Callable[[Any, int, _Slot], bool] = ref._post_request  # type: ignore[attr-defined]
+        self._send: Callable[[Any, int, _Slot], Any] = ref._send_request  # type: ignore[attr-defined]
+
+    def post(self, message: Any, priority: int, slot: _Slot) -> bool:
+        if not self._post(message, priority, slot):
+            return False
+        if not slot.resolved:
+            self.inflight += 1
+            slot.port = self
+        return True
+
+    async def send(self, message: Any, priority: int, slot: _Slot) -> None:
+        await self._send(message, priority, slot)
+        if not slot.done():
+            self.inflight += 1
+            slot.port = self
+
+    def needs_wait(self) -> bool:
+        would_wait = getattr(self.ref, "_tell_would_wait", None)
+        return would_wait is not None and bool(would_wait())
+
+    async def wait_room(self) -> None:
+        wait = getattr(self.ref, "_wait_room", None)
+        if wait is not None:
+            await wait()
+
+    def tell_nowait(self, message: Any, priority: int) -> object:
+        tell = getattr(self.ref, "_tell_nowait", None)
+        if tell is None:
+            return _LATER
+        told: bool | Exception = tell(message, priority)
+        if told is True:
+            return None
+        return _LATER if told is False else told
+
+
 @functools.singledispatch
 def mesh_port(ref: ActorRef[Any, Any]) -> _Port:
-    """The port a mesh uses to reach ``ref`` (dispatches on the handle's type)."""
+    """The port a mesh uses to reach ``ref`` (dispatches on the handle's type): a
+    handle with ``_post_request`` and ``_send_request`` is reached through them (see
+    :class:`_HookPort`), any other through its ``ask``, one task per request."""
+    if callable(getattr(ref, "_post_request", None)) and callable(
+        getattr(ref, "_send_request", None)
+    ):
+        return _HookPort(ref)
     return _Port(ref)
 
 
@@ -284,11 +437,9 @@ async def _ask_into(port: _Port, message: Any, priority: int, timeout: Any, slot
     gather cancels this task's scope when it gives up."""
     gather = slot.gather
     with anyio.CancelScope() as scope:
-        if gather.scopes is None:
-            gather.scopes = []
-        gather.scopes.append(scope)
         if gather.closed:
             return
+        slot.on_abandon(scope.cancel)
         port.inflight += 1
         try:
             reply = await port.ref.ask(message, priority=priority, timeout=timeout)
@@ -419,7 +570,7 @@ class ActorMesh(Generic[M, R]):
     # -- messaging --------------------------------------------------------------------
 
     async def call(
-        self, message: M, *, priority: int | None = None, timeout: float | None = None
+        self, message: M, *, priority: SupportsIndex | None = None, timeout: float | None = None
     ) -> list[R]:
         """Ask every member ``message``; return the replies in mesh order.
 
@@ -435,7 +586,11 @@ class ActorMesh(Generic[M, R]):
         return cast("list[R]", gather.replies)
 
     async def scatter(
-        self, messages: Iterable[M], *, priority: int | None = None, timeout: float | None = None
+        self,
+        messages: Iterable[M],
+        *,
+        priority: SupportsIndex | None = None,
+        timeout: float | None = None,
     ) -> list[R]:
         """Ask each member its own message (one per member, in mesh order); return the
         replies in mesh order. Failures, timeouts and cancellation as :meth:`call`.
@@ -466,6 +621,7 @@ class ActorMesh(Generic[M, R]):
         stream: bool,
         what: str = "call",
     ) -> _Gather:
+        self._check_caller("stream" if stream else what)
         kit = current_kit()
         ports = self._ports
         gather = _Gather(kit.waiter(), len(ports))
@@ -559,23 +715,57 @@ class ActorMesh(Generic[M, R]):
             replies,
         )
 
-    async def broadcast(self, message: M, *, priority: int | None = None) -> None:
-        """Tell every member ``message``, in mesh order.
+    async def broadcast(self, message: M, *, priority: SupportsIndex | None = None) -> None:
+        """Tell every member ``message``, in mesh order: all or nothing.
 
-        Waits where a member's mailbox is full (``"block"``); a broadcast cancelled
-        there has reached the members before that one and not the others. Raises
-        :class:`MeshError` (``replies`` empty) naming the members that did not take it
-        (stopped or crashed), after telling all the others.
+        First waits, sending nothing, until every member's mailbox can take the
+        message without waiting (a full ``"block"`` mailbox has room; it waits for one
+        member at a time and checks them all again after each wait); then tells them
+        all with no wait in between. So a broadcast cancelled (or timed out by a
+        surrounding scope) while it waits has reached no member, and one that returns
+        or raises :class:`MeshError` has reached every member that takes messages.
+        A full ``"drop_oldest"`` mailbox evicts as a ``tell`` does.
+
+        Raises :class:`MeshError` (``replies`` empty) naming the members that did not
+        take it (stopped or crashed: :class:`~pdc_core.ActorStopped`; full with the
+        ``"raise"`` policy: :class:`~pdc_core.MailboxFull`), after telling all the
+        others. Raises :class:`~pdc_core.LifecycleError`, telling nobody, when called
+        from a member's own handler while that member's mailbox is full (it would wait
+        for itself forever).
+
+        The exception to all-or-nothing: members pdc reaches only through their
+        handle's ``tell`` (local persistent kernels, whose ring is their mailbox), and
+        members of a draining nursery told by one of its actors, are told after the
+        others, in mesh order, and a cancellation while one of them waits leaves the
+        later ones untold.
         """
         prio, _ = _rules(message, priority, None)
         await _entry()
+        ports = self._ports
+        while True:  # 1. room everywhere, nothing told yet
+            for port in ports:
+                if port.needs_wait():
+                    self._check_caller("broadcast", port)
+                    await port.wait_room()
+                    break
+            else:
+                break
         failures: dict[Coordinates, Exception] = {}
-        for port, point in zip(self._ports, self._coords, strict=True):
+        later: list[tuple[_Port, Coordinates]] = []
+        for port, point in zip(ports, self._coords, strict=True):  # 2. no await here
             if port.tell_now(message, prio):
                 continue
+            refused = port.tell_nowait(message, prio)
+            if refused is None:
+                continue
+            if refused is _LATER:
+                later.append((port, point))
+            else:
+                failures[point] = cast(Exception, refused)
+        for port, point in later:
             try:
                 await port.ref.tell(message, priority=prio)
-            except ActorStopped as error:
+            except (ActorStopped, MailboxFull) as error:
                 failures[point] = error
         if failures:
             raise MeshError(
@@ -587,17 +777,21 @@ class ActorMesh(Generic[M, R]):
 
     def choose(self) -> ActorRef[M, R]:
         """The least loaded member: the fewest messages queued for it or in hand; ties
-        go round-robin. Raises :class:`~pdc_core.ActorStopped` if no member is alive."""
+        go round-robin. Called from a member's own handler, never that member (asking
+        it would wait forever for its own reply). Raises
+        :class:`~pdc_core.ActorStopped` if no member is alive, and
+        :class:`~pdc_core.LifecycleError` if the calling member is the only one."""
         ports = self._ports
         n = len(ports)
         group = self._group
         start = group.turn % n
         group.turn += 1
+        caller = self._caller_port()
         best: _Port | None = None
         best_load = math.inf
         for k in range(n):
             port = ports[(start + k) % n]
-            if not port.ref.alive:
+            if port is caller or not port.ref.alive:
                 continue
             load = port.load()
             if load < best_load:
@@ -605,11 +799,47 @@ class ActorMesh(Generic[M, R]):
                 if load == 0:
                     break
         if best is None:
+            if caller is not None and caller.ref.alive:
+                raise self._self_call("choose", caller)
             raise ActorStopped(f"no member of mesh {self.name!r} is running")
         return cast("ActorRef[M, R]", best.ref)
 
+    def _caller_port(self) -> _Port | None:
+        """The member whose own task is running this (its handler uses its mesh)."""
+        tasks = self._group.nursery._tasks
+        if not tasks:
+            return None
+        task = current_task()
+        if task not in tasks:  # not an actor of the mesh's nursery: not a member
+            return None
+        for port in self._ports:
+            if port.runs_in(task):
+                return port
+        return None
+
+    def _check_caller(self, operation: str, port: _Port | None = None) -> None:
+        """Refuse an operation that would have a member wait for itself: from its own
+        handler, ``port``'s member (default: any member of this mesh)."""
+        if port is None:
+            caller = self._caller_port()
+            if caller is not None:
+                raise self._self_call(operation, caller)
+        elif port.runs_in(current_task()):
+            raise self._self_call(operation, port)
+
+    def _self_call(self, operation: str, port: _Port) -> LifecycleError:
+        if operation == "broadcast":
+            why = "its own mailbox is full, and it would wait forever for room in it"
+        else:
+            why = "it would wait forever for its own reply"
+        return LifecycleError(
+            f"member {port.ref.actor_id!r} of mesh {self.name!r} called mesh.{operation}() "
+            f"from its own handler: {why} (ask the others through a slice without it, "
+            f"or tell)"
+        )
+
     async def call_one(
-        self, message: M, *, priority: int | None = None, timeout: float | None = None
+        self, message: M, *, priority: SupportsIndex | None = None, timeout: float | None = None
     ) -> R:
         """Ask the least loaded member (:meth:`choose`) and return its reply; raises
         what its ``ask`` raises. Cancelling it cancels that ``ask``, which leaves
@@ -619,7 +849,7 @@ class ActorMesh(Generic[M, R]):
         return await self.choose().ask(message, priority=prio, timeout=timeout)
 
     def stream(
-        self, message: M, *, priority: int | None = None, timeout: float | None = None
+        self, message: M, *, priority: SupportsIndex | None = None, timeout: float | None = None
     ) -> MeshReplies[R]:
         """Ask every member ``message`` and yield ``(coordinates, reply)`` as the replies
         arrive (``async for point, reply in mesh.stream(x)``).

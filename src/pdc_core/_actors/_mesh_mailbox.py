@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._exceptions import ActorStopped
-from ._mailbox_actor import Actor, MailboxActorRef
-from ._mesh import _Port, _Slot, mesh_port, shared_target
+from .._exceptions import ActorStopped, MailboxClosed, MailboxFull
+from ._mailbox import Backpressure
+from ._mailbox_actor import Actor, MailboxActorRef, _told
+from ._mesh import _LATER, _Port, _Slot, mesh_port, shared_target
 
 __all__: list[str] = []
 
@@ -43,6 +44,36 @@ class _MailboxPort(_Port):
         ref = self.ref
         assert isinstance(ref, MailboxActorRef)
         return ref.offer_tell(message, priority)
+
+    def needs_wait(self) -> bool:
+        mailbox = self.mailbox
+        return (
+            len(mailbox) >= mailbox.capacity
+            and not mailbox.closed
+            and mailbox.backpressure is Backpressure.BLOCK
+        )
+
+    async def wait_room(self) -> None:
+        await self.mailbox.wait_room()
+
+    def tell_nowait(self, message: Any, priority: int) -> object:
+        ref = self.ref
+        assert isinstance(ref, MailboxActorRef)
+        try:
+            self.mailbox.send_nowait(_told(message, ref._wrapped), priority)
+        except MailboxFull as error:  # "raise"
+            return error
+        except MailboxClosed:
+            if ref._admits_caller():  # a draining nursery's actor: admit, waiting if full
+                return _LATER
+            return ref._stopped_error()
+        return None
+
+    def runs_in(self, task: object) -> bool:
+        ref = self.ref
+        assert isinstance(ref, MailboxActorRef)
+        runner = ref._runner
+        return runner is not None and runner._task is task
 
     def load(self) -> int:
         mailbox = self.mailbox

@@ -16,7 +16,7 @@ behind data calls).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +48,19 @@ class PendingCall(ABC):
         """Wait for the call's result and return it (or raise what :meth:`Engine.call`
         raises). Any task may wait, and a wait that was cancelled may be taken up again
         by another task: the call itself goes on."""
+
+    def add_done_callback(self, callback: Callable[[], object]) -> bool:
+        """Arrange for ``callback()`` to be called once, from any thread, when the
+        result is ready (at once if it is); return False when this call cannot (the
+        default: then wait with :meth:`result`). The callback must be quick and
+        thread-safe; after it, :meth:`result_nowait` returns the result. This lets a
+        runner wait for many calls with no task per call."""
+        return False
+
+    def result_nowait(self) -> Any:
+        """The result of a call that is done (see :meth:`add_done_callback`), returned
+        or raised as :meth:`result` would."""
+        raise NotImplementedError(f"{type(self).__name__} does not call back")
 
 
 class Engine(ABC):
@@ -81,27 +94,49 @@ class Engine(ABC):
 
     @abstractmethod
     async def create(self, spec: HostSpec, placement: PlacementSpec) -> object:
-        """Create the host process of one actor and return the engine's handle."""
+        """Create the host process of one actor and return the engine's handle.
+
+        Does not wait for the process to be scheduled. Cancelling it must leave
+        nothing behind (no process created, or the one created killed).
+        """
 
     @abstractmethod
     def submit(self, actor: object, method: str, *args: Any, control: bool = False) -> PendingCall:
         """Send a call of ``method`` of the host with ``args``; return it, pending."""
 
     async def call(self, actor: object, method: str, *args: Any, control: bool = False) -> Any:
-        """Call ``method`` of the host with ``args`` and return its result."""
+        """Call ``method`` of the host with ``args`` and return its result.
+
+        :meth:`submit`, then the call's result: raises what the method raised,
+        :class:`TypeError` for arguments that cannot be sent and
+        :class:`~pdc_ray.RemoteActorLost` once the host is gone. Cancelling it abandons
+        the wait, not the call.
+        """
         return await self.submit(actor, method, *args, control=control).result()
 
     @abstractmethod
     async def kill(self, actor: object) -> None:
-        """Kill the host process; return once the engine reports it dead."""
+        """Kill the host process; return once the engine reports it dead.
+
+        The kill is sent before the wait: cancelling it abandons only the wait for
+        the engine's report (the runner bounds that wait by its kill timeout).
+        """
 
     async def watch(self, actor: object) -> tuple[int, Failure | None]:
-        """Return once the hosted actor has ended: its outcome ``(code, failure)``."""
+        """Return once the hosted actor has ended: its outcome ``(code, failure)``.
+
+        Raises :class:`~pdc_ray.RemoteActorLost` if the host is gone. Cancelling it
+        abandons the wait, not the host's ``watch`` call.
+        """
         outcome: tuple[int, Failure | None] = await self.call(actor, "watch", control=True)
         return outcome
 
     async def locate(self, actor: object) -> Location:
-        """Return where the host runs."""
+        """Return where the host runs.
+
+        Raises :class:`~pdc_ray.RemoteActorLost` if the host is gone. Cancelling it
+        abandons the wait only.
+        """
         location: Location = await self.call(actor, "locate", control=True)
         return location
 

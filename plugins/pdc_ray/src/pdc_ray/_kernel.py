@@ -45,6 +45,11 @@ from ._runner import RemoteActorRef, RemoteRunner, _Request
 __all__ = ["RemoteKernelRef", "RemoteKernelRunner"]
 
 
+def _first(replies: Any) -> Any:
+    """The reply record of a one-record request."""
+    return replies[0]
+
+
 class RemoteKernelRef(RemoteActorRef[Any, Any]):
     """The handle of a persistent kernel resident in a remote process.
 
@@ -91,6 +96,31 @@ class RemoteKernelRef(RemoteActorRef[Any, Any]):
         replies = await self._runner.request(record, priority, timeout)
         return replies if replies is TIMED_OUT else replies[0]
 
+    def _post_request(self, message: Any, priority: int, target: Any) -> bool:
+        """One record whose reply record goes to ``target`` (a mesh's reply slot)."""
+        try:
+            record = coerce_record(message, self.kernel.request_dtype)
+        except Exception as error:
+            target.set_exception(error)
+            return True
+        return self._runner.post_request(record, priority, target, _first)
+
+    def _tell_nowait(self, message: Any, priority: int) -> bool | Exception:
+        """One record, told at once (copied: the caller may reuse it)."""
+        try:
+            record = coerce_record(message, self.kernel.request_dtype)
+        except Exception as error:
+            return error
+        return self._runner.tell_nowait(records_copy(record), priority)
+
+    async def _send_request(self, message: Any, priority: int, target: Any) -> None:
+        try:
+            record = coerce_record(message, self.kernel.request_dtype)
+        except Exception as error:
+            target.set_exception(error)
+            return
+        await self._runner.send_request(record, priority, target, _first)
+
     async def _request_many(
         self, messages: Any, priority: int | list[int], timeout: float | None
     ) -> Any:
@@ -103,7 +133,8 @@ class RemoteKernelRef(RemoteActorRef[Any, Any]):
     ) -> npt.NDArray[Any]:
         """Send a batch of records as one request; return the replies, in order, as one
         record array of the kernel's ``reply_dtype`` (the rules of :meth:`ask_many`
-        apply)."""
+        apply, cancellation included: a caller already cancelled on entry sends
+        nothing; cancelled later, the request is given up, here and remotely)."""
         if cancel_called():
             await raise_cancelled()
         if timeout is not None:

@@ -224,16 +224,46 @@ async def await_ref(ref: Any) -> Any:
         raise cast(Any, exc).as_instanceof_cause() from None
 
 
-class _RayCall(PendingCall):
-    """A call to a Ray actor: its ``ObjectRef``, awaited through :func:`await_ref`."""
+_PENDING = object()
 
-    __slots__ = ("_ref",)
+
+class _RayCall(PendingCall):
+    """A call to a Ray actor: its ``ObjectRef``, awaited through :func:`await_ref`, or
+    followed by a done callback (Ray's ``ObjectRef._on_completed``, which
+    ``ObjectRef.future()`` is made of, without the ``concurrent.futures.Future``)."""
+
+    __slots__ = ("_data", "_ref")
 
     def __init__(self, ref: Any) -> None:
         self._ref = ref
+        self._data: Any = _PENDING
 
     async def result(self) -> Any:
         return _unreply(await await_ref(self._ref))
+
+    def add_done_callback(self, callback: Callable[[], object]) -> bool:
+        on_completed = getattr(self._ref, "_on_completed", None)
+        if on_completed is None:  # pragma: no cover - a Ray without it
+            return False
+
+        def done(data: Any) -> None:  # in a thread of Ray's core worker
+            self._data = data
+            callback()
+
+        on_completed(done)
+        return True
+
+    def result_nowait(self) -> Any:
+        data = self._data
+        if data is _PENDING:
+            raise RuntimeError("the call has not completed")
+        if isinstance(data, BaseException):  # Ray hands errors over as values
+            if isinstance(data, _LOST):
+                raise RemoteActorLost(f"{type(data).__name__}: {data}") from data
+            if isinstance(data, ray.exceptions.RayTaskError):
+                raise cast(Any, data).as_instanceof_cause() from None
+            raise data
+        return _unreply(data)
 
 
 def _options(spec: HostSpec, placement: PlacementSpec) -> dict[str, Any]:
@@ -265,6 +295,13 @@ class RayEngine(Engine):
     name = "ray"
 
     async def create(self, spec: HostSpec, placement: PlacementSpec) -> object:
+        """Create the host as a Ray actor with the placement's options (not detached,
+        not named) and return its handle without waiting for it to be scheduled.
+
+        Raises :class:`RuntimeError` when Ray is not connected and :class:`TypeError`
+        when Ray refuses the options or the spec. Cancelled at its checkpoint, it
+        drops the only handle, and Ray ends an actor that no handle refers to.
+        """
         if not ray.is_initialized():
             raise RuntimeError(
                 "Ray is not connected: run the nursery inside `async with pdc_ray.connect():`"
@@ -287,6 +324,11 @@ class RayEngine(Engine):
         return _RayCall(getattr(actor, method).remote(*packed))
 
     async def kill(self, actor: object) -> None:
+        """``ray.kill`` (no restart), then ping the actor until Ray reports it lost.
+
+        The kill is sent at once; cancelling it abandons only the wait for Ray's
+        report.
+        """
         ray.kill(cast(Any, actor), no_restart=True)
         # Ray reports the actor dead once calls to it fail as lost.
         delay = 0.005

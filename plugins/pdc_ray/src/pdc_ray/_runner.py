@@ -52,9 +52,11 @@ Guarantees:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import math
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
@@ -69,6 +71,7 @@ from pdc_core import (
     ActorStopped,
     Mailbox,
     MailboxClosed,
+    MailboxFull,
     MessageDropped,
 )
 from pdc_core.lowlevel import (
@@ -81,6 +84,7 @@ from pdc_core.lowlevel import (
     current_task,
 )
 
+from ._bridge import LoopInbox, loop_inbox
 from ._engine import Engine, PendingCall, PlacementSpec
 from ._errors import PlacementTimeout, RemoteActorLost
 from ._wire import CRASHED, OK, Failure, HostSpec, Location, UnsentReply, unpack_error
@@ -119,6 +123,52 @@ class _Reply:
             self.error = error
             self.event.set()
 
+    def settled(self) -> bool:
+        """Whether every reply is in, or the request failed."""
+        return self.event.is_set()
+
+
+class _TargetReply(_Reply):
+    """The reply of one request, handed to a target that quacks like the waiter of an
+    ``ask`` (``done``, ``set_result``, ``set_exception``): a mesh's reply slot. Nobody
+    waits on it here; ``convert`` turns the host's reply into what the caller gets."""
+
+    __slots__ = ("convert", "over", "target")
+
+    def __init__(self, target: Any, convert: Callable[[Any], Any] | None) -> None:
+        self.target = target
+        self.convert = convert
+        self.over = False
+        self.error = None
+        self.abandoned = False
+        self.requests = []
+
+    def set(self, index: int, value: Any) -> None:
+        if self.over:
+            return
+        self.over = True
+        target = self.target
+        if target.done():
+            return
+        if self.convert is not None:
+            try:
+                value = self.convert(value)
+            except Exception as error:
+                target.set_exception(error)
+                return
+        target.set_result(value)
+
+    def fail(self, error: BaseException) -> None:
+        if self.over:
+            return
+        self.over = True
+        self.error = error
+        if not self.target.done():
+            self.target.set_exception(error)
+
+    def settled(self) -> bool:
+        return self.over
+
 
 class _Request:
     """One message in the local mailbox and on the wire."""
@@ -133,6 +183,46 @@ class _Request:
         self.index = index
         #: The sequence number of the batch that shipped it (-1: not shipped).
         self.seq = -1
+
+
+def _nothing() -> None:
+    pass
+
+
+class _AnswerGroup:
+    """The answers to the requests one mesh operation posted directly (one per remote
+    member), re-entering the event loop together: the engine's callbacks (any thread)
+    park them here, and the loop is woken once, when the last is in. :meth:`flush`
+    hands out what is parked at once (the caller gave up, or an incarnation ended)."""
+
+    __slots__ = ("_expected", "_inbox", "_lock", "_parked")
+
+    def __init__(self, inbox: LoopInbox) -> None:
+        self._inbox = inbox
+        self._lock = threading.Lock()
+        self._parked: list[Callable[[], None]] = []
+        self._expected = 0
+
+    def expect(self) -> None:
+        """One more answer will come (in the loop, before its callback is set)."""
+        with self._lock:
+            self._expected += 1
+
+    def arrive(self, answered: Callable[[], None]) -> None:
+        """An answer is in (any thread): hand them all out once the last is."""
+        with self._lock:
+            self._parked.append(answered)
+            self._expected -= 1
+            last = not self._expected
+        if last:
+            self._inbox.put(self.flush)
+
+    def flush(self) -> None:
+        """Hand out the answers parked so far (in the loop)."""
+        with self._lock:
+            parked, self._parked = self._parked, []
+        for answered in parked:
+            answered()
 
 
 class RemoteActorRef(ActorRef[M, R]):
@@ -177,6 +267,33 @@ class RemoteActorRef(ActorRef[M, R]):
         """Send ``message`` as one request and return its reply (or TIMED_OUT)."""
         return await self._runner.request(message, priority, timeout)
 
+    def _post_request(self, message: Any, priority: int, target: Any) -> bool:
+        """Send ``message`` as one request whose reply goes to ``target`` (a mesh's
+        reply slot), without waiting; False when that needs a wait (then
+        :meth:`_send_request`). See :meth:`RemoteRunner.post_request`."""
+        return self._runner.post_request(message, priority, target)
+
+    async def _send_request(self, message: Any, priority: int, target: Any) -> None:
+        """:meth:`_post_request`, waiting for room in the local mailbox."""
+        await self._runner.send_request(message, priority, target)
+
+    # -- a mesh's broadcast: wait for room everywhere, then tell all ----------------------
+
+    def _tell_would_wait(self) -> bool:
+        """Whether a tell would wait now (the local mailbox is full and blocks)."""
+        return self._runner.tell_would_wait()
+
+    async def _wait_room(self) -> None:
+        """Wait until a tell would not wait (see :meth:`pdc_core.Mailbox.wait_room`)."""
+        await self._runner.wait_room()
+
+    def _tell_nowait(self, message: Any, priority: int) -> bool | Exception:
+        """Queue ``message`` as a tell at once (a full ``"drop_oldest"`` mailbox evicts):
+        True when queued, the error that refuses it (``ActorStopped``,
+        ``MailboxFull``), or False when only :meth:`tell` can (a draining nursery's
+        actor is admitted, waiting for room)."""
+        return self._runner.tell_nowait(message, priority)
+
     async def _request_many(
         self, messages: Sequence[M], priority: int | list[int], timeout: float | None
     ) -> Any:
@@ -216,7 +333,7 @@ class RemoteActorRef(ActorRef[M, R]):
     async def remote_statistics(self) -> ActorStatistics:
         """Ask the remote actor for its own statistics (its handled, errors, skipped
         and the remote mailbox). Raises :class:`~pdc_core.ActorStopped` when no
-        incarnation is running."""
+        incarnation is running. Cancelling it abandons the wait, not the call."""
         return await self._runner.remote_statistics()
 
 
@@ -281,6 +398,11 @@ class RemoteRunner(ActorRunner):
         #: made while another batch is in flight).
         self._orphan: tuple[int, list[_Request], PendingCall] | None = None
         self._orphan_wake = anyio.Event()
+        #: Runs callables soon in this runner's event loop, from any thread.
+        self._inbox: LoopInbox | None = None
+        #: The group holding the answer to this runner's posted request, if any (at
+        #: most one: a request is posted only when nothing is in flight).
+        self._group: _AnswerGroup | None = None
         #: Requests shipped straight from their callers, past the mailbox.
         self._direct = 0
         # Stop requests, across incarnations:
@@ -303,6 +425,7 @@ class RemoteRunner(ActorRunner):
         return self._spec
 
     def next_id(self) -> int:
+        """A new request id, unique for this runner (across incarnations)."""
         return next(self._ids)
 
     # -- the caller's side of the ref -------------------------------------------------
@@ -313,7 +436,11 @@ class RemoteRunner(ActorRunner):
         return ActorStopped(f"actor {self.actor_id!r} is not running", actor_id=self.actor_id)
 
     async def enqueue(self, request: _Request, priority: int) -> None:
-        """Queue ``request`` locally (backpressure applies); ActorStopped when stopped."""
+        """Queue ``request`` locally (backpressure applies); ActorStopped when stopped.
+
+        Cancelling the wait for room leaves the request unqueued (a mailbox's
+        ``send``).
+        """
         mailbox = self._mailbox
         request.priority = priority
         try:
@@ -326,6 +453,10 @@ class RemoteRunner(ActorRunner):
             raise self._stopped_error() from None
 
     async def enqueue_many(self, requests: list[_Request], priorities: list[int]) -> None:
+        """Queue ``requests`` locally, in order, each at its priority (backpressure
+        applies); :class:`~pdc_core.ActorStopped` when stopped. Cancelled while it
+        waits for room, the requests before the wait are queued and the rest are not.
+        """
         mailbox = self._mailbox
         for request, priority in zip(requests, priorities, strict=True):
             request.priority = priority
@@ -350,7 +481,9 @@ class RemoteRunner(ActorRunner):
         When the feeder is idle (nothing queued here, nothing in flight, not paused,
         stopping or draining) the request does not wait for a shipper: this task ships
         it at once as the next batch in sequence and waits for the host's answer
-        itself. Otherwise it is queued and shipped in turn.
+        itself. Otherwise it is queued and shipped in turn. Returns ``TIMED_OUT``
+        after ``timeout``. Cancelled, it gives the request up, here and remotely if
+        it was shipped (:meth:`wait_reply`).
         """
         reply = _Reply(1)
         request = _Request(self.next_id(), message, reply, 0)
@@ -364,6 +497,150 @@ class RemoteRunner(ActorRunner):
             await self.enqueue(request, priority)
         values = await self.wait_reply(reply, timeout, 1)
         return values if values is TIMED_OUT else values[0]
+
+    def post_request(
+        self,
+        message: Any,
+        priority: int,
+        target: Any,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> bool:
+        """Send ``message`` as one request whose reply (through ``convert``) or error
+        goes to ``target``, without waiting and without a task: how a mesh asks a
+        remote member. ``target`` quacks like an ``ask``'s waiter (``done``,
+        ``set_result``, ``set_exception``) and takes ``on_abandon(callback)``: the
+        callback, called when the caller gives up, skips the request here and cancels
+        it remotely, as for an abandoned ``ask``.
+
+        When the feeder is idle (see :meth:`request`) the request is shipped at once
+        as the next batch in sequence, and the engine's done callback hands out the
+        answer (no task waits for it; an engine that cannot call back leaves it to the
+        incarnation's adopter task). Otherwise it is queued, if the mailbox has room,
+        and shipped in turn. Returns False, with nothing sent, when that needs a wait
+        (full, sealed or closed): then :meth:`send_request`.
+        """
+        reply = _TargetReply(target, convert)
+        request = _Request(self.next_id(), message, reply, 0)
+        reply.requests.append(request)
+        request.priority = priority
+        if self._ships_directly():
+            self._post_directly(request, target)
+        else:
+            mailbox = self._mailbox
+            if mailbox.sealed or not mailbox.offer(request, priority):
+                return False
+        target.on_abandon(functools.partial(self.abandon, reply))
+        return True
+
+    async def send_request(
+        self,
+        message: Any,
+        priority: int,
+        target: Any,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> None:
+        """:meth:`post_request`, queued with the mailbox's backpressure (waiting for
+        room); a refusal (``ActorStopped``, ``MailboxFull``) goes to ``target``.
+        Cancelling the wait for room leaves the request unqueued."""
+        reply = _TargetReply(target, convert)
+        request = _Request(self.next_id(), message, reply, 0)
+        reply.requests.append(request)
+        try:
+            await self.enqueue(request, priority)
+        except Exception as error:
+            if not target.done():
+                target.set_exception(error)
+            return
+        target.on_abandon(functools.partial(self.abandon, reply))
+
+    def tell_would_wait(self) -> bool:
+        """Whether queueing a tell would wait now (full, with the ``"block"`` policy)."""
+        mailbox = self._mailbox
+        return (
+            len(mailbox) >= mailbox.capacity
+            and not mailbox.closed
+            and mailbox.backpressure.value == "block"
+        )
+
+    async def wait_room(self) -> None:
+        """Wait until queueing a tell would not wait."""
+        await self._mailbox.wait_room()
+
+    def tell_nowait(self, message: Any, priority: int) -> bool | Exception:
+        """Queue ``message`` as a tell without waiting (see
+        :meth:`RemoteActorRef._tell_nowait`)."""
+        request = _Request(self.next_id(), message, None, 0)
+        request.priority = priority
+        try:
+            self._mailbox.send_nowait(request, priority)
+        except MailboxFull as error:
+            return error
+        except MailboxClosed:
+            if self._admits_caller():
+                return False
+            return self._stopped_error()
+        return True
+
+    def _post_directly(self, request: _Request, target: Any) -> None:
+        """Ship ``request`` alone, now, as the next batch; its answer is handed out by
+        the engine's done callback, re-entering the event loop (or by the adopter).
+
+        The answers to one mesh operation's requests (``target.shared()``, the same
+        dict for every member's slot of one ``call``) re-enter the loop together: an
+        :class:`_AnswerGroup` holds them until the last is in, so the loop wakes once
+        for all the members instead of once each. It lets them go sooner when the
+        caller gives up, or when a member's incarnation ends (see :meth:`_end`)."""
+        actor = self._actor
+        assert actor is not None
+        inbox = self._inbox
+        assert inbox is not None
+        self._direct += 1
+        batch = [request]
+        seq = self._sequence(batch)
+        sent = self._submit(actor, seq, batch)
+        if sent is None:
+            return  # lost: the incarnation ends and run() fails the request
+        batch, pending = sent
+        answered = functools.partial(self._answered_later, seq, batch, pending)
+        shared = target.shared() if hasattr(target, "shared") else None
+        if shared is None:
+
+            def done() -> None:  # in any thread
+                inbox.put(answered)
+
+        else:
+            group = shared.get(_AnswerGroup)
+            if group is None:
+                group = shared[_AnswerGroup] = _AnswerGroup(inbox)
+                target.on_abandon(group.flush)
+            group.expect()
+            self._group = group
+
+            def done() -> None:  # in any thread
+                group.arrive(answered)
+
+        if not pending.add_done_callback(done):
+            if shared is not None:
+                group.arrive(_nothing)  # not coming through the group after all
+                self._group = None
+            self._orphan = (seq, batch, pending)
+            self._orphan_wake.set()
+
+    def _answered_later(self, seq: int, batch: list[_Request], pending: PendingCall) -> None:
+        """The answer to a posted batch is in (in the event loop, outside any task)."""
+        if self._inflight.get(seq) is not batch:
+            return  # that incarnation is over: run() failed its requests
+        self._group = None
+        try:
+            try:
+                outcome = pending.result_nowait()
+            except RemoteActorLost as exc:
+                self._end(exc, lost=True)
+                return  # the batch stays in flight: run() fails it with the loss
+            self._answered(seq, batch, outcome)
+        except Exception as exc:  # the engine failed: treat as lost, as the watch does
+            _log.exception("remote actor %r: handing out an answer failed", self.actor_id)
+            self._end(RemoteActorLost(f"answer from remote actor {self.actor_id!r}: {exc}"))
 
     def _ships_directly(self) -> bool:
         """Whether the feeder is idle: an incarnation is running with nothing queued
@@ -432,7 +709,7 @@ class RemoteRunner(ActorRunner):
 
     def abandon(self, reply: _Reply) -> None:
         """The caller gave up on ``reply``: skip its requests here, cancel them there."""
-        if reply.event.is_set():
+        if reply.settled():
             return
         reply.abandoned = True
         reply.fail(ActorStopped(f"the caller gave up on actor {self.actor_id!r}"))
@@ -451,6 +728,11 @@ class RemoteRunner(ActorRunner):
             )
 
     async def pause(self) -> None:
+        """Pause the local mailbox, then the remote actor's (a control call).
+
+        Raises :class:`~pdc_core.ActorStopped` if the actor has stopped. Cancelled
+        during the control call, the local mailbox stays paused.
+        """
         if not self._ref.alive:
             raise self._stopped_error()
         self._mailbox.pause()
@@ -459,6 +741,11 @@ class RemoteRunner(ActorRunner):
         await self._control("pause")
 
     async def resume(self) -> None:
+        """Resume the local mailbox, then the remote actor's (a control call).
+
+        Raises :class:`~pdc_core.ActorStopped` if the actor has stopped. Cancelled
+        during the control call, the local mailbox stays resumed.
+        """
         if not self._ref.alive:
             raise self._stopped_error()
         self._mailbox.resume()
@@ -477,6 +764,10 @@ class RemoteRunner(ActorRunner):
             return None  # the watch reports the loss
 
     async def stop(self, *, drain: bool, timeout: float | None) -> None:
+        """Close the local mailbox (failing its queued requests with
+        :class:`~pdc_core.ActorStopped` unless ``drain``), ask the runner to stop, and
+        wait until it has finished; after ``timeout`` seconds cancel the incarnation.
+        Cancelled while it waits, the stop it requested goes on."""
         if self.finished.is_set():
             return
         if self._stop is None or (self._stop and not drain):
@@ -508,6 +799,9 @@ class RemoteRunner(ActorRunner):
             await self.finished.wait()
 
     def statistics(self) -> ActorStatistics:
+        """The caller-side statistics: the state, the handled, errors, restarts and
+        skipped counts this runner keeps, and the local mailbox's (requests shipped
+        directly counted as sent and received)."""
         mailbox = self._mailbox.statistics()
         if self._direct:  # passed straight through, as a mailbox counts a hand-off
             mailbox = dataclasses.replace(
@@ -524,6 +818,9 @@ class RemoteRunner(ActorRunner):
         )
 
     async def remote_statistics(self) -> ActorStatistics:
+        """The running incarnation's own statistics (a control call); raises
+        :class:`~pdc_core.ActorStopped` when none runs. Cancelling it abandons the
+        wait, not the call."""
         stats = await self._control("statistics")
         if stats is None:
             raise self._stopped_error()
@@ -540,6 +837,7 @@ class RemoteRunner(ActorRunner):
             started()
             actor = self._actor
             assert actor is not None
+            self._inbox = loop_inbox()
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._watch, actor)
@@ -613,6 +911,10 @@ class RemoteRunner(ActorRunner):
         self._ending.set()
         if lost or not self._inflight:
             self._quiet.set()
+        group = self._group
+        if group is not None:  # an answer held for a mesh's other members: let it go
+            self._group = None
+            group.flush()
 
     async def _closer(self, scope: anyio.CancelScope) -> None:
         """Once the incarnation is over, let the replies already on their way arrive
@@ -771,10 +1073,15 @@ class RemoteRunner(ActorRunner):
     async def _collect(self, seq: int, batch: list[_Request], pending: PendingCall) -> None:
         """Wait for the host's answer to batch ``seq`` and hand it out."""
         try:
-            code, payload = await pending.result()
+            outcome = await pending.result()
         except RemoteActorLost as exc:
             self._end(exc, lost=True)
             return  # the batch stays in flight: run() fails it with the loss
+        self._answered(seq, batch, outcome)
+
+    def _answered(self, seq: int, batch: list[_Request], outcome: tuple[int, Any]) -> None:
+        """Hand out the host's answer to batch ``seq``."""
+        code, payload = outcome
         self._calls -= 1
         self._room.set()
         self._delivered(seq)

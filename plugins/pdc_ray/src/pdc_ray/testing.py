@@ -27,7 +27,7 @@ import math
 import pickle
 import random
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -46,19 +46,40 @@ __all__ = ["FakeEngine", "FakeProcess"]
 class _Call(PendingCall):
     """A call of a fake process: done once answered, or failed by the process's death."""
 
-    __slots__ = ("done", "error", "value")
+    __slots__ = ("call_back", "callbacks", "done", "error", "value")
 
-    def __init__(self) -> None:
+    def __init__(self, call_back: bool = True) -> None:
+        self.call_back = call_back
         self.done = anyio.Event()
         self.value: Any = None
         self.error: BaseException | None = None
+        self.callbacks: list[Callable[[], object]] = []
 
     def answer(self, process: FakeProcess) -> None:
         process.pending.discard(self)
+        self.finish()
+
+    def finish(self) -> None:
+        """Done: wake the waiters and run the callbacks (as Ray runs them: once each)."""
         self.done.set()
+        callbacks, self.callbacks = self.callbacks, []
+        for callback in callbacks:
+            callback()
 
     async def result(self) -> Any:
         await self.done.wait()
+        return self.result_nowait()
+
+    def add_done_callback(self, callback: Callable[[], object]) -> bool:
+        if not self.call_back:
+            return False
+        if self.done.is_set():
+            callback()
+        else:
+            self.callbacks.append(callback)
+        return True
+
+    def result_nowait(self) -> Any:
         if self.error is not None:
             raise self.error
         return self.value
@@ -102,7 +123,7 @@ class FakeProcess:
         self.up.set()  # wakes calls waiting for a start that will never come
         for call in list(self.pending):
             call.error = RemoteActorLost(f"fake process {self.index} ({self.spec.actor_id}) {why}")
-            call.done.set()
+            call.finish()
         self.pending.clear()
         if self.tg is not None:
             self.tg.cancel_scope.cancel()
@@ -127,7 +148,9 @@ class FakeEngine(Engine):
     ``resources`` the amounts a placement may take (``"CPU"``, ``"GPU"`` and custom
     names; unlimited when ``None``); ``kill_delay`` the seconds before a killed process
     is reported dead (``math.inf``: never); ``fail_create`` an exception that
-    :meth:`create` raises.
+    :meth:`create` raises; ``call_back`` whether its pending calls take done callbacks
+    (:meth:`~pdc_ray.PendingCall.add_done_callback`, as Ray's do; ``False``: an engine
+    that cannot, whose calls are only awaited).
     """
 
     name = "fake"
@@ -141,6 +164,7 @@ class FakeEngine(Engine):
         serialize: bool = True,
         kill_delay: float = 0.0,
         fail_create: BaseException | None = None,
+        call_back: bool = True,
     ) -> None:
         self._random = random.Random(seed)
         self.reorder = reorder
@@ -148,6 +172,7 @@ class FakeEngine(Engine):
         self.serialize = serialize
         self.kill_delay = kill_delay
         self.fail_create = fail_create
+        self.call_back = call_back
         #: Every process created, in order.
         self.processes: list[FakeProcess] = []
         #: How many calls of each host method were made.
@@ -213,6 +238,12 @@ class FakeEngine(Engine):
         return True
 
     async def create(self, spec: HostSpec, placement: PlacementSpec) -> FakeProcess:
+        """Start a fake process running the host in the engine's task group.
+
+        Raises :class:`RuntimeError` outside ``async with``, ``fail_create`` when set,
+        and (with ``serialize``) :class:`TypeError` for a spec that does not pickle. A
+        checkpoint before anything is created: cancelled, it creates nothing.
+        """
         if self._tg is None:
             raise RuntimeError("a FakeEngine must be entered (async with FakeEngine() ...)")
         await anyio.lowlevel.checkpoint()
@@ -254,7 +285,7 @@ class FakeEngine(Engine):
             args = _roundtrip(args, f"the arguments of {method}()")
         if process.dead.is_set():
             raise RemoteActorLost(f"fake process {process.index} ({process.spec.actor_id}) is dead")
-        call = _Call()
+        call = _Call(self.call_back)
         process.pending.add(call)
         assert self._tg is not None
         self._tg.start_soon(self._execute, process, method, args, call)
@@ -303,6 +334,9 @@ class FakeEngine(Engine):
         call.answer(process)
 
     async def kill(self, actor: object) -> None:
+        """Kill the fake process and wait until it is reported dead (after
+        ``kill_delay``; never with ``math.inf``). The kill is made at once; cancelling
+        it abandons only the wait."""
         process = self._process(actor)
         process.killed = True
         if self.kill_delay <= 0:
