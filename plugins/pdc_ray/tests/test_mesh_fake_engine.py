@@ -17,6 +17,7 @@ from pdc_core import (
     Actor,
     ActorState,
     MeshError,
+    MessageTimeout,
     PersistentKernel,
     RestartPolicy,
     open_nursery,
@@ -127,3 +128,100 @@ def test_bundles_refuses_what_it_sets_and_unknown_counts() -> None:
         pdc_ray.bundles(object(), 0)
     with pytest.raises(TypeError, match="bundle_index"):
         pdc_ray.bundles(object(), 2, bundle_index=1)
+
+
+class Log(Actor[Any, Any]):
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    async def handle(self, message: Any) -> Any:
+        if message == "seen?":
+            return list(self.seen)
+        self.seen.append(message)
+        return message
+
+
+@pytest.mark.parametrize("call_back", [True, False], ids=["callbacks", "no-callbacks"])
+async def test_remote_members_are_posted_to_without_a_task_each(call_back: bool) -> None:
+    """A mesh call posts one request per remote member (the next batch when the member
+    is idle, its answer handed out by the engine's done callback, or by the runner's
+    adopter for an engine that cannot call back); a concurrent call queues behind it in
+    each member's mailbox and keeps its order."""
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(seed=5, call_back=call_back) as engine, open_nursery() as nursery:
+            mesh = await nursery.start_mesh(
+                Log, shape={"w": 3}, placement=pdc_ray.on(engine=engine, window=1)
+            )
+            assert await mesh.call("a") == ["a"] * 3
+            assert engine.calls["deliver"] == 3  # one batch per member
+            engine.hold("deliver")
+            async with anyio.create_task_group() as tg:
+                replies: dict[str, list[Any]] = {}
+
+                async def call(message: str) -> None:
+                    replies[message] = await mesh.call(message)
+
+                tg.start_soon(call, "b")  # posted: each member's next batch
+                await anyio.wait_all_tasks_blocked()
+                tg.start_soon(call, "c")  # members busy: queued in their mailboxes
+                await anyio.wait_all_tasks_blocked()
+                assert engine.calls["deliver"] == 6  # "c" waits here, in order
+                engine.release("deliver")
+            assert replies == {"b": ["b"] * 3, "c": ["c"] * 3}
+            assert await mesh.call("seen?") == [["a", "b", "c"]] * 3
+            got = sorted([pair async for pair in mesh.stream("d")])
+            assert got == [((0,), "d"), ((1,), "d"), ((2,), "d")]
+
+
+@pytest.mark.parametrize("how", ["timeout", "cancel"])
+async def test_a_remote_call_given_up_is_cancelled_remotely(how: str) -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(reorder=0) as engine, open_nursery() as nursery:
+            mesh = await nursery.start_mesh(
+                Log, shape={"w": 2}, placement=pdc_ray.on(engine=engine, window=1)
+            )
+            engine.hold("deliver")  # the requests are shipped and wait on the wire
+            if how == "timeout":
+                with pytest.raises(MeshError) as caught:
+                    await mesh.call("late", timeout=0.05)
+                assert set(caught.value.failures) == {(0,), (1,)}
+                assert all(isinstance(e, MessageTimeout) for e in caught.value.failures.values())
+            else:
+                with anyio.CancelScope() as scope:
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(mesh.call, "late")
+                        await anyio.wait_all_tasks_blocked()
+                        scope.cancel()
+                assert scope.cancelled_caught
+            while engine.calls["cancel"] < 2:  # one remote cancellation per member
+                await anyio.wait_all_tasks_blocked()
+            engine.release("deliver")
+            assert await mesh.call("seen?") == [[], []]  # skipped remotely, not handled
+
+
+async def test_a_broadcast_waits_for_room_in_every_remote_member_first() -> None:
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(reorder=0) as engine, open_nursery() as nursery:
+            mesh = await nursery.start_mesh(
+                Log,
+                shape={"w": 2},
+                placement=pdc_ray.on(engine=engine, window=1),
+                capacity=1,
+            )
+            engine.hold("deliver")
+            await mesh.members[1].tell("on the wire")  # shipped, held
+            await mesh.members[1].tell("queued")  # member 1's local mailbox is full
+            while mesh.members[1].statistics().mailbox.depth != 1:  # type: ignore[union-attr]
+                await anyio.wait_all_tasks_blocked()
+            with anyio.CancelScope() as scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(mesh.broadcast, "b")
+                    await anyio.wait_all_tasks_blocked()
+                    scope.cancel()
+            assert scope.cancelled_caught
+            assert mesh.members[0].statistics().mailbox.sent == 0  # type: ignore[union-attr]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(mesh.broadcast, "b2")
+                await anyio.wait_all_tasks_blocked()
+                engine.release("deliver")  # room: the broadcast goes to both
+            assert await mesh.call("seen?") == [["b2"], ["on the wire", "queued", "b2"]]
