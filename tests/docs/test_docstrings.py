@@ -11,9 +11,7 @@ list), so a name added to a face is checked without editing this test:
 - every public ``async`` function and method says what cancellation does to it (its
   docstring mentions cancellation).
 
-``docstring_gaps.txt`` lists the members that had no such docstring when these checks
-were introduced; it may only shrink: a new gap fails, and so does a listed gap that
-has been filled (take it off the list).
+There is no list of allowed gaps: every name of every face must pass.
 """
 
 from __future__ import annotations
@@ -29,8 +27,6 @@ import pytest
 ROOT = Path(__file__).parents[2]
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import pdc_faces  # noqa: E402
-
-GAPS_FILE = Path(__file__).with_name("docstring_gaps.txt")
 
 
 def _available(face: str) -> bool:
@@ -99,14 +95,6 @@ def gaps() -> dict[str, str]:
     return found
 
 
-def known_gaps() -> set[str]:
-    return {
-        line.split("#")[0].strip()
-        for line in GAPS_FILE.read_text(encoding="utf-8").splitlines()
-        if line.split("#")[0].strip()
-    }
-
-
 def test_the_faces_are_enumerated() -> None:
     assert "pdc_core" in FACES
     assert "pdc_core.backend" in FACES
@@ -117,20 +105,8 @@ def test_the_faces_are_enumerated() -> None:
 
 def test_every_public_name_has_a_docstring() -> None:
     found = gaps()
-    new = {name: why for name, why in found.items() if name not in known_gaps()}
-    assert not new, "public names without the docstring they need:\n" + "\n".join(
-        f"  {name}: {why}" for name, why in sorted(new.items())
-    )
-
-
-def test_the_list_of_known_gaps_only_shrinks() -> None:
-    found = gaps()
-    # a listed gap of a face this environment cannot import is not judged here
-    judged = {name for name in known_gaps() if name.startswith(tuple(f"{f}." for f in FACES))}
-    filled = sorted(name for name in judged if name not in found)
-    assert not filled, (
-        "these now have their docstrings: take them off tests/docs/docstring_gaps.txt:\n"
-        + "\n".join(f"  {name}" for name in filled)
+    assert not found, "public names without the docstring they need:\n" + "\n".join(
+        f"  {name}: {why}" for name, why in sorted(found.items())
     )
 
 

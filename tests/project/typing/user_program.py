@@ -308,6 +308,10 @@ async def meshes() -> None:
         assert_type(await mesh.call(1), list[int])
         assert_type(await mesh.scatter([1, 2, 3, 4]), list[int])
         assert_type(await mesh.call_one(1), int)
+        assert_type(await mesh.call(1, priority=np.int64(5)), list[int])
+        assert_type(await mesh.call_one(1, priority=np.uint8(200)), int)
+        await mesh.broadcast(1, priority=np.int64(5))
+        await mesh.call(1, priority=5.0)  # expect-error: arg-type
         assert_type(mesh.choose(), ActorRef[int, int])
         assert_type(mesh.slice(gpu=slice(0, 2)), ActorMesh[int, int])
         assert_type(mesh.members, list[ActorRef[int, int]])

@@ -563,12 +563,14 @@ class RemoteRunner(ActorRunner):
         )
 
     async def wait_room(self) -> None:
-        """Wait until queueing a tell would not wait."""
+        """Wait until queueing a tell would not wait (the local mailbox's
+        :meth:`~pdc_core.Mailbox.wait_room`): a caller already cancelled on entry gets
+        its cancellation, and a cancelled wait takes no room."""
         await self._mailbox.wait_room()
 
     def tell_nowait(self, message: Any, priority: int) -> bool | Exception:
         """Queue ``message`` as a tell without waiting (see
-        :meth:`RemoteActorRef._tell_nowait`)."""
+        ``RemoteActorRef._tell_nowait``)."""
         request = _Request(self.next_id(), message, None, 0)
         request.priority = priority
         try:
