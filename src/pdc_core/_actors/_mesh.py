@@ -8,7 +8,8 @@ returns an :class:`ActorMesh` over them:
   order (row-major over the dimensions, last one fastest);
 * ``await mesh.scatter(messages)`` asks each member its own message (one per member,
   mesh order) and returns the replies the same way;
-* ``await mesh.broadcast(message)`` tells every member;
+* ``await mesh.broadcast(message)`` tells every member, all or nothing (it waits
+  for room in every member before it tells any);
 * ``mesh.choose()`` is the least loaded member (fewest messages queued or in hand),
   ``await mesh.call_one(message)`` asks it;
 * ``mesh.stream(message)`` yields ``(coordinates, reply)`` as the replies arrive;
@@ -24,7 +25,11 @@ of the members' errors that carries ``failures`` (coordinates -> error) and
 ``replies`` (coordinates -> reply of every member that answered): nothing is lost and
 nothing waits. A member that did not reply within ``timeout`` fails with
 :class:`~pdc_core.MessageTimeout`. A cancelled ``call`` leaves no waiter in any
-member: the requests not yet handled are skipped, as a cancelled ``ask``'s are.
+member: the requests not yet handled are skipped, as a cancelled ``ask``'s are. A
+member's handler that calls ``call``, ``scatter`` or ``stream`` on its own mesh (or
+broadcasts into its own full mailbox) would wait for itself forever: it gets a
+:class:`~pdc_core.LifecycleError` naming it, before anything is sent; ``choose`` and
+``call_one`` from a member pick another member.
 
 Members are supervised together by the nursery: with ``restart=RestartPolicy(...)``
 a crashed member is restarted in place (same handle, same coordinates); without one,
@@ -578,7 +583,10 @@ class ActorMesh(Generic[M, R]):
         ``failures``, the others' replies in ``replies``); a member that did not reply
         within ``timeout`` seconds (the whole call's bound) fails with
         :class:`~pdc_core.MessageTimeout`. Cancelled, it leaves nothing behind: the
-        requests no member has reached are skipped.
+        requests no member has reached are skipped. Called from a member's own
+        handler it would wait for that member forever: it raises
+        :class:`~pdc_core.LifecycleError` naming the member, sending nothing (so do
+        :meth:`scatter` and :meth:`stream`).
         """
         prio, timeout = _rules(message, priority, timeout)
         await _entry()
