@@ -84,6 +84,7 @@ __all__ = [
     "SimulationStats",
     "Target",
     "atomic",
+    "bind_vocabulary",
     "blockDim",
     "blockIdx",
     "const",
