@@ -225,3 +225,31 @@ async def test_a_broadcast_waits_for_room_in_every_remote_member_first() -> None
                 await anyio.wait_all_tasks_blocked()
                 engine.release("deliver")  # room: the broadcast goes to both
             assert await mesh.call("seen?") == [["b2"], ["on the wire", "queued", "b2"]]
+
+
+async def test_a_posted_answer_that_lets_a_draining_nursery_stop() -> None:
+    """The answer to a posted request is handed out outside any task (the engine's
+    callback re-enters the loop); when it is the last thing a draining nursery waits
+    for, the nursery stops its actors from there."""
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine(reorder=0) as engine, anyio.create_task_group() as tg:
+            replies: list[Any] = []
+            async with open_nursery() as nursery:
+                mesh = await nursery.start_mesh(
+                    Log, shape={"w": 2}, placement=pdc_ray.on(engine=engine, window=1)
+                )
+                engine.hold("deliver")
+
+                async def call() -> None:
+                    replies.append(await mesh.call("last"))
+
+                async def release() -> None:
+                    await anyio.wait_all_tasks_blocked()  # the nursery's exit drains
+                    engine.release("deliver")
+
+                tg.start_soon(call)
+                await anyio.wait_all_tasks_blocked()  # posted, held on the wire
+                tg.start_soon(release)
+            assert replies == [["last", "last"]]
+            assert set(mesh.states.values()) == {ActorState.STOPPED}
+            assert engine.alive() == []
