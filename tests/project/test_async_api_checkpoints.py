@@ -83,7 +83,16 @@ PER_MESSAGE = {
     ),
     *(
         f"Mailbox.{name}"
-        for name in ("send", "send_many", "receive", "receive_many", "take", "admit", "__anext__")
+        for name in (
+            "send",
+            "send_many",
+            "receive",
+            "receive_many",
+            "take",
+            "admit",
+            "wait_room",
+            "__anext__",
+        )
     ),
     *(f"ActorMesh.{name}" for name in ("call", "scatter", "broadcast", "call_one")),
     "BroadcastSendStream.send",
@@ -535,6 +544,7 @@ def _scenarios() -> dict[str, Scenario]:
             "Mailbox.send": on_mailbox(lambda box: box.send(1)),
             "Mailbox.send_many": on_mailbox(lambda box: box.send_many([1, 2])),
             "Mailbox.admit": on_mailbox(lambda box: box.admit(1)),
+            "Mailbox.wait_room": on_mailbox(lambda box: box.wait_room()),
             "Mailbox.receive": on_mailbox(lambda box: box.receive(), filled=True),
             "Mailbox.receive_many": on_mailbox(lambda box: box.receive_many(2), filled=True),
             "Mailbox.take": on_mailbox(lambda box: box.take(None, lambda *_: None), filled=True),

@@ -153,7 +153,7 @@ async def test_the_three_drifts_behave_as_on_a_local_actor_on_real_ray() -> None
             )
             for ref in (local, remote):
                 assert await ref.ask(2, timeout=math.inf) == 4
-                assert await ref.ask(3, priority=np.int64(5)) == 6  # type: ignore[arg-type]
+                assert await ref.ask(3, priority=np.int64(5)) == 6
                 assert await ref.ask_many([5], timeout=np.float64(30)) == [10]
                 with pytest.raises(MessageTimeout) as info:
                     await ref.ask(1, timeout=-1)
