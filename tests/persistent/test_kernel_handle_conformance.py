@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.echo_kernels import echo_kernel
-
 from pdc_core import ActorNursery, ActorRef, KernelActorRef, PersistentKernelActor
 from pdc_core.testing import ActorRefConformance, Echo
 
@@ -21,7 +19,7 @@ class TestKernelActorHandles(ActorRefConformance):
     refuses_outsiders_while_draining = False
 
     async def start(self, nursery: ActorNursery, echo: Echo) -> ActorRef[Any, Any]:
-        return await nursery.start_actor(PersistentKernelActor(echo_kernel(echo), "cpu"))
+        return await nursery.start_actor(PersistentKernelActor(echo.kernel(), "cpu"))
 
     def message(self, value: int, priority: int | None = None) -> Any:
         return (value,)

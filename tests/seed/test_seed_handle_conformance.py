@@ -8,8 +8,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from support.echo_kernels import echo_kernel
-
 from pdc_core import ActorRef, Request, RingKernel, RingKernelRuntime
 from pdc_core.testing import ActorRefConformance, Echo
 
@@ -53,7 +51,7 @@ class TestPersistentRingKernelHandles(ActorRefConformance):
     @asynccontextmanager
     async def actor(self, echo: Echo) -> AsyncIterator[ActorRef[Any, Any]]:
         async with RingKernelRuntime() as runtime:
-            ref = await runtime.launch(echo.key, echo_kernel(echo), backend="cpu")
+            ref = await runtime.launch(echo.key, echo.kernel(), backend="cpu")
             await runtime.activate(echo.key)
             yield ref
 

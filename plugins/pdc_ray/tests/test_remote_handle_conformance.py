@@ -20,13 +20,11 @@ from pdc_core import (
     ActorNursery,
     ActorRef,
     MessageTimeout,
-    PersistentKernel,
     open_nursery,
 )
 from pdc_core.testing import ActorRefConformance, Echo
 
 LIMIT = 20
-RECORD = np.dtype([("v", "<i8")])
 
 
 class RemoteEcho(Actor[Any, int]):
@@ -37,19 +35,6 @@ class RemoteEcho(Actor[Any, int]):
 
     async def handle(self, message: Any) -> int:
         return await Echo.named(self.key).handle_async(message.value)
-
-
-class EchoBody:
-    """A kernel body running the kit's echo on the remote kernel's worker thread."""
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-
-    def __call__(self, requests: Any) -> Any:
-        echo = Echo.named(self.key)
-        replies = np.empty(len(requests), RECORD)
-        replies["v"] = [echo.handle(int(v)) for v in requests["v"]]
-        return replies
 
 
 class _OnFakeEngine(ActorRefConformance):
@@ -82,8 +67,7 @@ class TestRemoteKernelHandles(_OnFakeEngine):
     messages_carry_priority = False
 
     async def start(self, nursery: ActorNursery, echo: Echo) -> ActorRef[Any, Any]:
-        name = f"echo_{echo.key.replace('-', '_')}"
-        kernel = PersistentKernel(name, RECORD, RECORD, bodies={"cpu": EchoBody(echo.key)})
+        kernel = echo.kernel()
         placement = pdc_ray.on(engine=self.engine, backend="cpu", heartbeat=60, window=1)
         return await nursery.start_actor(kernel, placement=placement)
 

@@ -58,7 +58,14 @@ import anyio
 import numpy as np
 import pytest
 
-from pdc_core import ActorNursery, ActorRef, ActorStopped, MessageTimeout, open_nursery
+from pdc_core import (
+    ActorNursery,
+    ActorRef,
+    ActorStopped,
+    MessageTimeout,
+    PersistentKernel,
+    open_nursery,
+)
 
 __all__ = ["HOLD", "ActorRefConformance", "Echo", "Message"]
 
@@ -85,6 +92,24 @@ class Message:
     def __repr__(self) -> str:
         priority = self.__dict__.get("priority")
         return f"Message({self.value!r}" + (f", priority={priority!r})" if priority else ")")
+
+
+#: The records of :meth:`Echo.kernel`: one integer, the echoed value.
+_ECHO_RECORD = np.dtype([("v", "<i8")])
+
+
+class _EchoBody:
+    """The body of :meth:`Echo.kernel`: replies to each record with its value, through
+    the echo named ``key`` (found again after pickling, in the same interpreter)."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    def __call__(self, requests: Any) -> Any:
+        echo = Echo.named(self.key)
+        replies = np.empty(len(requests), _ECHO_RECORD)
+        replies["v"] = [echo.handle(int(v)) for v in requests["v"]]
+        return replies
 
 
 class Echo:
@@ -123,6 +148,15 @@ class Echo:
             self._released.wait(60)
         self.handled.append(value)
         return value
+
+    def kernel(self) -> PersistentKernel:
+        """A cpu persistent kernel running this echo on its worker thread: requests and
+        replies are one-field records (``v``, an int64); each reply carries the value
+        :meth:`handle` returns. For kits of kinds of actor that run kernels."""
+        name = f"echo_{self.key.replace('-', '_')}"
+        return PersistentKernel(
+            name, _ECHO_RECORD, _ECHO_RECORD, bodies={"cpu": _EchoBody(self.key)}
+        )
 
     async def handle_async(self, value: int) -> int:
         """Handle ``value`` on the event loop (waits on :data:`HOLD`). Cancelled while
