@@ -21,9 +21,10 @@ schedule points; under asyncio, from a callback queued on the loop before the ca
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack, aclosing
 from typing import Any
 
 import anyio
@@ -236,20 +237,10 @@ def _handle_calls(
 ) -> dict[str, Scenario]:
     """The scenarios of a handle's methods (``ActorRef``'s and its kinds')."""
 
-    def on(
-        call: Callable[[Any], Awaitable[Any]],
-        prepare: Callable[[Any], Awaitable[Any]] | None = None,
-    ) -> Scenario:
-        async def scenario(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
-            ref = await make(stack)
-            if prepare is not None:
-                await prepare(ref)
-            return lambda: call(ref)
-
-        return scenario
+    on = functools.partial(_on, make)
 
     async def first_of_stream(ref: Any) -> Any:
-        async with _aclosing(ref.ask_stream([message])) as replies:
+        async with aclosing(ref.ask_stream([message])) as replies:
             async for reply in replies:
                 return reply
         return None
@@ -271,12 +262,21 @@ def _handle_calls(
     return scenarios
 
 
-@asynccontextmanager
-async def _aclosing(generator: Any) -> AsyncIterator[Any]:
-    try:
-        yield generator
-    finally:
-        await generator.aclose()
+def _on(
+    make: Callable[[AsyncExitStack], Awaitable[Any]],
+    call: Callable[[Any], Awaitable[Any]],
+    prepare: Callable[[Any], Awaitable[Any]] | None = None,
+) -> Scenario:
+    """The scenario of ``call`` on an object ``make`` opens (its clean-up on the stack),
+    after ``prepare`` when given."""
+
+    async def scenario(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
+        target = await make(stack)
+        if prepare is not None:
+            await prepare(target)
+        return lambda: call(target)
+
+    return scenario
 
 
 def _session_calls(
@@ -286,17 +286,7 @@ def _session_calls(
     opener: Callable[[], Any],
     opener_name: str,
 ) -> dict[str, Scenario]:
-    def on(
-        call: Callable[[Any], Awaitable[Any]],
-        prepare: Callable[[Any], Awaitable[Any]] | None = None,
-    ) -> Scenario:
-        async def scenario(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
-            session = await make(stack)
-            if prepare is not None:
-                await prepare(session)
-            return lambda: call(session)
-
-        return scenario
+    on = functools.partial(_on, make)
 
     async def receive_after_send(session: Any, batch: bool) -> Any:
         await session.send(_record())
@@ -382,13 +372,7 @@ def _scenarios() -> dict[str, Scenario]:
             persistent: bool = persistent,
             active: bool = True,
         ) -> Scenario:
-            async def scenario(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
-                ring = await _ring(stack, persistent, active)
-                if prepare is not None:
-                    await prepare(ring)
-                return lambda: call(ring)
-
-            return scenario
+            return _on(lambda stack: _ring(stack, persistent, active), call, prepare)
 
         message = _ring_message(persistent)
 
@@ -504,17 +488,7 @@ def _scenarios() -> dict[str, Scenario]:
     )
 
     # Meshes.
-    def on_mesh(
-        call: Callable[[Any], Awaitable[Any]],
-        prepare: Callable[[Any], Awaitable[Any]] | None = None,
-    ) -> Scenario:
-        async def scenario(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
-            mesh = await _mesh(stack)
-            if prepare is not None:
-                await prepare(mesh)
-            return lambda: call(mesh)
-
-        return scenario
+    on_mesh = functools.partial(_on, _mesh)
 
     scenarios.update(
         {
