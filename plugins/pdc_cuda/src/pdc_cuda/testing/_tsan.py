@@ -241,7 +241,7 @@ def tsan_pipeline(
     device scope, the host region sequenced and system scope), under TSan."""
     stages = pipeline.stages
     count_stages = len(stages)
-    builds = prebuild(pipeline_builds(pipeline, sanitize=True, threads=threads))
+    builds = prebuild(tsan_pipeline_builds(pipeline, threads=threads))
     host = RingMemory.from_buffer(
         RingLayout(RECORD, RECORD, stages[0].capacity, stages[-1].capacity, sequenced_input=True)
     )
