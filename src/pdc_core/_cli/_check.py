@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -41,7 +40,7 @@ from .._loop import thread_count
 from .._persistent import PersistentKernelSession
 from .._plugins import get_backend
 from ..backend import Backend, Capability, MemoryKind, PersistentKernel
-from ._options import check_async_backend, check_backend
+from ._options import check_async_backend, check_backend, usage_error
 
 __all__ = ["CHECK_KERNEL", "Step", "add_arguments", "run", "run_checks"]
 
@@ -403,17 +402,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.requests < 1:
-        print(
-            "usage: pdc check [options]\npdc check: error: --requests must be at least 1",
-            file=sys.stderr,
-        )
-        return 2
+        return usage_error("check", "--requests must be at least 1")
     status = check_backend(args.backend, "check") or check_async_backend(
         args.async_backend, "check"
     )
     if status:
         return status
-    steps = anyio.run(_run_checks, args.backend, args.requests, backend=args.async_backend)
+    checks = functools.partial(run_checks, args.backend, requests=args.requests)
+    steps = anyio.run(checks, backend=args.async_backend)
     ok = all(step.status != "fail" for step in steps)
     if args.json:
         print(
@@ -437,7 +433,3 @@ def run(args: argparse.Namespace) -> int:
         failed = sum(step.status == "fail" for step in steps)
         print("all checks passed" if ok else f"{failed} check{'s' * (failed != 1)} failed")
     return 0 if ok else 1
-
-
-async def _run_checks(backend: str | None, requests: int) -> list[Step]:
-    return await run_checks(backend, requests=requests)
