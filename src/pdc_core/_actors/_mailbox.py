@@ -951,10 +951,19 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         ``None`` once the item is in (queued, or handed to the parked receiver), else
         (closed or full) ``slow(item, priority, False)``.
         """
-        kit = self._kit or self._bind()
-        mailbox = self
+        bound = self._kit or self._bind()
 
-        def deliver(item: Any, priority: int) -> Awaitable[None] | None:
+        # What it reads comes in as defaults (one tuple) rather than closure cells, as in
+        # _loop._cancel's check: measured 10-20 ns less a tell on asyncio.
+        def deliver(
+            item: Any,
+            priority: int,
+            mailbox: Mailbox[T] = self,
+            kit: Kit = bound,
+            wrapped: frozenset[type] = wrapped,
+            wrap: Callable[[Any], T] = wrap,
+            slow: Callable[[T, int, bool], Awaitable[None]] = slow,
+        ) -> Awaitable[None] | None:
             if item.__class__ in wrapped:
                 item = wrap(item)
             ops = kit.ops = kit.ops + 1
