@@ -1,0 +1,50 @@
+"""``pdc_core.testing.settle_threads``: it waits for the threads work started to end,
+fails on one that stays, and does not mistake an older thread ending for a leak."""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import anyio
+import pytest
+
+from pdc_core.testing import settle_threads, thread_count
+
+
+def _start(stop: threading.Event) -> threading.Thread:
+    thread = threading.Thread(target=stop.wait, args=(10,), name="test-settle")
+    thread.start()
+    return thread
+
+
+async def test_it_waits_for_a_thread_that_ends_soon() -> None:
+    baseline = thread_count()
+    stop = threading.Event()
+    thread = _start(stop)
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(settle_threads, baseline, within=5))
+        await anyio.lowlevel.checkpoint()  # the wait has begun: now end the thread
+        stop.set()
+    thread.join(5)
+
+
+async def test_it_fails_naming_the_threads_when_one_stays() -> None:
+    baseline = thread_count()
+    stop = threading.Event()
+    thread = _start(stop)
+    try:
+        with pytest.raises(AssertionError, match="test-settle"):
+            await settle_threads(baseline, within=0.05)
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+async def test_an_older_thread_ending_meanwhile_is_no_leak() -> None:
+    stop = threading.Event()
+    older = _start(stop)
+    baseline = thread_count()  # counts the older thread
+    stop.set()
+    older.join(5)
+    await settle_threads(baseline, within=1)  # one thread fewer than the baseline
