@@ -48,3 +48,10 @@ async def test_an_older_thread_ending_meanwhile_is_no_leak() -> None:
     stop.set()
     older.join(5)
     await settle_threads(baseline, within=1)  # one thread fewer than the baseline
+
+
+async def test_it_is_a_checkpoint_with_nothing_to_wait_for() -> None:
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await settle_threads(thread_count(), within=1)
+    assert scope.cancelled_caught

@@ -20,7 +20,9 @@ async def settle_threads(baseline: int, *, within: float) -> None:
     """Return once :func:`thread_count` is back to ``baseline`` or below (a thread that
     was already running when the baseline was taken may end meanwhile: that is no
     leak); after ``within`` seconds without that, fail with an ``AssertionError``
-    listing the live threads. Cancelling it ends the wait only."""
+    listing the live threads. Cancelling it ends the wait only. A checkpoint on every
+    path, as every public async call of pdc."""
+    await anyio.lowlevel.checkpoint()
     with anyio.move_on_after(within):
         while thread_count() > baseline:  # noqa: ASYNC110 - no event for a thread's end
             await anyio.sleep(_POLL_SECONDS)
