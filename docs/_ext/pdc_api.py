@@ -429,9 +429,7 @@ class _RepositoryLinks(SphinxPostTransform):
             base = docs / Path(self.env.docname).parent
             paths = [base / target, base / f"{target}.md", Path(target), Path(f"{target}.md")]
             outside = [
-                path.resolve()
-                for path in paths
-                if path.is_absolute() or target.startswith("../")
+                path.resolve() for path in paths if path.is_absolute() or target.startswith("../")
             ]
             if any(p.exists() and docs.resolve() not in p.parents for p in outside):
                 node.replace_self(nodes.literal("", node.astext() or target))
@@ -466,7 +464,8 @@ def _collect_targets(app: Sphinx, config: Any) -> None:
 
 
 def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: list[Any]) -> None:
-    """"Bases: object" says nothing; a class whose only base is ``object`` shows none."""
+    """A "Bases: object" line says nothing: a class whose only base is ``object`` shows
+    none."""
     if bases == [object]:
         bases.clear()
 
