@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import numpy as np
 import pytest
-from support.subprocess_support import StderrLines, start_interruptible
+from support.subprocess_support import interrupt_once_running, start_interruptible
 
 from pdc_core._cli import main
 from pdc_core._cli._bench import BenchResult, _no_ratio, run_suite
@@ -220,20 +220,8 @@ def test_ctrl_c_prints_partial_results(async_backend: str) -> None:
     proc = start_interruptible(
         ["bench", "--json", "--rounds", "50", "--async-backend", async_backend]
     )
-    try:
-        assert proc.stdout is not None
-        stderr = StderrLines(proc)
-        # a first measurement is in, so there are partial results to print
-        running = stderr.wait_for("pdc bench: running", timeout=120)
-        assert running, f"no 'pdc bench: running' line on stderr:\n{stderr.text(timeout=0)}"
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-        out = proc.stdout.read()
-        err = stderr.text(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # once a first measurement is in, so there are partial results to print
+    out, err = interrupt_once_running(proc, "pdc bench: running", within=120, exit_within=60)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     payload = json.loads(out)
@@ -245,8 +233,6 @@ def test_ctrl_c_prints_partial_results(async_backend: str) -> None:
 def test_ctrl_c_ends_a_run_even_when_the_code_under_measurement_swallows_a_cancel(
     library: str,
 ) -> None:
-    import signal
-
     from pdc_core._cli._bench_paths import run_fresh
 
     swallowed: list[bool] = []

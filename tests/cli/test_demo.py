@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import threading
 from typing import Any
@@ -12,7 +11,7 @@ import anyio
 import numpy as np
 import pytest
 from support.placement_plugin import HERE_PLACEMENT
-from support.subprocess_support import StderrLines, start_interruptible
+from support.subprocess_support import interrupt_once_running, start_interruptible
 
 import pdc_core
 from pdc_core import PersistentKernel
@@ -188,20 +187,9 @@ def test_ctrl_c_stops_cleanly_with_partial_results(async_backend: str) -> None:
     proc = start_interruptible(
         ["demo", "--json", "--messages", "50000000", "--async-backend", async_backend]
     )
-    try:
-        assert proc.stdout is not None
-        stderr = StderrLines(proc)
-        # past start-up (imports), into the pipeline: frames have been processed
-        running = stderr.wait_for(RUNNING_LINE, timeout=60)
-        assert running, f"no {RUNNING_LINE!r} line on stderr:\n{stderr.text(timeout=0)}"
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=30)  # stdout (the JSON summary) is far below a pipe's buffer
-        out = proc.stdout.read()
-        err = stderr.text(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # past start-up (imports), into the pipeline: frames have been processed; stdout (the
+    # JSON summary) is far below a pipe's buffer, so the child can exit before it is read
+    out, err = interrupt_once_running(proc, RUNNING_LINE, within=60, exit_within=30)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
     summary = json.loads(out)

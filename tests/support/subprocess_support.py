@@ -69,3 +69,23 @@ class StderrLines:
         self._thread.join(timeout)
         with self._changed:
             return "".join(self.lines)
+
+
+def interrupt_once_running(
+    proc: subprocess.Popen[str], line: str, *, within: float, exit_within: float
+) -> tuple[str, str]:
+    """Send SIGINT to ``proc`` once a stderr line starts with ``line`` (within
+    ``within`` seconds, else fail), wait up to ``exit_within`` seconds for it to exit,
+    and return its stdout and stderr. It is killed if still running when this ends."""
+    try:
+        assert proc.stdout is not None
+        stderr = StderrLines(proc)
+        running = stderr.wait_for(line, timeout=within)
+        assert running, f"no {line!r} line on stderr:\n{stderr.text(timeout=0)}"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=exit_within)
+        return proc.stdout.read(), stderr.text(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
