@@ -203,8 +203,7 @@ def fake_backend(**properties: Any) -> Any:
             self._lock = threading.Lock()
             self._streams = weakref.WeakSet()
             self._kernels = {}
-            self._resident = set()
-            self._deferred_frees = []
+            self._setup_residency("shared", 8)  # the primary context: CuPy, faked
 
         @property
         def properties(self) -> CudaDeviceProperties:

@@ -48,6 +48,8 @@ class _Resident:
     def __init__(self, stream: CudaStream) -> None:
         self.stream = stream
         self.exited = False
+        self.shares_primary = True  # placement "shared": in the primary context
+        self.label = "'resident'"
 
 
 def _kernel(backend, max_threads_per_block=1024):
@@ -148,13 +150,13 @@ def test_synchronize_while_resident_never_waits_for_the_device(cupy):
     resident_stream = CudaStream(backend, cupy.stream(0x62))
     backend._streams.add(resident_stream)
     resident = _Resident(resident_stream)
-    backend._resident.add(resident)
+    backend.residency.register(resident)
     backend.synchronize()
     assert ("stream.synchronize", 0x61) in cupy.log
     assert ("stream.synchronize", 0x62) not in cupy.log
     assert ("deviceSynchronize", -1) not in cupy.log
     assert cupy.log[-2:] == [("event.record", 0), ("event.synchronize", 0)]
-    with pytest.raises(pdc_core.BackendError, match="1 persistent kernel"):
+    with pytest.raises(pdc_core.BackendError, match=r"primary CUDA context \('resident'\)"):
         backend.free_cached_memory()
     resident.exited = True
     cupy.log.clear()

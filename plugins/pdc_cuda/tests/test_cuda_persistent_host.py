@@ -19,7 +19,6 @@ from pdc_cuda._persistent import (
     CudaResidentKernel,
     check_device,
     launch_persistent_kernel,
-    region_device_address,
     ring_body,
 )
 
@@ -89,33 +88,43 @@ CUDA13 = (13, 0)
 
 
 def test_capability_checks_before_launch():
-    check_device(_fake_backend(), allow_watchdog=False, nvrtc_version=CUDA12)
+    check_device(_site(_fake_backend()), allow_watchdog=False, nvrtc_version=CUDA12)
     with pytest.raises(CapabilityError, match="canMapHostMemory"):
-        check_device(_fake_backend(canMapHostMemory=0), allow_watchdog=False, nvrtc_version=CUDA12)
+        check_device(
+            _site(_fake_backend(canMapHostMemory=0)), allow_watchdog=False, nvrtc_version=CUDA12
+        )
     with pytest.raises(CapabilityError, match=r"compute capability 6\.1; .* needs 7\.0"):
-        check_device(_fake_backend(major=6, minor=1), allow_watchdog=False, nvrtc_version=CUDA12)
+        check_device(
+            _site(_fake_backend(major=6, minor=1)), allow_watchdog=False, nvrtc_version=CUDA12
+        )
     with pytest.raises(CapabilityError, match="display watchdog"):
         check_device(
-            _fake_backend(kernelExecTimeoutEnabled=1), allow_watchdog=False, nvrtc_version=CUDA12
+            _site(_fake_backend(kernelExecTimeoutEnabled=1)),
+            allow_watchdog=False,
+            nvrtc_version=CUDA12,
         )
     check_device(
-        _fake_backend(kernelExecTimeoutEnabled=1), allow_watchdog=True, nvrtc_version=CUDA12
+        _site(_fake_backend(kernelExecTimeoutEnabled=1)), allow_watchdog=True, nvrtc_version=CUDA12
     )
 
 
 def test_the_oldest_device_follows_the_nvrtc_in_use():
     volta = _fake_backend(major=7, minor=0)
-    check_device(volta, allow_watchdog=False, nvrtc_version=CUDA12)
+    check_device(_site(volta), allow_watchdog=False, nvrtc_version=CUDA12)
     with pytest.raises(CapabilityError) as refused:
-        check_device(volta, allow_watchdog=False, nvrtc_version=CUDA13)
+        check_device(_site(volta), allow_watchdog=False, nvrtc_version=CUDA13)
     message = str(refused.value)
     assert "compute capability 7.0" in message
     assert "needs 7.5" in message
     assert "NVRTC 13.0 (the CUDA 13 toolkit)" in message  # the toolkit
     assert volta.qualified_name in message  # the device
-    check_device(_fake_backend(major=7, minor=5), allow_watchdog=False, nvrtc_version=CUDA13)
+    check_device(_site(_fake_backend(major=7, minor=5)), allow_watchdog=False, nvrtc_version=CUDA13)
     assert min_compute_capability(CUDA12) == (7, 0)
     assert min_compute_capability(CUDA13) == (7, 5)
+
+
+def _site(backend):
+    return backend.launch_site("shared")
 
 
 def test_region_address_is_the_allocation_address_plus_the_offset():
@@ -123,7 +132,8 @@ def test_region_address_is_the_allocation_address_plus_the_offset():
     backend = _fake_backend()
     backend.device_pointer = lambda array: 0x7000_0000_0000  # a different device address
     offset = memory.address - memory.owner.ctypes.data
-    assert region_device_address(backend, memory) == 0x7000_0000_0000 + offset
+    site = backend.launch_site("shared")
+    assert site.place.region_address(None, memory) == 0x7000_0000_0000 + offset
 
 
 class _FakeStream:
@@ -147,10 +157,19 @@ def _resident(backend=None):
     memory = RingMemory.from_buffer(RingLayout(REQUEST, REPLY, 8))
     backend = backend or _fake_backend()
     stream = _FakeStream()
+    site = backend.launch_site("shared")
     resident = CudaResidentKernel(
-        backend, _kernel(), memory, None, stream, None, CudaRingBody(SOURCE)
+        backend,
+        _kernel(),
+        memory,
+        None,
+        stream,
+        None,
+        CudaRingBody(SOURCE),
+        place=site.place,
+        residency=backend.residency,
     )
-    backend._register_resident(resident)
+    backend.residency.register(resident)
     return resident, backend, stream
 
 
@@ -189,16 +208,16 @@ def test_memory_of_a_stopped_kernel_is_freed_only_once_none_is_resident():
     assert first.exited
     first.release()
     # cudaFreeHost may wait for the whole device: the rings wait for the other kernel.
-    assert len(backend._deferred_frees) == 1
+    assert len(backend.residency._deferred) == 1
     allocation = first.memory.owner
-    assert backend._deferred_frees[0][0] is allocation  # the allocation, not its views
+    assert backend.residency._deferred[0][0] is allocation  # the allocation, not its views
     first.memory.detach()  # what the session does next: its views let go of the allocation
-    assert backend._deferred_frees[0][0] is allocation
+    assert backend.residency._deferred[0][0] is allocation
     second_stream.state = "done"
     assert backend.resident_kernels() == []
-    assert backend._deferred_frees == []
+    assert backend.residency._deferred == []
     second.release()
-    assert backend._deferred_frees == []
+    assert backend.residency._deferred == []
 
 
 def test_a_faulting_kernel_is_a_failure_with_the_cuda_error():
@@ -253,7 +272,7 @@ def test_a_failed_launch_leaves_a_stop_word_and_nothing_resident(monkeypatch):
     monkeypatch.setattr(backend, "create_stream", lambda: stream)
     memory = RingMemory.from_buffer(RingLayout(REQUEST, REPLY, 8))
     with pytest.raises(KeyboardInterrupt):
-        launch_persistent_kernel(backend, _kernel(), memory)
+        launch_persistent_kernel(backend.launch_site("shared"), _kernel(), memory)
     assert memory.load32(Offset.STOP) == StopMode.NOW  # a kernel that did start exits
     assert stream.calls == ["synchronize", "discard"]  # the rings outlive it
     assert backend.resident_kernels() == []

@@ -144,8 +144,12 @@ def test_links_live_in_device_memory_between_stages_of_one_device():
 
 
 def test_the_device_holds_one_resident_block_per_sm_and_at_most_128_grids():
-    assert resident_capacity(fake_backend(multiProcessorCount=8)) == 8
-    assert resident_capacity(fake_backend(multiProcessorCount=132)) == MAX_RESIDENT_GRIDS == 128
+    assert resident_capacity(fake_backend(multiProcessorCount=8).properties) == 8
+    assert (
+        resident_capacity(fake_backend(multiProcessorCount=132).properties)
+        == MAX_RESIDENT_GRIDS
+        == 128
+    )
 
 
 def test_a_pipeline_larger_than_the_device_is_refused_before_anything_is_allocated():
@@ -160,17 +164,17 @@ def test_a_pipeline_larger_than_the_device_is_refused_before_anything_is_allocat
 
 def test_kernels_already_resident_count_against_the_device():
     backend = fake_backend(multiProcessorCount=4)
-    running = type("Resident", (), {"exited": False})()
-    backend._resident.add(running)
-    backend._resident.add(type("Resident", (), {"exited": False})())
+    backend.residency.register(type("Resident", (), {"exited": False})())
+    backend.residency.register(type("Resident", (), {"exited": False})())
+    site = backend.launch_site("shared")
     with pytest.raises(CapabilityError, match="and 2 are resident already"):
-        check_co_residency(backend, 3)
-    check_co_residency(backend, 2)
+        check_co_residency(site, 3)
+    check_co_residency(site, 2)
 
 
 def test_a_device_without_concurrent_kernels_is_refused():
     with pytest.raises(CapabilityError, match="cannot run kernels concurrently"):
-        check_co_residency(fake_backend(concurrentKernels=0), 2)
+        check_co_residency(fake_backend(concurrentKernels=0).launch_site("shared"), 2)
 
 
 def test_everything_is_prepared_before_the_first_launch_and_the_last_stage_launches_first():
@@ -232,14 +236,16 @@ def test_a_launch_that_fails_half_way_stops_the_stages_already_launched():
     pipeline = abc()
     memory = device.host_region(pipeline)
     links_seen: list[Any] = []
-    original = device.backend.allocate
+    original = device.backend.to_device
+    link_bytes = {pipeline.link_layout(index).total_size for index in (1, 2)}
 
-    def allocate(shape: Any, dtype: Any, kind: Any = MemoryKind.DEVICE) -> Any:
-        array = original(shape, dtype, kind)
-        links_seen.append(array)
+    def to_device(host: Any, out: Any = None, stream: Any = None) -> Any:
+        array = original(host, out, stream)
+        if host.nbytes in link_bytes:  # a link's region, initialised
+            links_seen.append(array)
         return array
 
-    device.backend.allocate = allocate
+    device.backend.to_device = to_device
     with pytest.raises(RuntimeError, match="cudaErrorLaunchOutOfResources"):
         launch_pipeline(device.backend, pipeline, memory)
     link1, link2 = (array.host for array in links_seen)

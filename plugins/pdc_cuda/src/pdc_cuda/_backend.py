@@ -25,10 +25,13 @@ from pdc_core.backend import (
 )
 
 from ._availability import diagnose, prefer_eager_module_loading, probe
+from ._context import DEFAULT_GREEN_SMS, ContextKind, context_kind, context_pool
 from ._kernels import CudaKernel, compile_options, compile_raw_module
 from ._launch import Dims, LaunchConfig
 from ._memory import DevicePool, device_pointer, is_pinned, mapped_empty, pinned_empty
+from ._places import DriverPlace, LaunchSite, PrimaryPlace, ResidentPlace
 from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
+from ._residency import Residency
 from ._streams import CudaEvent, CudaStream, synchronize_stream
 
 if TYPE_CHECKING:
@@ -72,9 +75,17 @@ class CudaBackend(Backend):
     ``cupy.RawModule``, and Python bodies in numba.cuda style (:meth:`run_python_kernel`)
     through numba-cuda, an optional extra (``pip install 'pdc-cuda[numba]'``).
 
-    Nothing this backend does waits for the whole device while one of its persistent
-    kernels is resident: :meth:`synchronize` then synchronizes streams instead, and
-    :meth:`free_cached_memory` (which would call ``cudaFree``) refuses. A resident
+    Resident kernels run, by default, in a CUDA context pdc owns (``context="own"``; or
+    ``"green"``, a green context over ``green_sms`` SMs), so that everything else here
+    -- and CuPy, numba-cuda and other libraries -- keeps the primary context and loads
+    modules, allocates and frees freely beside them (:mod:`pdc_cuda._context`). With
+    ``context="shared"`` (or ``PDC_CUDA_CONTEXT=shared``) they run in the primary
+    context; then what would wait for them (a new module: :meth:`compile_kernel` of a
+    new source, a first :meth:`run_python_kernel` of a body; :meth:`free_cached_memory`)
+    raises :class:`~pdc_cuda.ResidentKernelBlocks` at once, and :meth:`synchronize`
+    synchronizes streams instead of the device. The launch option ``context=`` places
+    one kernel. Every driver call made beside a resident kernel is listed, with why it
+    cannot wait for it, in :data:`pdc_cuda._residency.BESIDE_RESIDENT`. A resident
     kernel is held (with its ring memory) until its stream is seen done, so a dropped
     session cannot free memory the kernel still reads.
     """
@@ -105,8 +116,11 @@ class CudaBackend(Backend):
     _properties_cache: ClassVar[dict[int, CudaDeviceProperties]] = {}
     _class_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, device: int = 0) -> None:
+    def __init__(
+        self, device: int = 0, *, context: str | None = None, green_sms: int = DEFAULT_GREEN_SMS
+    ) -> None:
         super().__init__(device)
+        self._setup_residency(context, green_sms)
         prefer_eager_module_loading()
         import cupy
 
@@ -118,13 +132,17 @@ class CudaBackend(Backend):
             self._pool = DevicePool(device, cupy.get_default_memory_pool())
         self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
         self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
-        #: Persistent kernels launched on this device and not yet seen exited: strong
-        #: references, so a kernel (and the ring memory it reads) outlives a dropped
-        #: session until its stream is done. Pruned by :meth:`resident_kernels`.
-        self._resident: set[CudaResidentKernel] = set()
-        #: Memory of stopped kernels kept until no kernel is resident any more:
-        #: ``cudaFreeHost`` may wait for the whole device (see :meth:`defer_free`).
-        self._deferred_frees: list[Any] = []
+
+    def _setup_residency(self, context: str | None, green_sms: int) -> None:
+        """The placement setting and the residency bookkeeping (subclasses that stand
+        for a device without CuPy call it from their own ``__init__``)."""
+        #: Where resident kernels go unless a launch says otherwise.
+        self.context: ContextKind = context_kind(context)
+        self.green_sms = green_sms
+        #: The resident kernels of this device and the memory waiting for them to go.
+        self.residency = Residency(self.qualified_name)
+        self._places: dict[ContextKind, ResidentPlace] = {}
+        self._numba_compiled: set[int] = set()
 
     # -- discovery ------------------------------------------------------------------
 
@@ -341,10 +359,11 @@ class CudaBackend(Backend):
     def free_cached_memory(self) -> None:
         """Return cached blocks (device and pinned) to CUDA.
 
-        Refused while a persistent kernel is resident: ``cudaFree`` waits for the whole
-        device, and a resident kernel never finishes.
+        Refused (:class:`~pdc_cuda.ResidentKernelBlocks`) while a persistent kernel is
+        resident in the primary context (``context="shared"``): ``cudaFree`` waits for
+        it there, and a resident kernel never finishes.
         """
-        self._refuse_while_resident("free cached memory (cudaFree waits for the whole device)")
+        self.residency.refuse_beside_shared("free cached memory (cudaFree, cudaFreeHost)")
         import cupy
 
         with self.device_context():
@@ -372,12 +391,9 @@ class CudaBackend(Backend):
         import cupy
 
         with self.device_context():
-            stream = CudaStream(self, cupy.cuda.Stream(non_blocking=True))
+            stream = CudaStream(self, cupy.cuda.Stream(non_blocking=True), self._streams.discard)
         self._streams.add(stream)
         return stream
-
-    def _forget_stream(self, stream: CudaStream) -> None:
-        self._streams.discard(stream)
 
     def create_event(self) -> CudaEvent:
         import cupy
@@ -386,20 +402,21 @@ class CudaBackend(Backend):
             return CudaEvent(cupy.cuda.Event(block=False, disable_timing=True))
 
     def synchronize(self) -> None:
-        """Wait for all work on this device.
+        """Wait for all work on this device's primary context.
 
-        While a persistent kernel of this backend is resident (it never finishes by
-        design) this synchronizes every stream the backend created and CuPy's current
-        stream instead of the device, so it cannot hang on the kernel.
+        A kernel resident in a context of pdc's own is not waited for (another
+        context). While one is resident in the primary context (``context="shared"``;
+        it never finishes by design) this synchronizes every stream the backend created
+        and CuPy's current stream instead of the device, so it cannot hang on it.
         """
         import cupy
 
         with self.device_context():
-            resident = self.resident_kernels()
-            if not resident:
+            shared = [kernel for kernel in self.resident_kernels() if kernel.shares_primary]
+            if not shared:
                 cupy.cuda.runtime.deviceSynchronize()
                 return
-            resident_streams = {id(kernel.stream) for kernel in resident}
+            resident_streams = {id(kernel.stream) for kernel in shared}
             for stream in list(self._streams):
                 if id(stream) not in resident_streams:
                     stream.synchronize()
@@ -411,39 +428,48 @@ class CudaBackend(Backend):
         Never blocks: each kernel's stream is queried. Memory deferred by
         :meth:`defer_free` is let go once none is left.
         """
-        with self._lock:
-            candidates = list(self._resident)
-        running = [kernel for kernel in candidates if not kernel.exited]
-        with self._lock:
-            self._resident.difference_update(set(candidates) - set(running))
-            if not self._resident and self._deferred_frees:
-                self._deferred_frees.clear()
-        return running
+        return self.residency.running()
 
     def defer_free(self, memory: Any) -> None:
         """Keep ``memory`` alive until no persistent kernel is resident on this device.
 
         Freeing pinned memory (``cudaFreeHost``) or device memory (``cudaFree``) may
-        wait for the whole device, which never happens while a kernel is resident.
+        wait for a running kernel.
         """
-        with self._lock:
-            self._deferred_frees.append(memory)
+        self.residency.defer_free(memory)
 
-    def _register_resident(self, kernel: CudaResidentKernel) -> None:
+    def resident_place(self, context: str | None = None) -> ResidentPlace:
+        """Where a resident kernel placed by ``context`` (this backend's :attr:`context`
+        when ``None``) runs: a context pdc owns, or the primary one (``"shared"``)."""
+        kind = self.context if context is None else context_kind(context)
         with self._lock:
-            self._resident.add(kernel)
+            place = self._places.get(kind)
+            if place is None:
+                place = self._make_place(kind)
+                self._places[kind] = place
+        return place
 
-    def _forget_resident(self, kernel: CudaResidentKernel) -> None:
-        with self._lock:
-            self._resident.discard(kernel)
+    def _make_place(self, kind: ContextKind) -> ResidentPlace:
+        if kind == "shared":
+            return PrimaryPlace(self)
+        props = self.properties
+        pool = context_pool(
+            self.device,
+            kind,
+            compute_capability=(props.major, props.minor),
+            green_sms=self.green_sms,
+        )
+        return DriverPlace(pool, kind)
 
-    def _refuse_while_resident(self, action: str) -> None:
-        resident = self.resident_kernels()
-        if resident:
-            raise BackendError(
-                f"cannot {action} on {self.qualified_name} while {len(resident)} "
-                "persistent kernel(s) are resident; stop them first"
-            )
+    def launch_site(self, context: str | None = None) -> LaunchSite:
+        """What a resident launch on this device needs (its place from ``context``)."""
+        return LaunchSite(
+            backend=self,
+            properties=self.properties,
+            require_mapped_memory=self.require_mapped_memory,
+            residency=self.residency,
+            place=self.resident_place(context),
+        )
 
     # -- kernels ------------------------------------------------------------------------
 
@@ -465,6 +491,7 @@ class CudaBackend(Backend):
             cached = self._kernels.get(key)
         if cached is not None:
             return cached
+        self.residency.refuse_beside_shared(f"compile and load kernel {name!r} (a module load)")
         with self.device_context():
             raw = compile_raw_module(source, full_options, name)
         kernel = CudaKernel(self, raw, name, source, full_options)
@@ -533,9 +560,13 @@ class CudaBackend(Backend):
         """
         from ._numba import run_numba_kernel
 
+        if id(body) not in self._numba_compiled:
+            # numba-cuda compiles and loads at a body's first launch.
+            self.residency.refuse_beside_shared("compile and load a Python kernel body")
         run_numba_kernel(
             self, body, grid, block, args, shared_mem=shared_mem, stream=stream, options=options
         )
+        self._numba_compiled.add(id(body))
 
     def launch_persistent_kernel(
         self, kernel: PersistentKernel, rings: RingMemory, **options: Any
@@ -544,14 +575,17 @@ class CudaBackend(Backend):
 
         Options: ``threads`` (block size), ``backoff_min_ns``/``backoff_max_ns`` (idle
         polling back-off), ``allow_watchdog`` (launch even on a device with a display
-        watchdog), ``compile_options``. Raises :class:`~pdc_core.CapabilityError` before
-        launching on a device that cannot map host memory, is older than compute
-        capability 7.0 (7.5 with CUDA 13's NVRTC) or has a display watchdog;
-        :class:`~pdc_cuda.CudaCompileError` with NVRTC's log when the body does not compile.
+        watchdog), ``compile_options``, ``context`` (``"own"``, ``"green"`` or
+        ``"shared"``: where it runs; this backend's :attr:`context` by default).
+        Raises :class:`~pdc_core.CapabilityError` before launching on a device that
+        cannot map host memory, is older than compute capability 7.0 (7.5 with CUDA
+        13's NVRTC) or has a display watchdog; :class:`~pdc_cuda.CudaCompileError` with
+        NVRTC's log when the body does not compile.
         """
         from ._persistent import launch_persistent_kernel
 
-        return launch_persistent_kernel(self, kernel, rings, **options)
+        site = self.launch_site(options.get("context"))
+        return launch_persistent_kernel(site, kernel, rings, **options)
 
     def launch_pipeline(
         self, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
@@ -569,4 +603,5 @@ class CudaBackend(Backend):
         """
         from ._pipeline import launch_pipeline
 
-        return launch_pipeline(self, pipeline, memory, **options)
+        site = self.launch_site(options.get("context"))
+        return launch_pipeline(site, pipeline, memory, **options)

@@ -23,21 +23,18 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import CapabilityError, DeviceSource, PersistentKernel
+from pdc_core import Backend, CapabilityError, DeviceSource, PersistentKernel
 from pdc_core.backend import Offset, ResidentKernel, RingMemory, StopMode
 
 from ._nvrtc import find_nvrtc, min_compute_capability
+from ._places import LaunchSite, ResidentPlace, check_state
+from ._residency import Residency
 from ._ring_source import KERNEL_NAME, CudaRingBody, RingWiring, render_ring_kernel
-
-if TYPE_CHECKING:
-    from ._backend import CudaBackend
-    from ._kernels import CudaKernel
-    from ._streams import CudaStream
 
 __all__ = [
     "LAUNCH_OPTIONS",
@@ -49,7 +46,7 @@ __all__ = [
 
 #: Launch options accepted by ``open_persistent_kernel(..., **options)`` on CUDA.
 LAUNCH_OPTIONS = frozenset(
-    {"threads", "backoff_min_ns", "backoff_max_ns", "allow_watchdog", "compile_options"}
+    {"threads", "backoff_min_ns", "backoff_max_ns", "allow_watchdog", "compile_options", "context"}
 )
 
 
@@ -99,13 +96,13 @@ def ring_body(
 
 
 def check_device(
-    backend: CudaBackend, allow_watchdog: bool, nvrtc_version: tuple[int, int] | None = None
+    site: LaunchSite, allow_watchdog: bool, nvrtc_version: tuple[int, int] | None = None
 ) -> None:
-    """Raise :class:`CapabilityError` unless the device can host a resident ring kernel
-    compiled by the NVRTC in use (``nvrtc_version``; default: the one that loads)."""
-    props = backend.properties
-    where = f"{backend.qualified_name} ({props.name})"
-    backend.require_mapped_memory("run a resident ring kernel")
+    """Raise :class:`CapabilityError` unless ``site``'s device can host a resident ring
+    kernel compiled by the NVRTC in use (``nvrtc_version``; default: the one that loads)."""
+    props = site.properties
+    where = f"{site.name} ({props.name})"
+    site.require_mapped_memory("run a resident ring kernel")
     version = nvrtc_version if nvrtc_version is not None else find_nvrtc().version
     oldest = min_compute_capability(version)
     if (props.major, props.minor) < oldest:
@@ -128,43 +125,53 @@ def check_device(
         )
 
 
-def region_device_address(backend: CudaBackend, memory: RingMemory) -> int:
-    """The device address of the ring region (start of the owner's allocation + offset)."""
-    owner = memory.owner if isinstance(memory.owner, np.ndarray) else memory.base
-    base = backend.device_pointer(owner)
-    return base + (memory.address - int(owner.ctypes.data))
-
-
 class CudaResidentKernel(ResidentKernel):
     """One resident ring kernel on a CUDA device (what ``launch_persistent_kernel`` returns).
 
     ``wake`` does nothing: the kernel polls the control block itself. ``exited``
     queries the stream without blocking; a fault of the kernel's execution (an illegal
     address in the body, ...) makes it ``exited`` with :attr:`failure` set, which the
-    core reports as a crash.
+    core reports as a crash. :attr:`place` is where it runs (:mod:`pdc_cuda._places`):
+    a context of pdc's own by default, the primary context with ``context="shared"``.
     """
 
     def __init__(
         self,
-        backend: CudaBackend,
+        backend: Backend,
         kernel: PersistentKernel,
         memory: RingMemory,
-        compiled: CudaKernel,
-        stream: CudaStream,
+        compiled: Any,
+        stream: Any,
         state: Any,
         config: CudaRingBody,
+        *,
+        place: ResidentPlace,
+        residency: Residency,
     ) -> None:
         super().__init__(backend, kernel, memory)
-        self.cuda_backend = backend
+        self.place = place
+        self.residency = residency
         self.compiled = compiled
         self.stream = stream
         self.state_array = state
         self.config = config
+        #: The state's host shape and dtype, for :meth:`read_state`.
+        self._state_like = None if kernel.state is None else np.asarray(kernel.state)
         self._failure: BaseException | None = None
         self._exited = False
         self._released = False
         #: The state copied to the host when the kernel was released (after its stop).
         self._final_state: npt.NDArray[Any] | None = None
+
+    @property
+    def shares_primary(self) -> bool:
+        """Whether the kernel runs in the primary context (placement ``"shared"``)."""
+        return self.place.shares_primary
+
+    @property
+    def label(self) -> str:
+        """The kernel's name (for messages)."""
+        return repr(self.kernel.name)
 
     def wake(self) -> None:
         """Nothing to do: the kernel polls ``IN_HEAD``/``STOP``/``PAUSE`` itself."""
@@ -173,21 +180,21 @@ class CudaResidentKernel(ResidentKernel):
     def exited(self) -> bool:
         """True once the kernel's stream is done, or failed (then :attr:`failure` is set).
 
-        Queries the stream (``cudaStreamQuery``) without blocking; a status other than
-        success or not-ready (an illegal address in the body, a launch failure) counts
-        as exited, so the session reports a crash instead of waiting for ``DONE``.
+        Queries the stream without blocking; a status other than success or not-ready
+        (an illegal address in the body, a launch failure) counts as exited, so the
+        session reports a crash instead of waiting for ``DONE``.
         """
         if self._exited:
             return True
         try:
             done = self.stream.done
-        except Exception as exc:  # CUDARuntimeError: the kernel's execution failed
+        except Exception as exc:  # the kernel's execution failed
             self._failure = exc
             done = True
         if done:
             self._exited = True
-            self.cuda_backend._forget_resident(self)
-        return done
+            self.residency.forget(self)
+        return bool(done)
 
     @property
     def failure(self) -> BaseException | None:
@@ -198,45 +205,41 @@ class CudaResidentKernel(ResidentKernel):
         """A host copy of the device-resident state; consistent while paused or after
         the stop (the state is then the copy taken when the kernel was released).
 
-        Copied on a fresh non-blocking side stream into pageable memory, so it waits
-        for that copy only -- never for the device, and it allocates no pinned memory
-        while the kernel is resident.
+        Copied on a fresh non-blocking side stream of the kernel's context into pageable
+        memory, so it waits for that copy only -- never for the kernel or the device.
         """
-        if self.state_array is None:
+        if self.state_array is None or self._state_like is None:
             return None if self._final_state is None else self._final_state.copy()
-        backend = self.cuda_backend
-        side = backend.create_stream()
-        try:
-            with backend.device_context():
-                host = self.state_array.get(stream=side.cupy)
-            side.synchronize()
-            return np.array(host, copy=True)
-        finally:
-            side.close()
+        out = np.empty_like(self._state_like)
+        return self.place.read(self.state_array, out)
 
     def release(self) -> None:
         """Drop the stream and the state (the core owns the rings); never waits.
 
         Called after :attr:`exited`. The stream is discarded without synchronizing (it
         is done, or failed). While other kernels are resident on the device, the ring
-        memory and the state are handed to :meth:`CudaBackend.defer_free`, so that
-        freeing them (``cudaFreeHost`` may wait for the whole device) happens only once
-        no kernel is resident.
+        memory and the state are handed to :meth:`Residency.defer_free`, so that freeing
+        them (``cudaFreeHost``/``cuMemFree`` may wait for a running kernel) happens only
+        once no kernel is resident.
         """
         if self._released:
             return
         self._released = True
-        backend = self.cuda_backend
-        backend._forget_resident(self)
+        self.residency.forget(self)
         self.stream.discard()
         if self.state_array is not None and self._failure is None:
             try:
                 self._final_state = self.read_state()
             except Exception:  # a failed context: there is no state to keep
                 self._final_state = None
-        if backend.resident_kernels():
-            # The allocation itself: the session detaches the ring memory from it next.
-            backend.defer_free((self.memory.owner, self.state_array))
+        # The allocation itself: the session detaches the ring memory from it next.
+        held = (self.memory.owner, self.state_array)
+        if self.residency.running():
+            self.residency.defer_free(held)
+        elif self.state_array is not None:
+            free = getattr(self.state_array, "free", None)
+            if callable(free):  # memory of a context pdc owns
+                free()
         self.state_array = None
 
 
@@ -253,27 +256,32 @@ def render_kernel(
 
 
 def launch_persistent_kernel(
-    backend: CudaBackend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    site: LaunchSite, kernel: PersistentKernel, rings: RingMemory, **options: Any
 ) -> CudaResidentKernel:
-    """Compile and launch ``kernel``'s resident loop on ``rings``; see the module docs."""
+    """Compile and launch ``kernel``'s resident loop on ``rings`` in ``site``'s place;
+    see the module docs."""
     if not isinstance(kernel, PersistentKernel):
         raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
     if not isinstance(rings, RingMemory):
         raise TypeError(f"expected the RingMemory the core allocated, not {type(rings).__name__}")
+    options = dict(options)
+    options.pop("context", None)  # chose ``place``
     wiring = RingWiring(sequenced_input=rings.layout.sequenced_input)
-    body, source, compile_options = render_kernel(kernel, dict(options), wiring)
-    check_device(backend, bool(options.get("allow_watchdog", False)))
-    compiled = backend.compile_kernel(source, KERNEL_NAME, compile_options)
+    body, source, compile_options = render_kernel(kernel, options, wiring)
+    check_device(site, bool(options.get("allow_watchdog", False)))
+    place, residency = site.place, site.residency
+    state_host = check_state(kernel.state, f"placement {place.kind!r}")
+    (compiled,) = place.compile([(source, KERNEL_NAME, compile_options)])
     threads = min(body.threads, compiled.max_threads_per_block)
-    address = region_device_address(backend, rings)
-    state = None
-    if kernel.state is not None:
-        state = backend.to_device(np.ascontiguousarray(kernel.state))
-    stream = backend.create_stream()
-    resident = CudaResidentKernel(backend, kernel, rings, compiled, stream, state, body)
+    address = place.region_address(compiled, rings)
+    state = None if state_host is None else place.upload(compiled, state_host)
+    stream = place.create_stream(compiled)
+    resident = CudaResidentKernel(
+        site.backend, kernel, rings, compiled, stream, state, body, place=place, residency=residency
+    )
     state_arg = state if state is not None else np.uint64(0)
     try:
-        backend._register_resident(resident)
+        residency.register(resident)
         region = np.uint64(address)  # its own input and output region
         compiled.launch((1,), (threads,), (region, region, state_arg), stream=stream)
     except BaseException:
@@ -283,7 +291,7 @@ def launch_persistent_kernel(
         rings.words32[Offset.STOP >> 2] = int(StopMode.NOW)
         with contextlib.suppress(Exception):
             stream.synchronize()
-        backend._forget_resident(resident)
+        residency.forget(resident)
         stream.discard()
         raise
     return resident

@@ -33,11 +33,11 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from pdc_core import CapabilityError, PersistentKernel, PersistentPipeline
+from pdc_core import Backend, CapabilityError, PersistentPipeline
 from pdc_core.backend import (
     MemoryKind,
     Offset,
@@ -48,16 +48,11 @@ from pdc_core.backend import (
 )
 
 from ._exceptions import CudaCompileError
-from ._persistent import (
-    CudaResidentKernel,
-    check_device,
-    region_device_address,
-    render_kernel,
-)
-from ._ring_source import KERNEL_NAME, RingWiring, Scope
-
-if TYPE_CHECKING:
-    from ._backend import CudaBackend
+from ._persistent import CudaResidentKernel, check_device, render_kernel
+from ._places import LaunchSite, ResidentPlace, check_state
+from ._properties import CudaDeviceProperties
+from ._residency import Residency
+from ._ring_source import KERNEL_NAME, CudaRingBody, RingWiring, Scope
 
 __all__ = [
     "MAX_RESIDENT_GRIDS",
@@ -94,26 +89,26 @@ def link_placement(producer_device: int, consumer_device: int) -> LinkPlacement:
     return LinkPlacement(MemoryKind.MAPPED, "system")
 
 
-def resident_capacity(backend: CudaBackend) -> int:
-    """How many one-block resident kernels the device is guaranteed to hold at once:
-    one per SM (a block that fits an SM alone always finds one free), and no more than
-    :data:`MAX_RESIDENT_GRIDS`."""
-    multiprocessors = backend.properties.multiprocessor_count or 1
+def resident_capacity(props: CudaDeviceProperties) -> int:
+    """How many one-block resident kernels a device (``props``) is guaranteed to hold at
+    once: one per SM (a block that fits an SM alone always finds one free), and no more
+    than :data:`MAX_RESIDENT_GRIDS`."""
+    multiprocessors = props.multiprocessor_count or 1
     return min(multiprocessors, MAX_RESIDENT_GRIDS)
 
 
-def check_co_residency(backend: CudaBackend, stages: int) -> None:
+def check_co_residency(site: LaunchSite, stages: int) -> None:
     """Refuse, with :class:`CapabilityError`, a pipeline whose stages cannot all be
     resident beside the kernels already resident on the device."""
-    props = backend.properties
-    where = f"{backend.qualified_name} ({props.name})"
+    props = site.properties
+    where = f"{site.name} ({props.name})"
     if props.extra.get("concurrentKernels") == 0:
         raise CapabilityError(
             f"{where} cannot run kernels concurrently (concurrentKernels=0): the stages of a "
             "pipeline must all be resident at once"
         )
-    resident = len(backend.resident_kernels())
-    capacity = resident_capacity(backend)
+    resident = len(site.residency.running())
+    capacity = resident_capacity(props)
     if stages + resident > capacity:
         raise CapabilityError(
             f"a pipeline of {stages} stages cannot be resident on {where}: every stage is a "
@@ -126,27 +121,29 @@ def check_co_residency(backend: CudaBackend, stages: int) -> None:
 
 class CudaLink:
     """The region of one link: ``layout`` (the consumer's input ring, one unused output
-    slot) in the memory :func:`link_placement` chose, initialised before any stage runs.
+    slot) in the memory :func:`link_placement` chose, in the context of the stages'
+    kernels (``anchor`` is one of them), initialised before any stage runs.
 
     :attr:`image` is a host :class:`~pdc_core.backend.RingMemory` of the region: the
     region itself in mapped memory, else a host copy that :meth:`refresh` brings up to
     date (the host never reads device memory otherwise).
     """
 
-    def __init__(self, backend: CudaBackend, layout: RingLayout, placement: LinkPlacement) -> None:
-        self.backend = backend
+    def __init__(
+        self, site: LaunchSite, anchor: Any, layout: RingLayout, placement: LinkPlacement
+    ) -> None:
+        self.site = site
         self.layout = layout
         self.placement = placement
         self.device_array: Any = None
+        place = site.place
         if placement.memory is MemoryKind.MAPPED:
-            self.image = RingMemory.allocate(backend, layout, exact=True)
-            self.address = region_device_address(backend, self.image)
+            self.image = RingMemory.allocate(site.backend, layout, exact=True)
+            self.address = place.region_address(anchor, self.image)
             return
         self.image = RingMemory.from_buffer(layout)  # zeroes and the header
-        array = backend.allocate((layout.total_size,), np.dtype(np.uint8), MemoryKind.DEVICE)
-        backend.to_device(self.image.base, out=array)
-        self.device_array = array
-        self.address = int(array.data.ptr)
+        self.device_array = place.upload(anchor, self.image.base)
+        self.address = place.address(self.device_array)
 
     @property
     def scope(self) -> Scope:
@@ -158,38 +155,27 @@ class CudaLink:
         if self.device_array is None:
             self.image.words32[Offset.STOP >> 2] = int(StopMode.NOW)
             return
-        word = np.array([int(StopMode.NOW)], dtype="<u4").view(np.uint8)
-        self._with_side_stream(
-            lambda stream: self.device_array[Offset.STOP : Offset.STOP + 4].set(word, stream=stream)
-        )
+        word = np.array([int(StopMode.NOW)], dtype="<u4")
+        self.site.place.write(self.device_array, word, int(Offset.STOP))
 
     def refresh(self) -> RingMemory:
         """:attr:`image` with the region's current bytes (copied on a side stream, never
         waiting for the device); returns it."""
         if self.device_array is not None:
-            base = self.image.base
-            self._with_side_stream(lambda stream: self.device_array.get(stream=stream, out=base))
+            self.site.place.read(self.device_array, self.image.base)
         return self.image
-
-    def _with_side_stream(self, copy: Any) -> None:
-        backend = self.backend
-        side = backend.create_stream()
-        try:
-            with backend.device_context():
-                copy(side.cupy)
-            side.synchronize()
-        finally:
-            side.close()
 
     def free(self) -> None:
         """Let go of the region (after every stage has exited). While other kernels are
-        resident the memory goes to :meth:`CudaBackend.defer_free`: ``cudaFree`` and
-        ``cudaFreeHost`` may wait for the whole device."""
+        resident the memory goes to :meth:`Residency.defer_free`: ``cudaFree``,
+        ``cuMemFree`` and ``cudaFreeHost`` may wait for a running kernel."""
         held = (self.device_array, self.image.owner)
         self.image.detach()
-        self.device_array = None
-        if self.backend.resident_kernels():
-            self.backend.defer_free(held)
+        array, self.device_array = self.device_array, None
+        if self.site.residency.running():
+            self.site.residency.defer_free(held)
+        elif callable(getattr(array, "free", None)):
+            array.free()  # memory of a context pdc owns
 
 
 class CudaPipelineResident(PipelineResident):
@@ -203,7 +189,7 @@ class CudaPipelineResident(PipelineResident):
 
     def __init__(
         self,
-        backend: CudaBackend,
+        backend: Backend,
         pipeline: PersistentPipeline,
         memory: RingMemory,
         stages: Sequence[CudaResidentKernel],
@@ -240,35 +226,25 @@ class _Stage:
     output_address: int
 
 
-def _prepare_stage(
-    backend: CudaBackend,
+def _compile_stages(
+    place: ResidentPlace,
     pipeline: PersistentPipeline,
-    index: int,
-    options: dict[str, Any],
-    wiring: RingWiring,
-    memory: RingMemory,
-    input_address: int,
-    output_address: int,
-) -> _Stage:
-    kernel: PersistentKernel = pipeline.stages[index]
-    body, source, compile_options = render_kernel(kernel, options, wiring)
+    rendered: Sequence[tuple[CudaRingBody, str, tuple[str, ...]]],
+) -> list[Any]:
+    """Compile and load every stage into one context; a compile error names its stage."""
     try:
-        compiled = backend.compile_kernel(source, KERNEL_NAME, compile_options)
+        return place.compile([(source, KERNEL_NAME, options) for _, source, options in rendered])
     except CudaCompileError as exc:
+        index = next((i for i, (_, source, _) in enumerate(rendered) if source == exc.source), None)
+        if index is None:
+            raise
         raise CudaCompileError(
             exc.name,
             exc.log,
             exc.source,
             exc.options,
-            what=f"stage {index} ({kernel.name!r}) of pipeline {pipeline.name!r}",
+            what=f"stage {index} ({pipeline.stages[index].name!r}) of pipeline {pipeline.name!r}",
         ) from exc
-    threads = min(body.threads, compiled.max_threads_per_block)  # loads the module now
-    state = None
-    if kernel.state is not None:
-        state = backend.to_device(np.ascontiguousarray(kernel.state))
-    stream = backend.create_stream()
-    resident = CudaResidentKernel(backend, kernel, memory, compiled, stream, state, body)
-    return _Stage(resident, threads, input_address, output_address)
 
 
 def stage_wirings(
@@ -294,7 +270,7 @@ def stage_wirings(
 
 
 def launch_pipeline(
-    backend: CudaBackend, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
+    site: LaunchSite, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
 ) -> CudaPipelineResident:
     """Prepare every stage and link of ``pipeline``, then launch the stages back to back;
     see the module documentation. ``memory`` is the host region the core allocated
@@ -308,37 +284,57 @@ def launch_pipeline(
     """
     if "link" in options:
         raise TypeError("the launch option 'link' is set by the pipeline itself")
+    options = dict(options)
+    options.pop("context", None)  # chose site.place
     count = len(pipeline.stages)
-    check_device(backend, bool(options.get("allow_watchdog", False)))
-    check_co_residency(backend, count)
-    devices = [backend.device] * count  # every stage on this backend's device
-    links = [
-        CudaLink(
-            backend,
-            pipeline.link_layout(index),
-            link_placement(devices[index - 1], devices[index]),
-        )
-        for index in range(1, count)
+    check_device(site, bool(options.get("allow_watchdog", False)))
+    check_co_residency(site, count)
+    place = site.place
+    device = site.properties.index
+    placements = [link_placement(device, device) for _ in range(1, count)]
+    wirings = stage_wirings(
+        pipeline, [placement.scope for placement in placements], memory.layout.sequenced_input
+    )
+    rendered = [
+        render_kernel(pipeline.stages[index], dict(options), wiring)
+        for index, wiring in enumerate(wirings)
     ]
-    host_address = region_device_address(backend, memory)
-    wirings = stage_wirings(pipeline, [link.scope for link in links], memory.layout.sequenced_input)
+    states = [check_state(stage.state, f"placement {place.kind!r}") for stage in pipeline.stages]
+    # Every stage compiled and loaded, into one context, before anything else.
+    compiled = _compile_stages(place, pipeline, rendered)
+    links: list[CudaLink] = []
     stages: list[_Stage] = []
     try:
-        for index, wiring in enumerate(wirings):
+        for index in range(1, count):
+            links.append(
+                CudaLink(site, compiled[0], pipeline.link_layout(index), placements[index - 1])
+            )
+        host_address = place.region_address(compiled[0], memory)
+        for index, (body, _, _) in enumerate(rendered):
             first, last = index == 0, index == count - 1
+            kernel = compiled[index]
+            host_state = states[index]
+            state = None if host_state is None else place.upload(kernel, host_state)
+            resident = CudaResidentKernel(
+                site.backend,
+                pipeline.stages[index],
+                memory if first else links[index - 1].image,
+                kernel,
+                place.create_stream(kernel),
+                state,
+                body,
+                place=place,
+                residency=site.residency,
+            )
             stages.append(
-                _prepare_stage(
-                    backend,
-                    pipeline,
-                    index,
-                    dict(options),
-                    wiring,
-                    memory if first else links[index - 1].image,
+                _Stage(
+                    resident,
+                    min(body.threads, kernel.max_threads_per_block),
                     host_address if first else links[index - 1].address,
                     host_address if last else links[index].address,
                 )
             )
-        _launch_all(backend, stages, memory, links)
+        _launch_all(site.residency, stages, memory, links)
     except BaseException:
         for stage in stages:
             stage.resident.stream.discard()
@@ -346,12 +342,12 @@ def launch_pipeline(
             link.free()
         raise
     return CudaPipelineResident(
-        backend, pipeline, memory, [stage.resident for stage in stages], links
+        site.backend, pipeline, memory, [stage.resident for stage in stages], links
     )
 
 
 def _launch_all(
-    backend: CudaBackend, stages: Sequence[_Stage], memory: RingMemory, links: Sequence[CudaLink]
+    residency: Residency, stages: Sequence[_Stage], memory: RingMemory, links: Sequence[CudaLink]
 ) -> None:
     """Launch the prepared stages, the last first, with nothing in between. If a launch
     raises, every stage that may have been queued is stopped -- ``STOP = NOW`` into its
@@ -362,7 +358,7 @@ def _launch_all(
             stage = stages[index]
             resident = stage.resident
             state = resident.state_array
-            backend._register_resident(resident)
+            residency.register(resident)
             launched.append(index)
             resident.compiled.launch(
                 (1,),
@@ -385,5 +381,5 @@ def _launch_all(
             resident = stages[index].resident
             with contextlib.suppress(Exception):
                 resident.stream.synchronize()
-            backend._forget_resident(resident)
+            residency.forget(resident)
         raise

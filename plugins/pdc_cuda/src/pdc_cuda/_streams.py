@@ -9,12 +9,11 @@ resident kernel occupy one stream without stalling the rest of the program.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
+from pdc_core import Backend
 from pdc_core.backend import Event, Stream
-
-if TYPE_CHECKING:
-    from ._backend import CudaBackend
 
 __all__ = ["CudaEvent", "CudaStream", "query_done", "synchronize_stream"]
 
@@ -69,16 +68,23 @@ class CudaStream(Stream):
     ``with stream.cupy:`` around CuPy calls.
     """
 
-    def __init__(self, backend: CudaBackend, cupy_stream: Any) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        cupy_stream: Any,
+        forget: Callable[[CudaStream], None] | None = None,
+    ) -> None:
         self._backend = backend
         self._stream = cupy_stream
+        #: Called once when the stream is dropped (the owner's registry of streams).
+        self._forget = forget
         self._lock = threading.Lock()
         # (event, object) pairs: each object is released once its event is done.
         self._keep: list[tuple[Any, Any]] = []
         self._closed = False
 
     @property
-    def backend(self) -> CudaBackend:
+    def backend(self) -> Backend:
         return self._backend
 
     @property
@@ -97,7 +103,7 @@ class CudaStream(Stream):
         """Hold a reference to ``obj`` until work queued so far on this stream is done."""
         import cupy
 
-        with self._backend.device_context():
+        with cupy.cuda.Device(self._backend.device):
             event = cupy.cuda.Event(block=False, disable_timing=True)
             event.record(self._stream)
         with self._lock:
@@ -151,7 +157,8 @@ class CudaStream(Stream):
         self._closed = True
         with self._lock:
             self._keep.clear()
-        self._backend._forget_stream(self)
+        if self._forget is not None:
+            self._forget(self)
 
     def __repr__(self) -> str:
         return f"<CudaStream {self._backend.qualified_name} ptr=0x{self.ptr:x}>"

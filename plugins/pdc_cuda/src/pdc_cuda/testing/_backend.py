@@ -41,9 +41,11 @@ from pdc_core.backend import (
 )
 
 from .._backend import CudaBackend
+from .._context import DEFAULT_GREEN_SMS, ContextKind
 from .._kernels import CudaKernel, compile_options
 from .._launch import Dims, explicit_config
 from .._nvrtc import find_nvrtc
+from .._places import PrimaryPlace, ResidentPlace
 from .._properties import CudaDeviceProperties
 from .._ring_source import KERNEL_NAME
 from .._streams import CudaEvent, CudaStream
@@ -110,7 +112,7 @@ class HostStream(CudaStream):
     _ids = itertools.count(1)
 
     def __init__(self, backend: HostCudaBackend) -> None:
-        super().__init__(backend, self)
+        super().__init__(backend, self, backend._streams.discard)
         self._ptr = next(self._ids)
         self.launch: HostLaunch | None = None
 
@@ -264,7 +266,13 @@ class HostCudaBackend(CudaBackend):
     )
 
     def __init__(
-        self, max_threads_per_block: int = 1024, multiprocessors: int = 16, device: int = 0
+        self,
+        max_threads_per_block: int = 1024,
+        multiprocessors: int = 16,
+        device: int = 0,
+        *,
+        context: str | None = None,
+        resident_place: ResidentPlace | None = None,
     ) -> None:
         if not (isinstance(device, int) and device >= 0):
             raise ValueError(f"device must be a non-negative int, not {device!r}")
@@ -273,8 +281,9 @@ class HostCudaBackend(CudaBackend):
         self._lock = threading.Lock()
         self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
         self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
-        self._resident = set()
-        self._deferred_frees = []
+        self._setup_residency(context, DEFAULT_GREEN_SMS)
+        #: Where resident kernels run when given (a test's place, e.g. a fake driver's).
+        self._given_place = resident_place
         self._regions: list[tuple[weakref.ref[Any], int, int, int]] = []
         #: Every host build this backend compiled a kernel into, in order.
         self.builds: list[HostBuild] = []
@@ -377,12 +386,19 @@ class HostCudaBackend(CudaBackend):
         return MemoryStatistics()
 
     def free_cached_memory(self) -> None:
-        self._refuse_while_resident("free cached memory (cudaFree waits for the whole device)")
+        self.residency.refuse_beside_shared("free cached memory (cudaFree, cudaFreeHost)")
 
     def use_async_memory_pool(self) -> None:
         raise CapabilityError("the host build has no CuPy memory pool")
 
     # -- streams ------------------------------------------------------------------------
+
+    def _make_place(self, kind: ContextKind) -> ResidentPlace:
+        """The given place, else the primary context: the host build's kernels are CPU
+        threads nothing waits for, so only ``"shared"`` refuses what would block on a GPU."""
+        if self._given_place is not None:
+            return self._given_place
+        return PrimaryPlace(self, shares_primary=kind == "shared", kind=kind)
 
     def create_stream(self) -> HostStream:
         stream = HostStream(self)

@@ -1,0 +1,257 @@
+"""Where a resident kernel runs: the one interface launches and pipelines go through.
+
+A :class:`ResidentPlace` compiles and loads a resident kernel, makes its stream, puts
+its state and its device-memory links in device memory, and gives the device address
+of the ring region -- all in the context the kernel runs in:
+
+* :class:`DriverPlace`: a context pdc owns (``"own"`` or ``"green"``,
+  :mod:`pdc_cuda._context`), through the driver API. Everything the kernel uses is
+  allocated in that context; device arrays of the primary context are refused.
+* :class:`PrimaryPlace`: the primary context, through the backend's own services
+  (CuPy) -- the ``"shared"`` placement, and the host build (whose "device" is CPU
+  threads and never blocks).
+
+Nothing here knows the backend class: a :class:`PrimaryPlace` is given the services it
+uses (:class:`PrimaryServices`, which ``CudaBackend`` provides).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from pdc_core import Backend
+from pdc_core.backend import RingMemory
+
+from ._context import (
+    ContextKernel,
+    ContextKind,
+    ContextPool,
+    CudaContextError,
+    refuse_foreign_memory_reason,
+)
+from ._kernels import compile_options
+from ._properties import CudaDeviceProperties
+from ._residency import Residency
+
+__all__ = [
+    "DriverPlace",
+    "LaunchSite",
+    "PrimaryPlace",
+    "PrimaryServices",
+    "ResidentPlace",
+    "ring_owner",
+]
+
+#: (source, kernel name, compiler options): one kernel to load.
+KernelSpec = tuple[str, str, tuple[str, ...]]
+
+
+class ResidentPlace(Protocol):
+    """The services a resident kernel's launch needs, in the context it runs in."""
+
+    @property
+    def kind(self) -> ContextKind:
+        """The placement: ``"own"``, ``"green"`` or ``"shared"``."""
+
+    @property
+    def shares_primary(self) -> bool:
+        """Whether kernels placed here run in the primary context (then pdc refuses
+        operations that would wait for them)."""
+
+    def compile(self, specs: Sequence[KernelSpec]) -> list[Any]:
+        """Compile and load every kernel of ``specs`` into one context, before any
+        launch; each result has ``max_threads_per_block`` and ``launch(grid, block,
+        args, stream=)``."""
+
+    def create_stream(self, kernel: Any) -> Any:
+        """A non-blocking stream in ``kernel``'s context (``done``, ``synchronize``,
+        ``discard``)."""
+
+    def upload(self, kernel: Any, host: npt.NDArray[Any]) -> Any:
+        """Device memory in ``kernel``'s context holding a copy of ``host``."""
+
+    def address(self, array: Any) -> int:
+        """The device address of memory from :meth:`upload`."""
+
+    def read(self, array: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Copy device memory into ``out`` on a side stream, waiting for it only."""
+
+    def write(self, array: Any, data: npt.NDArray[Any], offset: int) -> None:
+        """Copy ``data``'s bytes to ``offset`` in device memory (side stream, waited)."""
+
+    def region_address(self, kernel: Any, memory: RingMemory) -> int:
+        """The address ``kernel`` uses for the (mapped) ring region ``memory``."""
+
+
+def ring_owner(memory: RingMemory) -> npt.NDArray[Any]:
+    """The host allocation a ring region lies in (its own array, or its base's)."""
+    return memory.owner if isinstance(memory.owner, np.ndarray) else memory.base
+
+
+def check_state(state: Any, place: str) -> npt.NDArray[Any] | None:
+    """A persistent kernel's initial state as host memory to copy in; a device array
+    (memory of the primary context) raises :class:`CudaContextError` naming ``place``."""
+    if state is None:
+        return None
+    if isinstance(state, np.ndarray):
+        return np.ascontiguousarray(state)
+    raise CudaContextError(
+        f"a persistent kernel's state must be a NumPy array (pdc copies it into the "
+        f"kernel's own context, {place}), not {type(state).__name__}: "
+        + refuse_foreign_memory_reason(state)
+    )
+
+
+class PrimaryServices(Protocol):
+    """What :class:`PrimaryPlace` uses of a backend (``CudaBackend`` has all of it)."""
+
+    def compile_kernel(self, source: str, name: str, options: tuple[str, ...] = ()) -> Any:
+        """Compile and load into the primary context."""
+
+    def create_stream(self) -> Any:
+        """A non-blocking stream of the primary context."""
+
+    def to_device(self, host: npt.NDArray[Any], out: Any = None, stream: Any = None) -> Any:
+        """A device copy of ``host``."""
+
+    def device_pointer(self, host: npt.NDArray[Any]) -> int:
+        """The device address of mapped host memory."""
+
+    def device_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The device current for CuPy."""
+
+
+class PrimaryPlace:
+    """Resident kernels in the primary context, through the backend's services.
+
+    ``shares_primary`` is True for the ``"shared"`` placement on a GPU (then the backend
+    refuses what would wait for the kernels) and False for the host build outside its
+    ``"shared"`` placement: its kernels are CPU threads that nothing waits for, so it
+    stands for a context of their own (``kind``).
+    """
+
+    def __init__(
+        self,
+        services: PrimaryServices,
+        *,
+        shares_primary: bool = True,
+        kind: ContextKind = "shared",
+    ) -> None:
+        self.services = services
+        self._shares = shares_primary
+        self._kind = kind
+
+    @property
+    def kind(self) -> ContextKind:
+        return self._kind
+
+    @property
+    def shares_primary(self) -> bool:
+        return self._shares
+
+    def compile(self, specs: Sequence[KernelSpec]) -> list[Any]:
+        return [self.services.compile_kernel(*spec) for spec in specs]
+
+    def create_stream(self, kernel: Any) -> Any:
+        return self.services.create_stream()
+
+    def upload(self, kernel: Any, host: npt.NDArray[Any]) -> Any:
+        return self.services.to_device(host)
+
+    def address(self, array: Any) -> int:
+        return int(array.data.ptr)
+
+    @contextlib.contextmanager
+    def _side_stream(self) -> Iterator[Any]:
+        side = self.services.create_stream()
+        try:
+            with self.services.device_context():
+                yield side.cupy
+            side.synchronize()
+        finally:
+            side.close()
+
+    def read(self, array: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        with self._side_stream() as stream:
+            host = array.get(stream=stream)
+        np.copyto(out, np.asarray(host).reshape(out.shape).view(out.dtype))
+        return out
+
+    def write(self, array: Any, data: npt.NDArray[Any], offset: int) -> None:
+        raw = np.ascontiguousarray(data).view(np.uint8).reshape(-1)
+        with self._side_stream() as stream:
+            array[offset : offset + raw.nbytes].set(raw, stream=stream)
+
+    def region_address(self, kernel: Any, memory: RingMemory) -> int:
+        owner = ring_owner(memory)
+        return self.services.device_pointer(owner) + (memory.address - int(owner.ctypes.data))
+
+
+class DriverPlace:
+    """Resident kernels in contexts pdc owns (``"own"``/``"green"``), from ``pool``."""
+
+    def __init__(self, pool: ContextPool, kind: ContextKind) -> None:
+        self.pool = pool
+        self._kind = kind
+
+    @property
+    def kind(self) -> ContextKind:
+        return self._kind
+
+    @property
+    def shares_primary(self) -> bool:
+        return False
+
+    def compile(self, specs: Sequence[KernelSpec]) -> list[Any]:
+        full = [(source, name, compile_options(options)) for source, name, options in specs]
+        context = self.pool.context_for(full)
+        return [context.load_source(*spec) for spec in full]
+
+    def create_stream(self, kernel: ContextKernel) -> Any:
+        return kernel.context.create_stream()
+
+    def upload(self, kernel: ContextKernel, host: npt.NDArray[Any]) -> Any:
+        return kernel.context.upload(host)
+
+    def address(self, array: Any) -> int:
+        return int(array.address)
+
+    def read(self, array: Any, out: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        raw = np.empty(array.nbytes, np.uint8)
+        array.get(raw)
+        np.copyto(out, raw.view(out.dtype).reshape(out.shape))
+        return out
+
+    def write(self, array: Any, data: npt.NDArray[Any], offset: int) -> None:
+        array.set(np.ascontiguousarray(data).view(np.uint8).reshape(-1), offset)
+
+    def region_address(self, kernel: ContextKernel, memory: RingMemory) -> int:
+        owner = ring_owner(memory)
+        base = kernel.context.mapped_address(owner)
+        return base + (memory.address - int(owner.ctypes.data))
+
+
+@dataclass(frozen=True)
+class LaunchSite:
+    """Everything a resident launch needs of the device it launches on (the backend
+    builds it; the launch code never sees the backend class)."""
+
+    #: The backend the resident kernel reports (the contract's ``ResidentKernel.backend``).
+    backend: Backend
+    properties: CudaDeviceProperties
+    #: Raises :class:`~pdc_core.CapabilityError` naming the action when the device
+    #: cannot map host memory.
+    require_mapped_memory: Callable[[str], None]
+    residency: Residency
+    place: ResidentPlace
+
+    @property
+    def name(self) -> str:
+        """The device's qualified name (``cuda:0``)."""
+        return self.backend.qualified_name

@@ -1,0 +1,248 @@
+"""Residency: which kernels are resident, and every driver call pdc makes beside them.
+
+Nothing in pdc-cuda waits forever on a resident kernel. :data:`BESIDE_RESIDENT` lists
+every place pdc-cuda may call into the CUDA driver while one of its kernels is
+resident, with why that call cannot wait for the kernel -- one of :class:`Why`:
+
+* ``OTHER_CONTEXT``: the call goes to a context where no pdc kernel runs (the default
+  placement puts resident kernels in a context of pdc's own, :mod:`pdc_cuda._context`;
+  module loads there go to a context where nothing runs).
+* ``STREAM_ONLY``: it waits for one stream that no resident kernel uses, never for a
+  context or the device.
+* ``NO_WAIT``: it never waits (a query, an allocation, an asynchronous launch or copy).
+  Allocations were measured returning beside a resident kernel (``cudaHostAlloc``
+  2.9 ms, ``cudaMalloc`` 0.3 ms on an H200).
+* ``DEFERRED``: the call would wait (``cudaFreeHost``, ``cudaFree``, ``cuMemFree``), so
+  it is put off until no kernel is resident where it would wait.
+* ``REFUSED_SHARED``: with a kernel resident in the primary context (placement
+  ``"shared"``) the call would wait, so pdc raises :class:`ResidentKernelBlocks` at
+  once, naming the resident kernels and the placement that avoids it.
+
+A test keeps the list honest: each entry names a function that exists.
+
+:class:`Residency` is the bookkeeping one backend keeps: the kernels launched and not
+yet seen exited (strong references, so a kernel's memory outlives a dropped session),
+memory whose free waits until none is resident, and the refusals of the shared
+placement.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pdc_core import BackendError
+
+__all__ = [
+    "BESIDE_RESIDENT",
+    "DriverCall",
+    "Residency",
+    "ResidentKernelBlocks",
+    "ResidentLike",
+    "Why",
+]
+
+
+class Why(enum.Enum):
+    """Why a driver call made beside a resident kernel cannot wait for it."""
+
+    OTHER_CONTEXT = "goes to a context where no pdc kernel runs"
+    STREAM_ONLY = "waits for one stream no resident kernel uses"
+    NO_WAIT = "never waits"
+    DEFERRED = "would wait: put off until no kernel is resident"
+    REFUSED_SHARED = "would wait in the shared placement: refused at once there"
+
+
+@dataclass(frozen=True)
+class DriverCall:
+    """One place pdc-cuda may call the driver while a kernel is resident."""
+
+    #: ``module:qualified.name`` of the function that makes the call.
+    where: str
+    #: The driver or CuPy call it makes.
+    call: str
+    #: Why it cannot wait for a resident kernel, per placement: (own/green, shared).
+    why: tuple[Why, Why]
+    note: str = ""
+
+
+_OWN = Why.OTHER_CONTEXT
+#: Every place pdc-cuda may reach the driver while a kernel is resident (see module docs).
+BESIDE_RESIDENT: tuple[DriverCall, ...] = (
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.compile_kernel",
+        "cupy.RawModule -> cuModuleLoadData (primary context)",
+        (_OWN, Why.REFUSED_SHARED),
+        "a cache hit loads nothing and is allowed in either placement",
+    ),
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.run_python_kernel",
+        "numba.cuda.jit -> module load (primary context)",
+        (_OWN, Why.REFUSED_SHARED),
+        "refused in the shared placement at a body's first compile",
+    ),
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.launch_kernel",
+        "cuLaunchKernel + wait for the launch's stream",
+        (Why.STREAM_ONLY, Why.STREAM_ONLY),
+    ),
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.free_cached_memory",
+        "cudaFree / cudaFreeHost of CuPy's pools (primary context)",
+        (_OWN, Why.REFUSED_SHARED),
+    ),
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.synchronize",
+        "cudaDeviceSynchronize (primary context) / stream synchronize",
+        (_OWN, Why.STREAM_ONLY),
+        "shared: every stream but the resident kernels' is synchronized instead",
+    ),
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.allocate",
+        "cudaMalloc / cudaHostAlloc",
+        (Why.NO_WAIT, Why.NO_WAIT),
+    ),
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.to_host",
+        "cudaMemcpyAsync + wait for the copy's stream",
+        (Why.STREAM_ONLY, Why.STREAM_ONLY),
+    ),
+    DriverCall(
+        "pdc_cuda._backend:CudaBackend.to_device",
+        "cudaMemcpyAsync + wait for the copy's stream",
+        (Why.STREAM_ONLY, Why.STREAM_ONLY),
+    ),
+    DriverCall(
+        "pdc_cuda._places:DriverPlace.compile",
+        "cuModuleLoadData (a context pdc owns)",
+        (_OWN, Why.REFUSED_SHARED),
+        "loaded into a context where no kernel runs (ContextPool.context_for)",
+    ),
+    DriverCall(
+        "pdc_cuda._context:PdcContext.copy",
+        "cuStreamCreate + cuMemcpy*Async + cuStreamSynchronize on a side stream",
+        (Why.STREAM_ONLY, Why.STREAM_ONLY),
+        "read_state and device-memory links",
+    ),
+    DriverCall(
+        "pdc_cuda._context:PdcContext.allocate",
+        "cuMemAlloc (a context pdc owns)",
+        (Why.NO_WAIT, Why.NO_WAIT),
+    ),
+    DriverCall(
+        "pdc_cuda._context:PdcContext.free",
+        "cuMemFree (a context pdc owns)",
+        (Why.DEFERRED, Why.DEFERRED),
+        "deferred while a kernel runs in that context",
+    ),
+    DriverCall(
+        "pdc_cuda._persistent:CudaResidentKernel.exited",
+        "cuStreamQuery / cudaStreamQuery",
+        (Why.NO_WAIT, Why.NO_WAIT),
+    ),
+    DriverCall(
+        "pdc_cuda._persistent:CudaResidentKernel.release",
+        "cudaFreeHost of the rings, cuMemFree/cudaFree of the state",
+        (Why.DEFERRED, Why.DEFERRED),
+        "Residency.defer_free until no kernel is resident",
+    ),
+    DriverCall(
+        "pdc_cuda._pipeline:launch_pipeline",
+        "module loads of every stage, then the launches",
+        (_OWN, Why.REFUSED_SHARED),
+        "every stage is compiled and loaded before the first launch",
+    ),
+)
+
+
+class ResidentKernelBlocks(BackendError):
+    """A pdc operation would wait for a kernel resident in the primary context (the
+    ``"shared"`` placement), so it is refused instead of hanging. The message names the
+    resident kernels and the placement that avoids it."""
+
+
+class ResidentLike(Protocol):
+    """What :class:`Residency` needs of a resident kernel."""
+
+    @property
+    def exited(self) -> bool:
+        """True once the kernel's stream is done (never blocks)."""
+
+    @property
+    def shares_primary(self) -> bool:
+        """Whether the kernel runs in the primary context (placement ``"shared"``)."""
+
+    @property
+    def label(self) -> str:
+        """The kernel's name, for messages."""
+
+
+class Residency:
+    """The resident kernels of one device, and what waits for them to be gone.
+
+    Thread-safe; :meth:`running` never blocks (it queries each kernel's stream).
+    """
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self._lock = threading.Lock()
+        self._resident: set[Any] = set()
+        self._deferred: list[Any] = []
+
+    def register(self, kernel: ResidentLike) -> None:
+        """Hold ``kernel`` (and through it its memory) until it is seen exited."""
+        with self._lock:
+            self._resident.add(kernel)
+
+    def forget(self, kernel: ResidentLike) -> None:
+        """Drop ``kernel`` (exited, or its launch failed)."""
+        with self._lock:
+            self._resident.discard(kernel)
+
+    def running(self) -> list[Any]:
+        """The kernels still running (exited ones are pruned); deferred memory is let go
+        once none is left."""
+        with self._lock:
+            candidates = list(self._resident)
+        alive = [kernel for kernel in candidates if not kernel.exited]
+        with self._lock:
+            self._resident.difference_update(set(candidates) - set(alive))
+            released = self._deferred if not self._resident else []
+            if not self._resident:
+                self._deferred = []
+        for memory in _flatten(released):
+            free = getattr(memory, "free", None)
+            if callable(free):  # memory of a context pdc owns: cuMemFree now
+                free()
+        return alive
+
+    def defer_free(self, memory: Any) -> None:
+        """Keep ``memory`` alive until no kernel is resident (its free would wait)."""
+        with self._lock:
+            self._deferred.append(memory)
+
+    def refuse_beside_shared(self, action: str) -> None:
+        """Raise :class:`ResidentKernelBlocks` when a kernel is resident in the primary
+        context: ``action`` would wait for it there."""
+        shared = [kernel for kernel in self.running() if kernel.shares_primary]
+        if shared:
+            names = ", ".join(sorted(kernel.label for kernel in shared))
+            raise ResidentKernelBlocks(
+                f"cannot {action} on {self.where}: it would wait for the persistent kernel(s) "
+                f"resident in the primary CUDA context ({names}), which never exit on their "
+                "own. Stop them first, or launch resident kernels in a context of their own "
+                "(context='own', the default; PDC_CUDA_CONTEXT=own)"
+            )
+
+
+def _flatten(items: Iterable[Any]) -> list[Any]:
+    flat: list[Any] = []
+    for item in items:
+        if isinstance(item, tuple | list):
+            flat.extend(_flatten(item))
+        else:
+            flat.append(item)
+    return flat
