@@ -491,7 +491,7 @@ class CudaBackend(Backend):
             cached = self._kernels.get(key)
         if cached is not None:
             return cached
-        self.residency.refuse_beside_shared(f"compile and load kernel {name!r} (a module load)")
+        self.residency.refuse_module_load(name)
         with self.device_context():
             raw = compile_raw_module(source, full_options, name)
         kernel = CudaKernel(self, raw, name, source, full_options)

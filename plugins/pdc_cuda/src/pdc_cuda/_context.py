@@ -302,6 +302,7 @@ class ContextKernel:
             self.context.driver.launch(
                 self.function, _dim3(grid), _dim3(block), words, stream.handle
             )
+        self.context.launched(stream)
 
     def __repr__(self) -> str:
         return f"<ContextKernel {self.name!r} in {self.context!r}>"

@@ -224,6 +224,10 @@ class Residency:
         with self._lock:
             self._deferred.append(memory)
 
+    def refuse_module_load(self, name: str) -> None:
+        """:meth:`refuse_beside_shared` for compiling and loading kernel ``name``."""
+        self.refuse_beside_shared(f"compile and load kernel {name!r} (a module load)")
+
     def refuse_beside_shared(self, action: str) -> None:
         """Raise :class:`ResidentKernelBlocks` when a kernel is resident in the primary
         context: ``action`` would wait for it there."""

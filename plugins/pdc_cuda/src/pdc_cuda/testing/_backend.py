@@ -428,6 +428,7 @@ class HostCudaBackend(CudaBackend):
             cached = self._kernels.get(key)
         if isinstance(cached, HostKernel):
             return cached
+        self.residency.refuse_module_load(name)  # as on a GPU, in the shared placement
         kernel = HostKernel(self, build_ring_kernel(source, options=full), name, full)
         with self._lock:
             self._kernels.setdefault(key, kernel)

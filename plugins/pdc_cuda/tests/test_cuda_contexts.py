@@ -1,0 +1,310 @@
+"""Resident kernels in a context pdc owns, against a fake driver (no GPU): which calls go
+to which context, what may not cross, the shared placement's refusals, ring memory
+allocated portable."""
+
+from __future__ import annotations
+
+import sys
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
+from context_fakes import FakeDriver, FakeDriverError, fake_compiler
+from cuda_test_support import needs_nvrtc
+from pdc_cuda import _memory, _numa
+from pdc_cuda._context import (
+    CONTEXT_ENV,
+    ContextPool,
+    CudaContextError,
+    PdcContext,
+    context_kind,
+)
+from pdc_cuda._persistent import launch_persistent_kernel
+from pdc_cuda._places import DriverPlace, check_state
+from pdc_cuda._residency import BESIDE_RESIDENT, ResidentKernelBlocks, Why
+from pdc_cuda.testing import HostCudaBackend
+
+import pdc_core
+from pdc_core import PersistentKernel
+from pdc_core.backend import RingLayout, RingMemory
+
+REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
+REPLY = np.dtype([("id", "<u8"), ("y", "<f4")], align=True)
+SOURCE = "__device__ int pdc_body(const pdc_request& q, pdc_reply& r) { r.id = q.id; return 0; }"
+OTHER = SOURCE.replace("r.id = q.id;", "r.id = q.id + 1;")
+KEY = ("src", "k", ("-std=c++17",))
+
+
+def _pool(driver: FakeDriver, kind: Any = "own") -> ContextPool:
+    return ContextPool(
+        lambda: PdcContext(driver, 0, kind, compute_capability=(9, 0), compiler=fake_compiler)
+    )
+
+
+def _kernel(body: str = SOURCE, state: Any = None, name: str = "echo") -> PersistentKernel:
+    kernel = PersistentKernel(name, REQUEST, REPLY, capacity=64, state=state)
+    kernel.add_body("cuda", body)
+    return kernel
+
+
+class _Setup:
+    """A host-build backend whose resident kernels go to a fake driver's contexts."""
+
+    def __init__(self, kind: Any = "own") -> None:
+        self.driver = FakeDriver()
+        self.pool = _pool(self.driver, kind)
+        self.backend = HostCudaBackend(resident_place=DriverPlace(self.pool, kind))
+
+    def rings(self, *, portable: bool = True) -> RingMemory:
+        rings = RingMemory.allocate(self.backend, RingLayout(REQUEST, REPLY, 8))
+        owner = rings.owner if isinstance(rings.owner, np.ndarray) else rings.base
+        self.driver.register_host(int(owner.ctypes.data), portable=portable, owner="primary")
+        return rings
+
+    def launch(self, kernel: PersistentKernel | None = None, **options: Any) -> Any:
+        site = self.backend.launch_site()
+        return launch_persistent_kernel(site, kernel or _kernel(), self.rings(), **options)
+
+
+# -- the setting ---------------------------------------------------------------------------
+
+
+def test_the_placement_defaults_to_a_context_of_its_own_and_can_be_set(monkeypatch):
+    monkeypatch.delenv(CONTEXT_ENV, raising=False)
+    assert context_kind() == "own"
+    assert context_kind("shared") == "shared"
+    monkeypatch.setenv(CONTEXT_ENV, "green")
+    assert context_kind() == "green"
+    assert context_kind("own") == "own"  # the call wins over the environment
+    monkeypatch.setenv(CONTEXT_ENV, "mine")
+    with pytest.raises(ValueError, match=r"PDC_CUDA_CONTEXT='mine' .*'own', 'green', 'shared'"):
+        context_kind()
+    with pytest.raises(ValueError, match=r"context='primary' is not a placement"):
+        HostCudaBackend(context="primary")
+
+
+def test_nothing_reaches_the_driver_until_a_context_is_used():
+    driver = FakeDriver()
+    pool = _pool(driver)
+    assert driver.log == []
+    context = pool.context_for([KEY])
+    assert not context.created
+    assert driver.log == []
+    context.load_source(*KEY)
+    assert [entry[0] for entry in driver.log] == ["create_context", "load_module", "get_function"]
+
+
+# -- which calls go to which context -------------------------------------------------------
+
+
+@needs_nvrtc()  # the launch checks the device against the NVRTC in use
+def test_a_resident_launch_goes_to_the_context_pdc_owns_and_the_thread_keeps_its_own():
+    setup = _Setup()
+    state = np.arange(4, dtype=np.int64)
+    resident = setup.launch(_kernel(state=state))
+    driver = setup.driver
+    (context,) = driver.contexts
+    assert driver.stack == []  # every call restored the primary context
+    work = [entry for entry in driver.log if entry[0] not in ("create_context",)]
+    assert {entry[1] for entry in work} == {context}, work  # nothing in the primary one
+    names = [entry[0] for entry in work]
+    assert names.index("load_module") < names.index("launch")
+    (launch,) = driver.calls("launch")
+    _name, grid, block, args = launch[2]
+    assert (grid, block) == ((1, 1, 1), (64, 1, 1))
+    region = resident.memory.address
+    assert args[:2] == (region, region)  # the mapped rings, at the same (portable) address
+    assert args[2] == resident.state_array.address  # state in the kernel's own context
+    assert driver.memory[args[2]].view(np.int64).tolist() == [0, 1, 2, 3]
+    assert setup.backend.resident_kernels() == [resident]
+    assert resident.shares_primary is False
+    # read_state: a side stream of the kernel's context, never the kernel's stream.
+    assert resident.read_state().tolist() == [0, 1, 2, 3]
+    driver.finish(resident.stream)
+    assert resident.exited
+    resident.release()
+    (free,) = driver.calls("mem_free")
+    assert free[1] is context
+    assert free[2] == args[2]
+    assert driver.calls("free while busy") == []
+    assert driver.calls("load while busy") == []
+
+
+@needs_nvrtc()
+def test_a_second_kernel_never_loads_into_a_context_where_one_runs():
+    setup = _Setup()
+    driver = setup.driver
+    first = setup.launch()
+    same = setup.launch()  # the same source: loaded already, shares the context
+    assert same.compiled is first.compiled
+    other = setup.launch(_kernel(OTHER, name="other"))  # a new module: another context
+    assert len(driver.contexts) == 2
+    assert other.compiled.context is not first.compiled.context
+    assert driver.calls("load while busy") == []
+    for resident in (first, same, other):
+        driver.finish(resident.stream)
+    assert setup.backend.resident_kernels() == []
+    # Once nothing runs there, the first context takes new modules again.
+    third = setup.launch(_kernel(OTHER.replace("+ 1", "+ 2"), name="third"))
+    assert third.compiled.context is first.compiled.context
+    assert len(driver.contexts) == 2
+
+
+def test_memory_of_a_busy_context_is_freed_once_nothing_runs_there():
+    driver = FakeDriver()
+    context = _pool(driver).context_for([KEY])
+    kernel = context.load_source(*KEY)
+    scratch = context.allocate(16)
+    stream = context.create_stream()
+    kernel.launch((1,), (32,), (np.uint64(1),), stream=stream)
+    assert context.busy
+    scratch.free()
+    assert driver.calls("mem_free") == []  # cuMemFree would wait for the kernel
+    with pytest.raises(CudaContextError, match="would wait for that kernel"):
+        context.load_source("new", "k", ())
+    driver.finish(stream)
+    assert not context.busy
+    assert [entry[2] for entry in driver.calls("mem_free")] == [scratch.address]
+    assert driver.calls("free while busy") == []
+
+
+def test_a_green_context_gets_its_partition_and_its_streams():
+    driver = FakeDriver()
+    context = ContextPool(
+        lambda: PdcContext(driver, 0, "green", green_sms=5, compiler=fake_compiler)
+    ).context_for([KEY])
+    context.create_stream()
+    assert driver.calls("create_green_context")[0][2] == (0, 5)
+    assert context.sm_count == 8  # rounded up by the driver
+    assert driver.calls("create_stream")[0][2] is True  # a stream of the green context
+    assert "8 SMs" in repr(context)
+
+
+# -- what may not cross --------------------------------------------------------------------
+
+
+@needs_nvrtc()
+def test_ring_memory_that_is_not_portable_is_refused_with_the_reason():
+    setup = _Setup()
+    site = setup.backend.launch_site()
+    rings = setup.rings(portable=False)
+    with pytest.raises(CudaContextError, match=r"allocated mapped and portable \(MemoryKind"):
+        launch_persistent_kernel(site, _kernel(), rings)
+    assert setup.driver.calls("launch") == []
+    assert setup.backend.resident_kernels() == []
+
+
+def test_device_memory_of_the_primary_context_does_not_cross():
+    driver = FakeDriver()
+    context = _pool(driver).context_for([KEY])
+    kernel = context.load_source(*KEY)
+    stream = context.create_stream()
+    primary_array = SimpleNamespace(__cuda_array_interface__={"data": (0x1000, False)})
+    with pytest.raises(CudaContextError, match="device memory of the primary context"):
+        kernel.launch((1,), (32,), (primary_array,), stream=stream)
+    foreign = _pool(FakeDriver()).context_for([KEY]).allocate(8)
+    with pytest.raises(CudaContextError, match="argument 0 is device memory of"):
+        kernel.launch((1,), (32,), (foreign,), stream=stream)
+    with pytest.raises(CudaContextError, match="context='shared'"):
+        check_state(primary_array, "placement 'own'")
+    assert driver.calls("launch") == []
+
+
+# -- the shared placement refuses what would wait ------------------------------------------
+
+
+class _SharedResident:
+    """Stands for a kernel resident in the primary context."""
+
+    exited = False
+    shares_primary = True
+    label = "'counter'"
+    stream = None
+
+
+def test_the_shared_placement_refuses_what_would_wait_for_a_resident_kernel():
+    backend = HostCudaBackend(context="shared")
+    assert backend.context == "shared"
+    backend.residency.register(_SharedResident())
+    with pytest.raises(ResidentKernelBlocks) as refused:
+        backend.free_cached_memory()
+    message = str(refused.value)
+    assert "'counter'" in message
+    assert "context='own'" in message
+    with pytest.raises(ResidentKernelBlocks, match=r"compile and load kernel 'pdc_ring_kernel'"):
+        backend.compile_kernel(SOURCE, "pdc_ring_kernel")
+    assert isinstance(refused.value, pdc_core.BackendError)
+
+
+def test_a_kernel_in_a_context_of_its_own_blocks_nothing_in_the_primary_one():
+    backend = HostCudaBackend()
+    assert backend.context == "own"
+    resident = _SharedResident()
+    resident.shares_primary = False
+    backend.residency.register(resident)
+    backend.free_cached_memory()  # no refusal: another context
+
+
+@needs_nvrtc()
+def test_a_cached_module_is_no_load_and_is_allowed_in_the_shared_placement():
+    from pdc_cuda.testing._build import compiler_missing
+
+    if compiler_missing():
+        pytest.skip(f"no host compiler: {compiler_missing()}")
+    from pdc_cuda._persistent import render_kernel
+    from pdc_cuda._ring_source import KERNEL_NAME, RingWiring
+
+    backend = HostCudaBackend(context="shared")
+    _, source, options = render_kernel(_kernel(), {}, RingWiring())
+    compiled = backend.compile_kernel(source, KERNEL_NAME, options)
+    backend.residency.register(_SharedResident())
+    assert backend.compile_kernel(source, KERNEL_NAME, options) is compiled
+
+
+# -- the list of driver calls beside a resident kernel -------------------------------------
+
+
+@pytest.mark.parametrize("call", BESIDE_RESIDENT, ids=lambda call: call.where)
+def test_every_listed_driver_call_names_a_function_that_exists(call):
+    module_name, _, qualified = call.where.partition(":")
+    target: Any = __import__(module_name, fromlist=["_"])
+    for part in qualified.split("."):
+        target = getattr(target, part)
+    assert callable(target) or isinstance(target, property)
+    assert call.why[0] is not Why.REFUSED_SHARED  # the default placement refuses nothing
+
+
+# -- ring memory is portable ---------------------------------------------------------------
+
+
+def test_mapped_memory_is_allocated_portable(monkeypatch):
+    flags: list[int] = []
+
+    class Runtime:
+        hostAllocPortable = 1
+        hostAllocMapped = 2
+        CUDARuntimeError = FakeDriverError
+
+        @staticmethod
+        def getDevice() -> int:
+            return 0
+
+    class PinnedMemory:
+        def __init__(self, nbytes: int, flag: int) -> None:
+            flags.append(flag)
+            self.buffer = bytearray(nbytes)
+
+    cuda = SimpleNamespace(
+        runtime=Runtime,
+        PinnedMemory=PinnedMemory,
+        PinnedMemoryPointer=lambda memory, offset: memory.buffer,
+    )
+    monkeypatch.setitem(sys.modules, "cupy", SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(_memory, "host_memory_placement", lambda device: SimpleNamespace(node=None))
+    assert _numa is not None
+    ring = _memory.mapped_empty((64,), np.dtype(np.uint8))
+    assert ring.nbytes == 64
+    assert flags == [Runtime.hostAllocMapped | Runtime.hostAllocPortable]
