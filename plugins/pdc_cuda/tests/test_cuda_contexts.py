@@ -308,3 +308,15 @@ def test_mapped_memory_is_allocated_portable(monkeypatch):
     ring = _memory.mapped_empty((64,), np.dtype(np.uint8))
     assert ring.nbytes == 64
     assert flags == [Runtime.hostAllocMapped | Runtime.hostAllocPortable]
+
+
+@needs_nvrtc()
+def test_the_resident_kernel_compiles_to_a_cubin_its_context_loads_as_it_is():
+    from pdc_cuda._context import nvrtc_compiler
+    from pdc_cuda._kernels import compile_options
+    from pdc_cuda._persistent import render_kernel
+    from pdc_cuda._ring_source import RingWiring
+
+    _, source, options = render_kernel(_kernel(), {}, RingWiring())
+    image = nvrtc_compiler(source, compile_options(options), "sm_90")
+    assert image[:4] == b"\x7fELF"  # machine code: no PTX JIT, whatever the driver's PTX

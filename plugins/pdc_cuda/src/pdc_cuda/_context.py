@@ -325,11 +325,10 @@ Compiler = Callable[[str, tuple[str, ...], str], bytes]
 
 
 def nvrtc_compiler(source: str, options: tuple[str, ...], arch: str) -> bytes:
-    """Compile with NVRTC to PTX for ``arch`` (``compute_XY``); the driver JITs it at load."""
-    from ._nvrtc import compile_to_ptx
+    """Compile with NVRTC to a cubin for ``arch`` (``sm_XY``), loaded as it is."""
+    from ._nvrtc import compile_to_cubin
 
-    ptx = compile_to_ptx(source, options=options, arch=arch, what="a resident kernel")
-    return ptx.encode() + b"\0"
+    return compile_to_cubin(source, options=options, arch=arch, what="a resident kernel")
 
 
 class PdcContext:
@@ -475,7 +474,7 @@ class PdcContext:
                 "would wait for that kernel to exit"
             )
         major, minor = self.compute_capability
-        image = self._compiler(source, options, f"compute_{major}{minor}")
+        image = self._compiler(source, options, f"sm_{major}{minor}")
         with self.current():
             module = self.driver.load_module(image)
             function = self.driver.get_function(module, name)

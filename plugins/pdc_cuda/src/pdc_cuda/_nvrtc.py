@@ -22,10 +22,17 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ._exceptions import CudaCompileError, NvrtcUnavailable
 
-__all__ = ["NvrtcCompiler", "cccl_include_options", "compile_to_ptx", "find_nvrtc"]
+__all__ = [
+    "NvrtcCompiler",
+    "cccl_include_options",
+    "compile_to_cubin",
+    "compile_to_ptx",
+    "find_nvrtc",
+]
 
 #: The architecture PTX is generated for when none is given (Hopper, H100/H200).
 DEFAULT_ARCH = "compute_90"
@@ -89,29 +96,41 @@ def cccl_include_options() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class NvrtcCompiler:
-    """One usable NVRTC binding: ``compile(source, name, options) -> (ok, ptx, log)``."""
+    """One usable NVRTC binding: ``compile(source, name, options) -> (ok, ptx, log)``,
+    and ``compile_cubin`` the same with the cubin (for ``-arch=sm_XY``) as bytes."""
 
     binding: str
     version: tuple[int, int]
     compile: Callable[[str, str, Sequence[str]], tuple[bool, str, str]]
+    compile_cubin: Callable[[str, str, Sequence[str]], tuple[bool, bytes, str]]
 
 
 def _cupy_binding() -> NvrtcCompiler:
     nvrtc = importlib.import_module("cupy_backends.cuda.libs.nvrtc")
     version = tuple(nvrtc.getVersion())  # loads libnvrtc; raises if it is missing
 
-    def compile_source(source: str, name: str, options: Sequence[str]) -> tuple[bool, str, str]:
+    def build(source: str, name: str, options: Sequence[str], get: Any) -> tuple[bool, Any, str]:
         program = nvrtc.createProgram(source, name, (), ())
         try:
             try:
                 nvrtc.compileProgram(program, tuple(options))
             except nvrtc.NVRTCError:
-                return False, "", _text(nvrtc.getProgramLog(program))
-            return True, _text(nvrtc.getPTX(program)), _text(nvrtc.getProgramLog(program))
+                return False, None, _text(nvrtc.getProgramLog(program))
+            return True, get(program), _text(nvrtc.getProgramLog(program))
         finally:
             nvrtc.destroyProgram(program)
 
-    return NvrtcCompiler("cupy_backends.cuda.libs.nvrtc", (version[0], version[1]), compile_source)
+    def compile_source(source: str, name: str, options: Sequence[str]) -> tuple[bool, str, str]:
+        ok, ptx, log = build(source, name, options, nvrtc.getPTX)
+        return ok, _text(ptx) if ok else "", log
+
+    def compile_cubin(source: str, name: str, options: Sequence[str]) -> tuple[bool, bytes, str]:
+        ok, cubin, log = build(source, name, options, nvrtc.getCUBIN)
+        return ok, bytes(cubin) if ok else b"", log
+
+    return NvrtcCompiler(
+        "cupy_backends.cuda.libs.nvrtc", (version[0], version[1]), compile_source, compile_cubin
+    )
 
 
 def _cuda_bindings_binding() -> NvrtcCompiler:
@@ -125,7 +144,9 @@ def _cuda_bindings_binding() -> NvrtcCompiler:
 
     major, minor = check(nvrtc.nvrtcVersion())
 
-    def compile_source(source: str, name: str, options: Sequence[str]) -> tuple[bool, str, str]:
+    def build(
+        source: str, name: str, options: Sequence[str], size: Any, get: Any
+    ) -> tuple[bool, bytes, str]:
         (program,) = check(nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], []))
         try:
             encoded = [option.encode() for option in options]
@@ -134,15 +155,24 @@ def _cuda_bindings_binding() -> NvrtcCompiler:
             log = b" " * int(str(log_size))
             check(nvrtc.nvrtcGetProgramLog(program, log))
             if status != success:
-                return False, "", _text(log)
-            (ptx_size,) = check(nvrtc.nvrtcGetPTXSize(program))
-            ptx = b" " * int(str(ptx_size))
-            check(nvrtc.nvrtcGetPTX(program, ptx))
-            return True, _text(ptx), _text(log)
+                return False, b"", _text(log)
+            (image_size,) = check(size(program))
+            image = b" " * int(str(image_size))
+            check(get(program, image))
+            return True, image, _text(log)
         finally:
             nvrtc.nvrtcDestroyProgram(program)
 
-    return NvrtcCompiler("cuda.bindings.nvrtc", (int(str(major)), int(str(minor))), compile_source)
+    def compile_source(source: str, name: str, options: Sequence[str]) -> tuple[bool, str, str]:
+        ok, ptx, log = build(source, name, options, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX)
+        return ok, _text(ptx) if ok else "", log
+
+    def compile_cubin(source: str, name: str, options: Sequence[str]) -> tuple[bool, bytes, str]:
+        return build(source, name, options, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN)
+
+    return NvrtcCompiler(
+        "cuda.bindings.nvrtc", (int(str(major)), int(str(minor))), compile_source, compile_cubin
+    )
 
 
 def _text(raw: object) -> str:
@@ -198,3 +228,22 @@ def compile_to_ptx(
     if not ok:
         raise CudaCompileError(filename, log, source, full, what=what or filename)
     return ptx
+
+
+def compile_to_cubin(
+    source: str,
+    *,
+    options: Sequence[str] = ("-std=c++17",),
+    arch: str = "sm_90",
+    filename: str = "pdc_kernel.cu",
+    what: str = "",
+) -> bytes:
+    """Compile ``source`` to a cubin for ``arch`` (``sm_XY``): machine code the driver
+    loads as it is, whatever PTX version it accepts (a cubin from a newer NVRTC than the
+    driver still loads; its PTX may not). Errors as :func:`compile_to_ptx`."""
+    compiler = find_nvrtc()
+    full = (f"-arch={arch}", *options, *cccl_include_options())
+    ok, cubin, log = compiler.compile_cubin(source, filename, full)
+    if not ok:
+        raise CudaCompileError(filename, log, source, full, what=what or filename)
+    return cubin
