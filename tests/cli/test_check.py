@@ -30,6 +30,7 @@ STEPS = [
     "persistent launch",
     "persistent request",
     "persistent batch",
+    "beside a resident kernel",
     "round trip (await)",
     "round trip (spin)",
     "persistent stop",
@@ -56,12 +57,16 @@ def test_check_passes_on_the_cpu_backend(capsys: pytest.CaptureFixture[str], asy
     assert report["ok"] is True
     assert [step["name"] for step in report["steps"]] == STEPS
     statuses = {step["name"]: step["status"] for step in report["steps"]}
-    # The cpu backend computes on host memory: no pinned, mapped or managed kinds.
+    # The cpu backend computes on host memory: no pinned, mapped or managed kinds; its
+    # resident kernels are threads that no other work waits for.
     assert {name for name, status in statuses.items() if status == "skip"} == {
         "allocate pinned",
         "allocate mapped",
         "allocate managed",
+        "beside a resident kernel",
     }
+    beside = next(s for s in report["steps"] if s["name"] == "beside a resident kernel")
+    assert beside["detail"].startswith("not applicable: cpu has no probe")
     round_trip = next(s for s in report["steps"] if s["name"] == "round trip (spin)")
     assert "p50" in round_trip["detail"]
     assert "over 50 requests" in round_trip["detail"]
@@ -73,7 +78,8 @@ def test_check_prints_one_line_per_step(capsys: pytest.CaptureFixture[str]):
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(STEPS) + 1
     assert [line.split()[0] for line in lines[:-1]] == [
-        "SKIP" if name.startswith(("allocate p", "allocate m")) else "PASS" for name in STEPS
+        "SKIP" if name.startswith(("allocate p", "allocate m", "beside")) else "PASS"
+        for name in STEPS
     ]
     assert lines[-1] == "all checks passed"
 

@@ -12,6 +12,11 @@ same as one JSON object. The steps, in order:
 * ``persistent ...``: one resident persistent kernel: its launch, a request, a batch,
   the round trip through the event loop (``wait="sleep"``) and spinning
   (``wait="spin"``), p50/p99, and its stop;
+* ``beside a resident kernel``: with the kernel resident, the backend's own probe of
+  what a user does next (on ``cuda``: a CuPy op never used before, and a new kernel
+  compiled and launched), in a worker thread under a deadline; skipped on a backend
+  that has no such probe (``check_beside_resident``), whose resident kernels nothing
+  else waits for (the cpu backend's are threads);
 * ``released``: the kernel exited, no thread it started is left, the memory given back.
 
 A step that cannot run (a capability the backend does not declare, a missing body) is
@@ -50,6 +55,9 @@ _Status = Literal["pass", "fail", "skip"]
 _COPY_BYTES: Final = 1 << 20
 #: Seconds any waiting step may take before it fails (a hung launch must not hang pdc).
 _STEP_DEADLINE: Final = 30.0
+#: Seconds the backend's probe beside the resident kernel may take (a module load that
+#: waits for the kernel would otherwise hang the check).
+_BESIDE_DEADLINE: Final = 10.0
 #: Seconds the released step waits for threads and memory to go back.
 _SETTLE: Final = 5.0
 
@@ -245,6 +253,7 @@ class _Checker:
         try:
             await self.astep("persistent request", self._request)
             await self.astep("persistent batch", self._batch)
+            await self.astep("beside a resident kernel", self._beside)
             await self.astep("round trip (await)", lambda: self._round_trips("sleep"))
             await self.astep("round trip (spin)", lambda: self._round_trips("spin"))
         finally:
@@ -275,6 +284,25 @@ class _Checker:
         ):
             raise AssertionError("the batch's replies are not its requests plus one")
         return f"{count} records, {count / elapsed / 1e6:.2f} M records/s"
+
+    async def _beside(self) -> str:
+        backend = self._backend()
+        probe = getattr(backend, "check_beside_resident", None)
+        if not callable(probe):
+            raise _Skip(
+                f"not applicable: {backend.name} has no probe of work beside a resident kernel "
+                "(its resident kernels hold nothing other work waits for)"
+            )
+        self._session()
+        try:
+            with anyio.fail_after(_BESIDE_DEADLINE):
+                detail = await anyio.to_thread.run_sync(probe, abandon_on_cancel=True)
+        except TimeoutError:
+            raise AssertionError(
+                f"blocked for {_BESIDE_DEADLINE:g} s beside the resident kernel (a module "
+                "load or a free waiting for it)"
+            ) from None
+        return str(detail)
 
     async def _round_trips(self, wait: Literal["sleep", "spin"]) -> str:
         session = self._session()
