@@ -1,0 +1,361 @@
+"""Where a resident kernel should run: a green context, a second context, or the primary one.
+
+Needs an NVIDIA GPU, CuPy, NVRTC and ``cuda-bindings``. From the repository root::
+
+    python benchmarks/cuda_contexts.py                  # every placement (about a minute)
+    python benchmarks/cuda_contexts.py --quick          # fewer round trips
+    python benchmarks/cuda_contexts.py --markdown       # also print a docs section
+    python benchmarks/cuda_contexts.py --json out.json  # and the figures as JSON
+
+On a machine without a usable GPU it refuses at once, saying why (exit status 2). A
+watchdog (``--timeout``) dumps every thread's stack and exits if the run hangs.
+
+For each placement of the resident kernel (``--placements``; default ``own,green,shared``:
+``context=`` of ``open_persistent_kernel``), side by side in one run:
+
+* **launch**: the time to make the kernel resident (the first launch in a context pdc
+  owns includes making the context);
+* **idle round trip**: p50/p99 of ``await session.request`` of an 8-byte record with
+  nothing else on the GPU;
+* **beside user kernels**: the same while a thread keeps the primary context busy with a
+  loop of kernels (each a short spin on every SM, launched in groups and waited for),
+  and the rate of those user kernels beside the resident kernel against their rate with
+  no kernel resident (measured first): the cost of time-slicing, both ways;
+* **beside, does it return**: with the kernel resident, in a worker thread with a
+  deadline (``--deadline``): CuPy's first use of an op, ``compile_kernel`` + launch of a
+  new source, ``cudaFreeHost`` of pinned memory, ``backend.synchronize()``. Each cell
+  says ``N ms``, ``refused`` (pdc raised ``ResidentKernelBlocks`` at once: the shared
+  placement) or ``blocked`` (no return within the deadline; the thread finishes once the
+  kernel stops). In the shared placement the operations pdc cannot refuse (CuPy's load,
+  a free outside pdc) are not run: they block there (measured on the first GPU run).
+
+The green context decides the default: if work in the primary context loads modules and
+runs concurrently with a kernel resident in a green context (no ``blocked`` cell, user
+kernels at full rate), it is the better mechanism; otherwise the ordinary second
+context stays the default. The ratio "own idle p50 / shared idle p50" is the cost of a
+context of its own when nothing else runs (target: within 10%).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import faulthandler
+import json
+import platform
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+PLACEMENTS = ("own", "green", "shared")
+REQUEST = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+ECHO_BODY = """
+__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
+    reply.id = request.id;
+    reply.x = request.x;
+    return 0;
+}
+"""
+#: A user kernel: every block spins for ``cycles`` clock cycles (work the GPU must run).
+SPIN = (
+    'extern "C" __global__ void pdc_bench_spin(long long cycles) {'
+    "  long long start = clock64(); while (clock64() - start < cycles) { } }"
+)
+#: The beside-a-resident-kernel operations, in the order they are tried.
+OPERATIONS = ("cupy first op", "compile + launch", "cudaFreeHost", "synchronize")
+#: Those pdc cannot refuse in the shared placement (they would block the worker there).
+UNREFUSABLE = ("cupy first op", "cudaFreeHost")
+
+
+def percentiles(samples_s: list[float]) -> tuple[float, float]:
+    """(p50, p99) in microseconds."""
+    ordered = sorted(samples_s)
+    p50 = ordered[len(ordered) // 2]
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return p50 * 1e6, p99 * 1e6
+
+
+def refuse_without_gpu() -> Any:
+    """The cuda backend, or exit 2 with the reason it is unavailable."""
+    try:
+        from pdc_cuda import CudaBackend
+
+        import pdc_core
+    except ImportError as exc:
+        sys.exit(f"cuda_contexts.py needs pdc-core and pdc-cuda installed: {exc}")
+    availability = CudaBackend.availability()
+    if not availability.available:
+        print(
+            "cuda_contexts.py needs an NVIDIA GPU: the cuda backend is unavailable here: "
+            f"{availability.reason}.",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    return pdc_core.get_backend("cuda")
+
+
+def echo_kernel() -> Any:
+    from pdc_core import PersistentKernel
+
+    kernel = PersistentKernel("contexts_echo", REQUEST, REQUEST, capacity=64)
+    kernel.add_body("cuda", ECHO_BODY)
+    return kernel
+
+
+class UserLoop:
+    """A thread keeping the primary context busy: groups of spin kernels over every SM,
+    each group waited for (the wait releases the GIL), until stopped."""
+
+    def __init__(self, backend: Any, cycles: int = 20_000, group: int = 20) -> None:
+        self.backend = backend
+        self.cycles = cycles
+        self.group = group
+        self.kernel = backend.compile_kernel(SPIN, "pdc_bench_spin")  # before any residency
+        self.blocks = backend.properties.multiprocessor_count or 1
+        self.launched = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        stream = self.backend.create_stream()
+        try:
+            while not self._stop.is_set():
+                for _ in range(self.group):
+                    self.kernel.launch(
+                        (self.blocks,), (32,), (np.int64(self.cycles),), stream=stream
+                    )
+                stream.synchronize()
+                self.launched += self.group
+        finally:
+            stream.close()
+
+    def rate(self, seconds: float) -> float:
+        """User kernels per second over ``seconds`` (nothing else measured meanwhile)."""
+        self.start()
+        time.sleep(seconds)
+        return self.stop() / seconds
+
+    def start(self) -> None:
+        self.launched = 0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="user-kernels", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.launched
+
+
+def beside_operations(backend: Any) -> dict[str, Callable[[], None]]:
+    """The operations tried beside a resident kernel, each new to the process."""
+    import cupy
+
+    token = uuid.uuid4().hex[:12]
+
+    def cupy_first_op() -> None:
+        op = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x + 1.0f", f"ctx_{token}")
+        out = cupy.asnumpy(op(cupy.arange(8, dtype=cupy.float32)))
+        assert out.tolist() == [float(i + 1) for i in range(8)]
+
+    def compile_and_launch() -> None:
+        name = f"ctx_add_{token}"
+        source = f'extern "C" __global__ void {name}(float* x) {{ x[threadIdx.x] += 1.0f; }}'
+        data = backend.to_device(np.zeros(32, np.float32))
+        backend.launch_kernel(backend.compile_kernel(source, name), (1,), (32,), (data,))
+        assert backend.to_host(data).tolist() == [1.0] * 32
+
+    def free_host() -> None:
+        pinned = cupy.cuda.PinnedMemory(1 << 20)  # not pooled: its del is cudaFreeHost
+        del pinned
+
+    return {
+        "cupy first op": cupy_first_op,
+        "compile + launch": compile_and_launch,
+        "cudaFreeHost": free_host,
+        "synchronize": backend.synchronize,
+    }
+
+
+def try_beside(operation: Callable[[], None], deadline: float) -> str:
+    """``N ms``, ``refused`` or ``blocked``, or ``failed: ...``."""
+    from pdc_cuda import ResidentKernelBlocks
+
+    outcome: dict[str, str] = {}
+
+    def run() -> None:
+        started = time.perf_counter()
+        try:
+            operation()
+        except ResidentKernelBlocks:
+            outcome["cell"] = "refused"
+            return
+        except Exception as exc:
+            outcome["cell"] = f"failed: {type(exc).__name__}: {exc}"
+            return
+        outcome["cell"] = f"{(time.perf_counter() - started) * 1e3:.1f} ms"
+
+    worker = threading.Thread(target=run, name="beside", daemon=True)
+    worker.start()
+    worker.join(deadline)
+    return outcome.get("cell", "blocked")
+
+
+def measure_placement(
+    backend: Any, placement: str, rounds: int, deadline: float, user: UserLoop, alone: float
+) -> dict[str, Any]:
+    """Every figure of one placement (see the module documentation)."""
+    import anyio
+
+    from pdc_core import open_persistent_kernel
+
+    result: dict[str, Any] = {"placement": placement}
+    record = np.zeros((), REQUEST)
+
+    async def round_trips(session: Any, count: int) -> list[float]:
+        samples = []
+        clock = time.perf_counter
+        for index in range(count):
+            record["id"] = index
+            started = clock()
+            reply = await session.request(record)
+            samples.append(clock() - started)
+            if int(reply["id"]) != index:
+                raise AssertionError(f"reply {int(reply['id'])} for request {index}")
+        return samples
+
+    async def main() -> None:
+        started = time.perf_counter()
+        async with open_persistent_kernel(echo_kernel(), backend, context=placement) as session:
+            result["launch_ms"] = round((time.perf_counter() - started) * 1e3, 1)
+            await round_trips(session, min(200, rounds))  # warm up
+            result["idle_us"] = percentiles(await round_trips(session, rounds))
+            user.start()
+            try:
+                busy_samples = await round_trips(session, rounds)
+            finally:
+                launched = await anyio.to_thread.run_sync(user.stop)
+            result["beside_user_us"] = percentiles(busy_samples)
+            result["user_kernels_launched"] = launched
+            seconds = max(1.0, rounds * result["beside_user_us"][0] * 1e-6)
+            beside_rate = await anyio.to_thread.run_sync(user.rate, seconds)
+            result["user_rate_ratio"] = round(beside_rate / alone, 3) if alone else None
+            operations = beside_operations(backend)
+            cells = {}
+            for name in OPERATIONS:
+                if placement == "shared" and name in UNREFUSABLE:
+                    cells[name] = "not run (blocks)"
+                    continue
+                cells[name] = await anyio.to_thread.run_sync(try_beside, operations[name], deadline)
+            result["beside"] = cells
+            reply = await session.request(record)  # still answering
+            result["answers_after"] = int(reply["id"]) == int(record["id"])
+
+    anyio.run(main)
+    return result
+
+
+def environment(backend: Any) -> dict[str, Any]:
+    import cupy
+
+    props = backend.properties
+    driver = cupy.cuda.runtime.driverGetVersion()
+    return {
+        "date": datetime.date.today().isoformat(),
+        "gpu": props.name,
+        "sms": props.multiprocessor_count,
+        "driver_cuda": f"{driver // 1000}.{driver % 1000 // 10}",
+        "cupy": cupy.__version__,
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def table(results: list[dict[str, Any]]) -> list[str]:
+    """The results as a Markdown table (one row per placement)."""
+    head = ["placement", "launch", "idle p50/p99 us", "beside user kernels p50/p99 us"]
+    head += ["user kernel rate", *OPERATIONS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in results:
+        if "error" in row:
+            lines.append(f"| {row['placement']} | failed: {row['error']} |")
+            continue
+        cells = [
+            row["placement"],
+            f"{row['launch_ms']} ms",
+            "{:.1f} / {:.1f}".format(*row["idle_us"]),
+            "{:.1f} / {:.1f}".format(*row["beside_user_us"]),
+            f"{row['user_rate_ratio']:.2f}x alone" if row["user_rate_ratio"] else "-",
+            *(row["beside"][name] for name in OPERATIONS),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def ratios(results: list[dict[str, Any]]) -> list[str]:
+    by = {row["placement"]: row for row in results if "error" not in row}
+    lines = []
+    if "own" in by and "shared" in by:
+        ratio = by["own"]["idle_us"][0] / by["shared"]["idle_us"][0]
+        lines.append(f"own / shared idle p50: {ratio:.2f}x (target <= 1.10x)")
+    if "green" in by and "own" in by:
+        ratio = by["green"]["idle_us"][0] / by["own"]["idle_us"][0]
+        lines.append(f"green / own idle p50: {ratio:.2f}x")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--placements", default=",".join(PLACEMENTS))
+    parser.add_argument("--quick", action="store_true", help="fewer round trips")
+    parser.add_argument("--deadline", type=float, default=5.0, help="seconds per operation")
+    parser.add_argument("--markdown", action="store_true", help="print a docs section")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--timeout", type=float, default=300.0, help="watchdog seconds")
+    args = parser.parse_args(argv)
+    placements = [p.strip() for p in args.placements.split(",") if p.strip()]
+    unknown = sorted(set(placements) - set(PLACEMENTS))
+    if unknown:
+        parser.error(f"unknown placement(s) {', '.join(unknown)}; use {', '.join(PLACEMENTS)}")
+    backend = refuse_without_gpu()
+    if args.timeout > 0:
+        faulthandler.dump_traceback_later(args.timeout, exit=True, file=sys.stderr)
+    try:
+        rounds = 500 if args.quick else 3000
+        user = UserLoop(backend)
+        alone = user.rate(1.0)  # no kernel resident yet
+        env = environment(backend)
+        print(json.dumps(env))
+        print(f"user kernels alone: {alone:.0f}/s")
+        results = []
+        failed = False
+        for placement in placements:
+            try:
+                row = measure_placement(backend, placement, rounds, args.deadline, user, alone)
+            except Exception as exc:  # report it, measure the others
+                failed = True
+                row = {"placement": placement, "error": f"{type(exc).__name__}: {exc}"}
+            print(json.dumps(row))
+            results.append(row)
+        lines = [*table(results), "", *ratios(results)]
+        print("\n".join(lines))
+        if args.markdown:
+            print(f"\n### Resident-kernel placements ({env['date']}, {env['gpu']})\n")
+            print("\n".join(lines))
+        if args.json:
+            payload = {"environment": env, "user_kernels_alone_per_s": alone, "results": results}
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump(payload, out, indent=2)
+        return 1 if failed else 0
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
