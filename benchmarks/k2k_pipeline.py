@@ -106,18 +106,24 @@ Call = Callable[[Any], Awaitable[Any]]
 @asynccontextmanager
 async def open_path(name: str, args: argparse.Namespace) -> AsyncIterator[tuple[Call, Call]]:
     """Open one configuration alone: ``(request, request_batch)`` of the links pipeline or
-    of the host-chained sessions. Never both at once: loading a module while a kernel is
-    resident may wait for the whole device (on CUDA: for ever, as the resident kernel
-    never ends), so nothing is compiled or loaded beside a resident kernel here."""
+    of the host-chained sessions. Never both at once, and each path's modules are all
+    loaded before its first launch: loading a module into a CUDA context where a kernel
+    runs waits for that kernel (for ever, as a resident kernel never ends)."""
     if name == "links":
         pipeline = PersistentPipeline(*kernels(args.capacity))
         async with open_persistent_pipeline(pipeline, args.backend) as pipe:
             yield pipe.request, pipe.request_batch
         return
+    stages = kernels(args.capacity)
+    preload = getattr(pdc_core.get_backend(args.backend), "preload_persistent_kernels", None)
+    if preload is not None:
+        # Every module loaded before the first launch (on CUDA into one context, so the
+        # three kernels share it and nothing is loaded beside a running one).
+        preload(stages)
     async with AsyncExitStack() as stack:
         chain = [
             await stack.enter_async_context(open_persistent_kernel(kernel, args.backend))
-            for kernel in kernels(args.capacity)
+            for kernel in stages
         ]
 
         async def host_request(record: Any) -> Any:

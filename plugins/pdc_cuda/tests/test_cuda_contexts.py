@@ -320,3 +320,17 @@ def test_the_resident_kernel_compiles_to_a_cubin_its_context_loads_as_it_is():
     _, source, options = render_kernel(_kernel(), {}, RingWiring())
     image = nvrtc_compiler(source, compile_options(options), "sm_90")
     assert image[:4] == b"\x7fELF"  # machine code: no PTX JIT, whatever the driver's PTX
+
+
+@needs_nvrtc()
+def test_kernels_preloaded_together_share_one_context_when_launched_one_by_one():
+    setup = _Setup()
+    kernels = [_kernel(), _kernel(OTHER, name="other")]
+    setup.backend.preload_persistent_kernels(kernels)
+    assert len(setup.driver.calls("load_module")) == 2
+    first = setup.launch(kernels[0])
+    second = setup.launch(kernels[1])  # loaded already: no load beside the first
+    assert first.compiled.context is second.compiled.context
+    assert len(setup.driver.contexts) == 1
+    assert len(setup.driver.calls("load_module")) == 2
+    assert setup.driver.calls("load while busy") == []

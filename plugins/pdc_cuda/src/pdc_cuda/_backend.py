@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -626,6 +626,23 @@ class CudaBackend(Backend):
 
         site = self.launch_site(options.get("context"))
         return launch_persistent_kernel(site, kernel, rings, **options)
+
+    def preload_persistent_kernels(
+        self, kernels: Sequence[PersistentKernel], **options: Any
+    ) -> None:
+        """Compile and load ``kernels`` (with the launch ``options`` they will be launched
+        with, ``context`` included) into one context before any is launched.
+
+        Launched one after another, such kernels then share that context and run
+        concurrently; without it, a kernel whose module is not loaded yet goes to a
+        context where nothing runs (a module load into a context with a running kernel
+        would wait for it), and ordinary contexts time-slice against each other. In the
+        ``"shared"`` placement it is how a program loads its resident kernels before
+        the first one makes new modules impossible.
+        """
+        from ._persistent import preload_persistent_kernels
+
+        preload_persistent_kernels(self.launch_site(options.get("context")), kernels, **options)
 
     def launch_pipeline(
         self, pipeline: PersistentPipeline, memory: RingMemory, **options: Any

@@ -22,6 +22,7 @@ then kept and the process's CUDA context has to go.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -40,6 +41,7 @@ __all__ = [
     "LAUNCH_OPTIONS",
     "CudaResidentKernel",
     "launch_persistent_kernel",
+    "preload_persistent_kernels",
     "render_kernel",
     "ring_body",
 ]
@@ -253,6 +255,26 @@ def render_kernel(
     state_dtype = kernel.state.dtype if kernel.state is not None else None
     source = render_ring_kernel(body, kernel.request_dtype, kernel.reply_dtype, state_dtype, wiring)
     return body, source, compile_options
+
+
+def preload_persistent_kernels(
+    site: LaunchSite, kernels: Sequence[PersistentKernel], **options: Any
+) -> None:
+    """Compile and load every kernel of ``kernels`` into one context of ``site``'s place,
+    as their launches with ``options`` will (a kernel's own rings, sequenced input when
+    ``sequenced_input``), before any is launched: launched one after another they then
+    share that context and load nothing beside each other."""
+    options = dict(options)
+    options.pop("context", None)
+    sequenced = bool(getattr(site.backend, "ring_sequenced_input", False))
+    specs = []
+    for kernel in kernels:
+        if not isinstance(kernel, PersistentKernel):
+            raise TypeError(f"expected PersistentKernel objects, not {type(kernel).__name__}")
+        wiring = RingWiring(sequenced_input=sequenced)
+        _, source, compile_options = render_kernel(kernel, dict(options), wiring)
+        specs.append((source, KERNEL_NAME, compile_options))
+    site.place.compile(specs)
 
 
 def launch_persistent_kernel(
