@@ -10,13 +10,10 @@ on a doorbell and the host sleeps in its selector, so neither burns the GIL; see
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pdc_core import PersistentKernel
+from pdc_core import Backend, PersistentKernel
 from pdc_core.backend import HostWorkerKernel, RingMemory
-
-if TYPE_CHECKING:
-    from ._backend import CpuBackend
 
 __all__ = ["CpuResidentKernel", "launch"]
 
@@ -38,7 +35,7 @@ class CpuResidentKernel(HostWorkerKernel):
 
 
 def launch(
-    backend: CpuBackend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    backend: Backend, kernel: PersistentKernel, rings: RingMemory, **options: Any
 ) -> HostWorkerKernel:
     """``CpuBackend.launch_persistent_kernel``: start the worker thread."""
     return CpuResidentKernel.launch(backend, kernel, rings, **options)

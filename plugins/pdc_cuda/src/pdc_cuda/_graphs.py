@@ -474,7 +474,9 @@ class MessageLauncher:
         self.shared_mem = shared_mem
         self._grid = grid
         self._block = block
-        self._ops: GraphOps = ops if ops is not None else CupyGraphOps(self.kernel.backend)
+        self._ops: GraphOps = (
+            ops if ops is not None else CupyGraphOps(_resolve(self.kernel.backend))
+        )
         with self._ops.device_context():
             self._stream = self._ops.create_stream()
         self._entries: collections.OrderedDict[Any, _Staged] = collections.OrderedDict()

@@ -9,8 +9,9 @@ and block, and calling the kernel with a problem size computes them
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -19,11 +20,35 @@ from pdc_core.backend import Stream
 
 from ._exceptions import CudaCompileError
 from ._launch import Dims, LaunchConfig, explicit_config, launch_config
+from ._properties import CudaDeviceProperties
 
-if TYPE_CHECKING:
-    from ._backend import CudaBackend
+__all__ = [
+    "DEFAULT_OPTIONS",
+    "CudaKernel",
+    "KernelDevice",
+    "compile_options",
+    "kernel_argument",
+]
 
-__all__ = ["DEFAULT_OPTIONS", "CudaKernel", "compile_options", "kernel_argument"]
+
+class KernelDevice(Protocol):
+    """What a kernel needs of the device it was compiled for (``CudaBackend`` is one);
+    the kernel layer knows no backend class."""
+
+    @property
+    def qualified_name(self) -> str:
+        """``cuda:N``."""
+
+    @property
+    def properties(self) -> CudaDeviceProperties:
+        """The device's properties."""
+
+    def device_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The device current for CuPy inside the block."""
+
+    def stream_context(self, stream: Stream | None) -> contextlib.AbstractContextManager[Any]:
+        """``stream`` current for CuPy inside the block (its raw CuPy stream)."""
+
 
 #: Options always passed to NVRTC unless the caller sets the same flag.
 DEFAULT_OPTIONS = ("-std=c++17",)
@@ -74,7 +99,7 @@ class CudaKernel:
 
     def __init__(
         self,
-        backend: CudaBackend,
+        backend: KernelDevice,
         raw: Any,
         name: str,
         source: str,

@@ -14,16 +14,13 @@ which is how CI checks that a body compiles.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pdc_core.backend import Stream
 
-from ._kernels import kernel_argument
+from ._kernels import KernelDevice, kernel_argument
 from ._launch import explicit_config
 from ._streams import synchronize_stream
-
-if TYPE_CHECKING:
-    from ._backend import CudaBackend
 
 __all__ = [
     "INSTALL_HINT",
@@ -89,7 +86,7 @@ def _numba_argument(cuda: Any, value: Any) -> Any:
 
 
 def run_numba_kernel(
-    backend: CudaBackend,
+    backend: KernelDevice,
     body: Callable[..., Any],
     grid: Sequence[int],
     block: Sequence[int],

@@ -32,6 +32,7 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from types import ModuleType
 from typing import Any, ClassVar
 
 import anyio
@@ -151,6 +152,11 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         self._default_stream: MetalStream | None = None
         self._streams: weakref.WeakSet[MetalStream] = weakref.WeakSet()
         self._streams_lock = threading.Lock()
+
+    @property
+    def mx(self) -> ModuleType:
+        """``mlx.core``, as this backend loaded it (its parts use MLX through this)."""
+        return self._mx
 
     # -- discovery ------------------------------------------------------------------
 

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
 from . import _mlx
 
-if TYPE_CHECKING:
-    from ._backend import MetalBackend
+__all__ = ["KernelRunner", "MetalKernel", "parse_kernel_options"]
 
-__all__ = ["MetalKernel", "parse_kernel_options"]
+
+class KernelRunner(Protocol):
+    """What a kernel needs of its backend (``MetalBackend`` is one)."""
+
+    @property
+    def qualified_name(self) -> str:
+        """``metal:N``."""
+
+    def run(self, fn: Callable[..., Any], *inputs: Any, out: Any = None) -> Any:
+        """Run ``fn`` on the inputs as MLX arrays; evaluated outputs (into ``out``)."""
+
 
 _BOOLEAN = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
@@ -70,7 +79,7 @@ class MetalKernel:
     """
 
     def __init__(
-        self, backend: MetalBackend, name: str, compiled: Any, settings: dict[str, Any]
+        self, backend: KernelRunner, name: str, compiled: Any, settings: dict[str, Any]
     ) -> None:
         self.backend = backend
         self.name = name

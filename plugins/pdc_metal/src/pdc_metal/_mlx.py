@@ -12,7 +12,7 @@ import platform
 import threading
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from pdc_core import BackendUnavailable
 __all__ = [
     "CPU_DEVICE_PRIORITY",
     "METAL_PRIORITY",
+    "MlxDevice",
     "MlxProbe",
     "from_mlx_dtype",
     "load",
@@ -28,6 +29,18 @@ __all__ = [
     "reset_probe",
     "to_mlx_dtype",
 ]
+
+
+class MlxDevice(Protocol):
+    """What the metal backend's parts need of it (``MetalBackend`` is one): MLX itself and
+    the MLX device its work runs on. The parts know no backend class."""
+
+    @property
+    def mx(self) -> ModuleType:
+        """``mlx.core``, as the backend loaded it."""
+
+    mlx_device: Any
+
 
 #: Priority with a Metal GPU: above the cpu backend (0), below cuda (100).
 METAL_PRIORITY = 50

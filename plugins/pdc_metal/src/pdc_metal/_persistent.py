@@ -41,18 +41,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import PersistentKernel, RecordError
+from pdc_core import Backend, PersistentKernel, RecordError
 from pdc_core.backend import HostWorkerKernel, RingMemory, record_from_mapping
 
 from . import _mlx
-
-if TYPE_CHECKING:
-    from ._backend import MetalBackend
 
 __all__ = ["MetalResidentKernel", "launch"]
 
@@ -90,13 +87,14 @@ class MetalResidentKernel(HostWorkerKernel):
     """
 
     body_backend = "metal"
-    backend: MetalBackend
 
     def __init__(
-        self, backend: MetalBackend, kernel: PersistentKernel, memory: RingMemory, **options: Any
+        self, backend: Backend, kernel: PersistentKernel, memory: RingMemory, **options: Any
     ) -> None:
         kernel.body_for(self.body_backend)  # a missing body is reported first
-        self._mx = backend._mx
+        device = cast(_mlx.MlxDevice, backend)  # the metal backend (or a stand-in for it)
+        self._mx = device.mx
+        self._mlx_device = device.mlx_device
         self._request_fields = _field_dtypes(kernel.request_dtype, "request")
         self._reply_fields = _field_dtypes(kernel.reply_dtype, "reply")
         if kernel.state is not None:
@@ -117,7 +115,7 @@ class MetalResidentKernel(HostWorkerKernel):
     @contextlib.contextmanager
     def worker_context(self) -> Iterator[None]:
         mx = self._mx
-        stream = mx.new_stream(self.backend.mlx_device)
+        stream = mx.new_stream(self._mlx_device)
         try:
             with mx.stream(stream):
                 yield
@@ -205,7 +203,7 @@ def _store(
 
 
 def launch(
-    backend: MetalBackend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    backend: Backend, kernel: PersistentKernel, rings: RingMemory, **options: Any
 ) -> HostWorkerKernel:
     """``MetalBackend.launch_persistent_kernel``: start the worker thread."""
     return MetalResidentKernel.launch(backend, kernel, rings, **options)

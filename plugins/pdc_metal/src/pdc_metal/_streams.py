@@ -17,12 +17,12 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
+from pdc_core import Backend
 from pdc_core.backend import ThreadContext, WorkerEvent, WorkerStream
 
-if TYPE_CHECKING:
-    from ._backend import MetalBackend
+from ._mlx import MlxDevice
 
 __all__ = ["MetalEvent", "MetalStream"]
 
@@ -56,17 +56,13 @@ class MetalStream(WorkerStream):
     ends when the stream is closed or garbage-collected.
     """
 
-    _backend: MetalBackend
-
-    def __init__(self, backend: MetalBackend) -> None:
+    def __init__(self, backend: Backend) -> None:
         super().__init__(backend)
-
-    @property
-    def backend(self) -> MetalBackend:
-        return self._backend
+        #: The MLX device of the backend (the metal backend, or a stand-in for it).
+        self._mlx_device = cast(MlxDevice, backend).mlx_device
 
     def thread_context(self) -> ThreadContext:
-        return functools.partial(_own_mlx_stream, self._backend.mlx_device)
+        return functools.partial(_own_mlx_stream, self._mlx_device)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
         """Queue ``fn(*args, **kwargs)``; the future holds its evaluated result.
