@@ -669,9 +669,15 @@ class BindingsDriver:
         return self._check(self._cu.cuModuleLoadData(image), "cuModuleLoadData")
 
     def get_function(self, module: Any, name: str) -> Any:
-        return self._check(
+        function = self._check(
             self._cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction"
         )
+        load = getattr(self._cu, "cuFuncLoad", None)  # CUDA >= 12.4
+        if load is not None:
+            # Under lazy loading a function is loaded at its first launch, which waits
+            # for the kernels running in its context: load it now, while none does.
+            self._check(load(function), "cuFuncLoad")
+        return function
 
     def max_threads_per_block(self, function: Any) -> int:
         attribute = self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
