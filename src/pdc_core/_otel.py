@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -18,8 +18,26 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from ._actors import ActorNursery, ActorRef, ActorStatistics, Mailbox, MailboxStatistics
 from ._persistent import PersistentKernelSession
 
-if TYPE_CHECKING:
-    from .telemetry import Instrumentation, Metric
+
+class Metric(Protocol):
+    """One metric this module exports (:class:`pdc_core.telemetry.Metric` is one; this
+    module knows nothing above it)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def instrument(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+
+
+class Instrumentation(Protocol):
+    """A live handle whose targets are read (:class:`pdc_core.telemetry.Instrumentation`)."""
+
+    def targets(self) -> Iterable[object]: ...
+
 
 __all__ = ["Exporter", "exporter_for"]
 
