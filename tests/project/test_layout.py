@@ -159,6 +159,7 @@ def test_the_nursery_knows_no_kind_of_actor() -> None:
         "pdc_core._actors._mailbox",
         "pdc_core._actors._mesh",  # many actors of any kind (start_mesh); knows no kind
         "pdc_core._actors._refs",
+        "pdc_core._actors._restart",  # the restart policy of start_actor(restart=...)
         "pdc_core._exceptions",
         "pdc_core._loop",
     }

@@ -54,7 +54,7 @@ import itertools
 import math
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, SupportsIndex, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, SupportsIndex, TypeVar, cast
 
 import anyio
 
@@ -78,7 +78,8 @@ from ._refs import (
 )
 
 if TYPE_CHECKING:
-    from ._nursery import ActorNursery, RestartPolicy
+    from .._loop import TaskHost
+    from ._restart import RestartPolicy
 
 __all__ = [
     "ActorMesh",
@@ -465,12 +466,30 @@ async def _send_into(port: _Port, message: Any, priority: int, slot: _Slot) -> N
 # -- the mesh ---------------------------------------------------------------------------
 
 
+class MeshNursery(Protocol):
+    """What a mesh needs of the nursery that runs its members (the nursery hands it an
+    adapter; the mesh reads none of the nursery's state)."""
+
+    @property
+    def task_host(self) -> TaskHost | None:
+        """Where the mesh spawns its per-member asks (``None`` once the nursery closed)."""
+
+    def is_actor_task(self, task: object) -> bool:
+        """Whether ``task`` is the task of one of the nursery's actors."""
+
+    def has_actor(self, name: str) -> bool:
+        """Whether an actor of that name runs in the nursery."""
+
+    async def start_actor(self, target: Any, *args: Any, **options: Any) -> ActorRef[Any, Any]:
+        """The nursery's ``start_actor``."""
+
+
 class _Members:
     """What a mesh and its slices share: the nursery, the ports, the rotation of choose."""
 
     __slots__ = ("name", "nursery", "turn")
 
-    def __init__(self, nursery: ActorNursery, name: str) -> None:
+    def __init__(self, nursery: MeshNursery, name: str) -> None:
         self.nursery = nursery
         self.name = name
         self.turn = 0
@@ -677,7 +696,7 @@ class ActorMesh(Generic[M, R]):
     def _spawn_asks(
         self, asks: list[tuple[_Port, Any, int, _Slot]], timeout: float | None, kit: Kit
     ) -> None:
-        host = self._group.nursery._host
+        host = self._group.nursery.task_host
         for port, message, prio, slot in asks:
             # Not ``ref.alive``: a kernel member whose crash the nursery has not yet
             # handed to its restart policy reads CRASHED, and its handle waits for the
@@ -814,11 +833,9 @@ class ActorMesh(Generic[M, R]):
 
     def _caller_port(self) -> _Port | None:
         """The member whose own task is running this (its handler uses its mesh)."""
-        tasks = self._group.nursery._tasks
-        if not tasks:
-            return None
+        nursery = self._group.nursery
         task = current_task()
-        if task not in tasks:  # not an actor of the mesh's nursery: not a member
+        if not nursery.is_actor_task(task):  # not an actor of the mesh's nursery
             return None
         for port in self._ports:
             if port.runs_in(task):
@@ -1026,7 +1043,7 @@ def _check_shape(shape: Mapping[str, int] | None, n: int | None) -> dict[str, in
 
 
 async def start_mesh(
-    nursery: ActorNursery,
+    nursery: MeshNursery,
     target: object,
     args: tuple[Any, ...],
     *,
@@ -1067,7 +1084,7 @@ async def start_mesh(
         for point in coords
     ]
     for member in names:
-        if member in nursery._actors:
+        if nursery.has_actor(member):
             raise LifecycleError(f"an actor named {member!r} is already running: name the mesh")
     refs: list[ActorRef[Any, Any] | None] = [None] * n
 

@@ -50,10 +50,8 @@ point documented there.
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, TypedDict, TypeVar, Unpack, overload
 
@@ -90,53 +88,13 @@ from ._refs import (
     StartsAs,
     runner_for,
 )
+from ._restart import RestartPolicy
 
 __all__ = ["ActorNursery", "RestartPolicy", "open_nursery"]
 
 M = TypeVar("M")
 R = TypeVar("R")
 _RefT = TypeVar("_RefT", bound=ActorRef[Any, Any])
-
-
-@dataclass(frozen=True, slots=True)
-class RestartPolicy:
-    """Supervise an actor by restarting it when it crashes.
-
-    The actor is restarted after ``backoff`` seconds, doubling (``backoff_factor``) with
-    each restart counted in the window, up to ``max_backoff``. When it would be the
-    ``max_restarts + 1``-th restart within ``within`` seconds, the crash is escalated:
-    the nursery raises :class:`~pdc_core.ActorCrashed` as if there were no policy.
-    The request being handled when the actor crashed fails with
-    :class:`~pdc_core.ActorCrashed`; the ones still queued are handled by the new
-    incarnation.
-    """
-
-    max_restarts: int = 3
-    within: float = 60.0
-    backoff: float = 0.01
-    backoff_factor: float = 2.0
-    max_backoff: float = 1.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int):
-            raise TypeError(f"max_restarts must be an int, not {self.max_restarts!r}")
-        if self.max_restarts < 0:
-            raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
-        for name in ("within", "backoff", "backoff_factor", "max_backoff"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise TypeError(f"{name} must be a number of seconds, not {value!r}")
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite, got {value!r}")
-        if self.within <= 0:
-            raise ValueError(f"within must be > 0 seconds, got {self.within}")
-        if self.backoff < 0 or self.max_backoff < 0 or self.backoff_factor < 1:
-            raise ValueError("backoff and max_backoff must be >= 0, backoff_factor >= 1")
-
-    def delay(self, restarts: int) -> float:
-        """Seconds to wait before the ``restarts``-th restart of the current window."""
-        exponent = max(0, restarts - 1)
-        return float(min(self.max_backoff, self.backoff * self.backoff_factor**exponent))
 
 
 class _LocalStartKeywords(TypedDict, total=False):
@@ -642,7 +600,7 @@ class ActorNursery:
         if not self._open:
             raise LifecycleError("cannot start a mesh: the nursery is not open")
         return await start_mesh(
-            self,
+            _MeshSupport(self),
             target,
             args,
             shape=shape,
@@ -782,3 +740,26 @@ def open_nursery(*, shutdown_timeout: float | None = None) -> ActorNursery:
     guarantees.
     """
     return ActorNursery(shutdown_timeout=shutdown_timeout)
+
+
+class _MeshSupport:
+    """What a mesh needs of its nursery (:class:`~pdc_core._actors._mesh.MeshNursery`),
+    read here, where the nursery's state is known: the mesh reads none of it."""
+
+    __slots__ = ("_nursery",)
+
+    def __init__(self, nursery: ActorNursery) -> None:
+        self._nursery = nursery
+
+    @property
+    def task_host(self) -> TaskHost | None:
+        return self._nursery._host
+
+    def is_actor_task(self, task: object) -> bool:
+        return task in self._nursery._tasks
+
+    def has_actor(self, name: str) -> bool:
+        return name in self._nursery._actors
+
+    async def start_actor(self, target: Any, *args: Any, **options: Any) -> ActorRef[Any, Any]:
+        return await self._nursery.start_actor(target, *args, **options)
