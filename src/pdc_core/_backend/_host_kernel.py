@@ -187,7 +187,7 @@ class HostWorkerKernel(ResidentKernel):
         self.link = link
         #: Whose socket and ``host_waiting`` flag :meth:`_signal` uses: this kernel's
         #: own, another stage's of its pipeline, or nobody's (a middle stage).
-        self._signal_to: HostWorkerKernel | None = self if link is None else link.signal_to(self)
+        self._signal_to: HostWorkerKernel | None = self._signal_target(link)
         self._failure: BaseException | None = None
         self._error_cause: BaseException | None = None
         self._thread = threading.Thread(
@@ -315,6 +315,21 @@ class HostWorkerKernel(ResidentKernel):
             return PollingWaiter()
         return _NotifyWaiter(self)
 
+    def _signal_target(self, link: StageLink | None) -> HostWorkerKernel | None:
+        """Whose socket this worker signals the host through: its own (a kernel alone, or
+        a pipeline's last stage), the last stage's (stage 0 of a pipeline whose last
+        stage is a host worker too), or nobody's (a middle stage)."""
+        if link is None or link.is_last:
+            return self
+        last = link.last
+        if link.index == 0 and isinstance(last, HostWorkerKernel):
+            return last
+        return None
+
+    def pipeline_host_waiter(self, first: ResidentKernel) -> HostWaiter | None:
+        """:meth:`joint_host_waiter` when ``first`` is a host worker too."""
+        return self.joint_host_waiter(first) if isinstance(first, HostWorkerKernel) else None
+
     def joint_host_waiter(self, first: HostWorkerKernel) -> HostWaiter:
         """The host waiter of a pipeline whose last stage is this kernel and whose first
         stage is ``first`` (launched with a link whose ``signal_to`` names this kernel):
@@ -375,7 +390,10 @@ class HostWorkerKernel(ResidentKernel):
                 pass
 
     def _run(self) -> None:
-        device = RingDevice(self.memory) if self.link is None else self.link.device(self)
+        link = self.link
+        device = (
+            RingDevice(self.memory) if link is None else link.device(self.memory, self.wait_until)
+        )
         try:
             try:
                 device.check_header()

@@ -55,7 +55,6 @@ from ._ring import Offset, RingDevice, RingHost, RingLayout, RingMemory, StopMod
 
 if TYPE_CHECKING:
     from ._contract import Backend
-    from ._host_kernel import HostWorkerKernel
 
 __all__ = [
     "LinkedDevice",
@@ -266,8 +265,9 @@ class StageLink:
         self.output_region = output_region
         #: The next stage (set before this stage is launched; ``None`` for the last).
         self.consumer: ResidentKernel | None = None
-        #: The stage the host signals come through (the last; set before stage 0's launch).
-        self.last: HostWorkerKernel | None = None
+        #: The pipeline's last stage, which the host's signals come through (set before
+        #: stage 0's launch).
+        self.last: ResidentKernel | None = None
         #: The previous stage's doorbell (set once it is launched; ``None`` for stage 0).
         self.producer: ResidentKernel | None = None
 
@@ -295,15 +295,6 @@ class StageLink:
                 "records"
             )
 
-    def signal_to(self, worker: HostWorkerKernel) -> HostWorkerKernel | None:
-        """Whose socket a host worker of this stage signals the host through: the last
-        stage its own, stage 0 the last stage's, a middle stage nobody's."""
-        if self.is_last:
-            return worker
-        if self.index == 0:
-            return self.last
-        return None
-
     def output(self) -> _Output:
         """Where this stage writes its results: the reply ring for the last stage,
         else the link into the next stage (which must have been launched first)."""
@@ -319,9 +310,12 @@ class StageLink:
         if producer is not None:
             producer.wake()
 
-    def device(self, worker: HostWorkerKernel) -> LinkedDevice:
-        """The device side of this stage for a host worker (on its thread)."""
-        return LinkedDevice(worker.memory, self, worker.wait_until)
+    def device(
+        self, memory: RingMemory, wait_until: Callable[[Callable[[], bool]], None]
+    ) -> LinkedDevice:
+        """The device side of this stage for a host worker (on its thread) whose input
+        region is ``memory`` and which sleeps with ``wait_until(condition)``."""
+        return LinkedDevice(memory, self, wait_until)
 
 
 class LinkedDevice(RingDevice):
@@ -529,12 +523,8 @@ class PipelineResident(ResidentKernel):
         return None
 
     def host_waiter(self) -> HostWaiter:
-        from ._host_kernel import HostWorkerKernel
-
-        first, last = self.stages[0], self.stages[-1]
-        if isinstance(first, HostWorkerKernel) and isinstance(last, HostWorkerKernel):
-            return last.joint_host_waiter(first)
-        return super().host_waiter()
+        waiter = self.stages[-1].pipeline_host_waiter(self.stages[0])
+        return waiter if waiter is not None else super().host_waiter()
 
     def release(self) -> None:
         for stage in self.stages:
@@ -591,10 +581,7 @@ def launch_pipeline(
             if index + 1 < count:
                 link.consumer = residents[index + 1]
             if index == 0:
-                from ._host_kernel import HostWorkerKernel
-
-                last = residents[-1]
-                link.last = last if isinstance(last, HostWorkerKernel) else None
+                link.last = residents[-1]
             try:
                 resident = backend.launch_persistent_kernel(
                     stages[index], regions[index], link=link, **options

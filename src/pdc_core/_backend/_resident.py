@@ -228,6 +228,12 @@ class ResidentKernel(abc.ABC):
     def release(self) -> None:  # noqa: B027 - optional hook
         """Free what the launch holds; called once, only after :attr:`exited`."""
 
+    def pipeline_host_waiter(self, first: ResidentKernel) -> HostWaiter | None:
+        """The host waiter of a pipeline whose last stage is this kernel and whose first
+        stage is ``first``, when this kind of kernel has a better one than the generic
+        (:meth:`PipelineResident.host_waiter`); ``None`` (the default) otherwise."""
+        return None
+
     # -- the protocol, the same for every backend ---------------------------------------
 
     def _store32(self, offset: Offset, value: int) -> None:
