@@ -39,7 +39,7 @@ class Instrumentation(Protocol):
     def targets(self) -> Iterable[object]: ...
 
 
-__all__ = ["Exporter", "exporter_for"]
+__all__ = ["Exporter", "Instrumentation", "Metric", "exporter_for"]
 
 _Attributes = dict[str, str]
 #: One family of counters read from a target: (family, the statistics, attributes).

@@ -85,6 +85,7 @@ __all__ = [
     "ActorMesh",
     "Coordinates",
     "MeshError",
+    "MeshNursery",
     "MeshReplies",
     "member_targets",
     "mesh_port",

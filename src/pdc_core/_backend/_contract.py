@@ -23,6 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._exceptions import CapabilityError
+from ._device import MemoryKind
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -69,16 +70,6 @@ class Capability(enum.StrEnum):
     PERSISTENT_KERNELS = "persistent_kernels"
     #: Device arrays implement ``__cuda_array_interface__``.
     CUDA_ARRAY_INTERFACE = "cuda_array_interface"
-
-
-class MemoryKind(enum.StrEnum):
-    """Where an allocation lives."""
-
-    HOST = "host"
-    DEVICE = "device"
-    PINNED = "pinned"
-    MAPPED = "mapped"
-    MANAGED = "managed"
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ import numpy.typing as npt
 
 from .._exceptions import KernelStopTimeout, PersistentKernelError
 from .._loop import check_timeout, current_sleep
+from ._device import DeviceLike
 from ._ring import Offset, RingHost, RingMemory, StopMode
 
 if TYPE_CHECKING:
-    from ._contract import Backend
     from ._persistent_kernel import PersistentKernel
 
 __all__ = ["HostWaiter", "KernelStatus", "PollingWaiter", "ResidentKernel", "stop_timeout_error"]
@@ -178,7 +178,7 @@ class ResidentKernel(abc.ABC):
     rather than this handle to exchange records.
     """
 
-    def __init__(self, backend: Backend, kernel: PersistentKernel, memory: RingMemory) -> None:
+    def __init__(self, backend: DeviceLike, kernel: PersistentKernel, memory: RingMemory) -> None:
         self.backend = backend
         self.kernel = kernel
         self.memory = memory

@@ -32,15 +32,13 @@ import enum
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 
 from .._exceptions import RecordError, RingProtocolError
-
-if TYPE_CHECKING:
-    from ._contract import Backend
+from ._device import DeviceLike, MemoryKind
 
 __all__ = [
     "CONTROL_BLOCK_SIZE",
@@ -411,7 +409,9 @@ class RingMemory:
     # -- construction ---------------------------------------------------------------
 
     @classmethod
-    def allocate(cls, backend: Backend, layout: RingLayout, *, exact: bool = False) -> RingMemory:
+    def allocate(
+        cls, backend: DeviceLike, layout: RingLayout, *, exact: bool = False
+    ) -> RingMemory:
         """Allocate a region from ``backend`` (``MemoryKind.MAPPED``) and initialise it.
 
         The input ring is laid out as the backend prefers: with sequenced input slots
@@ -420,8 +420,6 @@ class RingMemory:
         between two kernels, whose producer stores no sequence words). The region's
         :attr:`layout` says which.
         """
-        from ._contract import MemoryKind
-
         if not exact and getattr(backend, "ring_sequenced_input", False):
             layout = layout.with_sequenced_input()
         raw = backend.allocate((layout.total_size + RING_ALIGNMENT,), _BYTE, MemoryKind.MAPPED)
