@@ -1,9 +1,11 @@
-"""The layout holds: no import cycle inside pdc_core, and extenders use public faces only.
+"""The layout holds: no import cycle in pdc_core or any plugin, the plugins' modules are
+layered one way, and extenders use public faces only.
 
-The import graph is built from the source: every ``import`` and ``from ... import`` of
-a pdc_core module, at any depth (function-level ones included), except those under
-``if TYPE_CHECKING:``. Importing a package runs its ``__init__``, so an import of
-``pdc_core.a.b`` is an edge to ``pdc_core.a`` and to ``pdc_core.a.b``; a module's
+The import graph of a package is built from its source: every ``import`` and ``from ...
+import`` of one of its modules, at any depth (function-level ones included), and those
+under ``if TYPE_CHECKING:`` too -- a type-only import is an arrow like any other: it
+says which module knows which. Importing a package runs its ``__init__``, so an import
+of ``pdc_core.a.b`` is an edge to ``pdc_core.a`` and to ``pdc_core.a.b``; a module's
 import of its own package by name (``import pdc_core.a`` inside ``pdc_core.a.b``) is an
 edge too, since the package's ``__init__`` imports the module.
 """
@@ -22,13 +24,6 @@ SRC = Path(pdc_core.__file__).parent
 ROOT = Path(__file__).parents[2]
 
 
-def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(SRC.parent).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def _is_type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
@@ -37,9 +32,15 @@ def _is_type_checking(node: ast.If) -> bool:
 
 
 def _imports(
-    tree: ast.AST, module: str, is_package: bool, modules: frozenset[str] = frozenset()
+    tree: ast.AST,
+    module: str,
+    is_package: bool,
+    modules: frozenset[str] = frozenset(),
+    *,
+    type_checking: bool = True,
 ) -> list[str]:
-    """Absolute names of the modules ``module`` imports, outside TYPE_CHECKING blocks.
+    """Absolute names of the modules ``module`` imports (with ``type_checking=False``,
+    only those outside TYPE_CHECKING blocks: what runs).
 
     ``from pkg import name`` imports ``pkg`` itself unless every name is a submodule of
     it (one of ``modules``): ``from . import _sibling`` reads no name of the package.
@@ -48,7 +49,7 @@ def _imports(
     package = module if is_package else module.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
             for child in node.orelse:
                 visit(child)
             return
@@ -72,12 +73,24 @@ def _imports(
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    modules = {_module_name(path): path for path in SRC.rglob("*.py")}
+def _graph(src: Path = SRC, *, type_checking: bool = True) -> dict[str, set[str]]:
+    """The import graph of the package at ``src`` (pdc_core by default)."""
+    root = src.parent
+
+    def name_of(path: Path) -> str:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        return ".".join(parts)
+
+    modules = {name_of(path): path for path in src.rglob("*.py")}
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        for target in _imports(tree, name, path.name == "__init__.py", frozenset(modules)):
+        found = _imports(
+            tree, name, path.name == "__init__.py", frozenset(modules), type_checking=type_checking
+        )
+        for target in found:
             parts = target.split(".")
             for depth in range(1, len(parts) + 1):
                 prefix = ".".join(parts[:depth])
@@ -136,8 +149,101 @@ def test_the_graph_sees_function_level_imports() -> None:
     assert "pdc_core._cli._bench" in graph["pdc_core._cli._main"]  # imported inside a function
 
 
+#: Type-only arrows that still close a circle, each with the reason it is left. A
+#: persistent kernel declares, for type checkers only, the handle ``start_actor`` returns
+#: for it (``KernelActorRef``, of the actor layer above): the typed handle of
+#: ``nursery.start_actor(kernel)`` needs it, and no lower module can name that handle.
+TYPE_ONLY_CIRCLES = {
+    ("pdc_core._backend._persistent_kernel", "pdc_core._persistent._actor"),
+    ("pdc_core._backend._persistent_kernel", "pdc_core._persistent"),
+}
+
+
 def test_no_import_cycles_inside_pdc_core() -> None:
-    assert _cycles(_graph()) == []
+    graph = _graph()
+    runtime = _graph(type_checking=False)
+    for source, target in TYPE_ONLY_CIRCLES:
+        assert target not in runtime[source], f"{source} -> {target} must stay type-only"
+        graph[source].discard(target)
+    assert _cycles(graph) == []
+
+
+def test_type_only_imports_are_arrows_too() -> None:
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pdc_core.a\n")
+    everything = ["typing", "typing.TYPE_CHECKING", "pdc_core.a"]
+    assert _imports(tree, "pdc_core.b", False) == everything
+    assert _imports(tree, "pdc_core.b", False, type_checking=False) == everything[:2]
+
+
+PLUGINS = sorted(path.parent for path in (ROOT / "plugins").glob("*/src/*/__init__.py"))
+
+#: Each plugin's modules, bottom layer first: a module imports (at run time or for types)
+#: only modules of its own layer or below, and nothing in a layer imports the backend
+#: class above it. pdc_cuda follows numba-cuda's driver and CuPy's cupy/cuda/: the
+#: driver and its contexts at the bottom, then memory and streams, kernels, where a
+#: resident kernel runs, resident kernels and pipelines, the CudaBackend facade, and on
+#: top what is built on the facade (the package, graphs, the host-build test kit).
+LAYERS: dict[str, list[set[str]]] = {
+    "pdc_cuda": [
+        {"_version", "_exceptions", "_launch", "_numa", "_codegen", "_availability", "_residency"},
+        {"_nvrtc", "_properties", "_ring_source", "_memory", "_streams"},
+        {"_context"},
+        {"_kernels", "_numba"},
+        {"_places"},
+        {"_persistent", "_pipeline"},
+        {"_backend"},
+        {"", "_graphs", "graphs", "testing", "testing._backend", "testing._build"}
+        | {"testing._plan", "testing._tsan"},
+    ],
+    "pdc_metal": [
+        {"_version", "_mlx"},
+        {"_kernels", "_streams", "_persistent"},
+        {"_backend"},
+        {""},
+    ],
+    "pdc_cpu": [
+        {"_version", "_memory", "_streams", "_persistent"},
+        {"_backend"},
+        {""},
+    ],
+}
+
+
+@pytest.mark.parametrize("src", PLUGINS, ids=lambda src: src.name)
+def test_no_import_cycles_inside_a_plugin(src: Path) -> None:
+    assert _cycles(_graph(src)) == []
+
+
+def _upward(graph: dict[str, set[str]], package: str, layers: list[set[str]]) -> list[str]:
+    """The arrows of ``graph`` that point to a higher layer of ``layers``."""
+    layer_of: dict[str, int] = {}
+    for index, layer in enumerate(layers):
+        for short in layer:
+            layer_of[f"{package}.{short}" if short else package] = index
+    unplaced = sorted(set(graph) - set(layer_of))
+    assert unplaced == [], f"place these modules in LAYERS[{package!r}]"
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer_of[target] > layer_of[module]
+    )
+
+
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_a_plugin_s_modules_import_only_down(package: str) -> None:
+    (src,) = [path for path in PLUGINS if path.name == package]
+    assert _upward(_graph(src), package, LAYERS[package]) == []
+
+
+def test_the_layer_check_sees_an_arrow_up() -> None:
+    layers = [{"_kernels"}, {"_backend"}, {""}]
+    down = {"pkg": {"pkg._backend"}, "pkg._backend": {"pkg._kernels"}, "pkg._kernels": set()}
+    assert _upward(down, "pkg", layers) == []
+    up = {**down, "pkg._kernels": {"pkg._backend"}}  # a type hint naming the facade
+    assert _upward(up, "pkg", layers) == ["pkg._kernels -> pkg._backend"]
+    with pytest.raises(AssertionError, match="place these modules"):
+        _upward({**down, "pkg._new": set()}, "pkg", layers)
 
 
 def test_the_graph_sees_a_module_importing_its_own_package() -> None:
