@@ -48,9 +48,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path
+from cuda_ring import percentiles, refuse_without_gpu
 
 PLACEMENTS = ("own", "green", "shared")
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
@@ -70,33 +74,6 @@ SPIN = (
 OPERATIONS = ("cupy first op", "compile + launch", "cudaFreeHost", "synchronize")
 #: Those pdc cannot refuse in the shared placement (they would block the worker there).
 UNREFUSABLE = ("cupy first op", "cudaFreeHost")
-
-
-def percentiles(samples_s: list[float]) -> tuple[float, float]:
-    """(p50, p99) in microseconds."""
-    ordered = sorted(samples_s)
-    p50 = ordered[len(ordered) // 2]
-    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return p50 * 1e6, p99 * 1e6
-
-
-def refuse_without_gpu() -> Any:
-    """The cuda backend, or exit 2 with the reason it is unavailable."""
-    try:
-        from pdc_cuda import CudaBackend
-
-        import pdc_core
-    except ImportError as exc:
-        sys.exit(f"cuda_contexts.py needs pdc-core and pdc-cuda installed: {exc}")
-    availability = CudaBackend.availability()
-    if not availability.available:
-        print(
-            "cuda_contexts.py needs an NVIDIA GPU: the cuda backend is unavailable here: "
-            f"{availability.reason}.",
-            file=sys.stderr,
-        )
-        sys.exit(2)
-    return pdc_core.get_backend("cuda")
 
 
 def echo_kernel() -> Any:
@@ -323,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(placements) - set(PLACEMENTS))
     if unknown:
         parser.error(f"unknown placement(s) {', '.join(unknown)}; use {', '.join(PLACEMENTS)}")
-    backend = refuse_without_gpu()
+    backend = refuse_without_gpu("cuda_contexts.py")
     if args.timeout > 0:
         faulthandler.dump_traceback_later(args.timeout, exit=True, file=sys.stderr)
     try:

@@ -134,18 +134,19 @@ def percentiles(samples_s: list[float]) -> tuple[float, float]:
     return p50 * 1e6, p99 * 1e6
 
 
-def refuse_without_gpu() -> Any:
-    """The cuda backend, or exit 2 with the reason it is unavailable."""
+def refuse_without_gpu(script: str = "cuda_ring.py") -> Any:
+    """The cuda backend, or exit 2 with the reason it is unavailable (``script`` names
+    the benchmark in the message)."""
     try:
         from pdc_cuda import CudaBackend
 
         import pdc_core
     except ImportError as exc:
-        sys.exit(f"cuda_ring.py needs pdc-core and pdc-cuda installed: {exc}")
+        sys.exit(f"{script} needs pdc-core and pdc-cuda installed: {exc}")
     availability = CudaBackend.availability()
     if not availability.available:
         print(
-            "cuda_ring.py needs an NVIDIA GPU: the cuda backend is unavailable here: "
+            f"{script} needs an NVIDIA GPU: the cuda backend is unavailable here: "
             f"{availability.reason}.\nRun it on a machine with a GPU (see the module docstring).",
             file=sys.stderr,
         )
