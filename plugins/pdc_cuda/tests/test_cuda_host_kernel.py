@@ -239,3 +239,32 @@ async def test_a_gpu_test_starting_beside_a_resident_kernel_is_skipped(cuda):
         with pytest.raises(pytest.skip.Exception, match=resident):
             skip_if_a_kernel_is_resident(cuda)
     assert skip_if_a_kernel_is_resident(cuda) is cuda
+
+
+async def test_the_shared_placement_refuses_a_new_module_beside_a_resident_kernel(host_builds):
+    """With a kernel resident in the primary context (``context="shared"``), what would
+    load a module or free memory there raises at once, naming the kernel and the
+    placement that avoids it; the kernel answers throughout, and once it is stopped
+    nothing is refused any more."""
+    from pdc_cuda import ResidentKernelBlocks
+
+    from pdc_core import open_persistent_kernel
+
+    backend = HostCudaBackend(context="shared")
+    kernel = PersistentKernel("double", REQUEST, REPLY, capacity=64).add_body("cuda", DOUBLE)
+    other = PersistentKernel("other", REQUEST, REPLY, capacity=64)
+    other.add_body("cuda", f"{DOUBLE}\n// a module not loaded yet\n")
+    async with open_persistent_kernel(kernel, backend) as session:
+        (resident,) = backend.resident_kernels()
+        assert resident.shares_primary
+        refused = r"primary CUDA context \('double'\).*context='own'"
+        with pytest.raises(ResidentKernelBlocks, match=refused):
+            async with open_persistent_kernel(other, backend):
+                pass
+        with pytest.raises(ResidentKernelBlocks, match=refused):
+            backend.free_cached_memory()
+        reply = await session.request((3, 1.5))
+        assert float(reply["y"]) == 3.0
+    assert backend.resident_kernels() == []
+    backend.free_cached_memory()  # nothing resident: nothing to wait for
+    check_planned([backend], host_builds)
