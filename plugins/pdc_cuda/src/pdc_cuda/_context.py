@@ -194,11 +194,13 @@ class ContextStream:
     @property
     def done(self) -> bool:
         """True once queued work is done; raises if it failed (a faulted kernel)."""
-        return self.context.driver.stream_done(self.handle)
+        with self.context.current():  # a stream is queried in its own context
+            return self.context.driver.stream_done(self.handle)
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream (never the context or the device)."""
-        self.context.driver.stream_synchronize(self.handle)
+        with self.context.current():
+            self.context.driver.stream_synchronize(self.handle)
 
     def discard(self) -> None:
         """Drop the stream without waiting (``cuStreamDestroy`` returns at once)."""
