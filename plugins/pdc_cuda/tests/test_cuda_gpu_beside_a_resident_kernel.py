@@ -243,7 +243,7 @@ async def test_the_resident_kernel_answers_while_the_primary_context_runs_kernel
 
     busy *= 1.0  # loads the op before the kernel is resident (the shared placement)
     cupy.cuda.get_current_stream().synchronize()
-    rounds = int(os.environ.get("PDC_BESIDE_ROUNDS", "2000"))
+    rounds = int(os.environ.get("PDC_BESIDE_ROUNDS", "500"))
     async with open_persistent_kernel(_double_kernel(), cuda, context=placement) as session:
         await _still_answers(session)
         idle = await _round_trips(session, rounds)
