@@ -488,7 +488,8 @@ class RingKernelContext:
         """Emit ``message``.
 
         A message whose ``correlation_id`` answers a pending ``ask`` resolves it
-        directly; any other goes to the output queue (read with
+        directly, and so does the asked request itself sent back (an echo: no
+        ``correlation_id``, the request's ``message_id``); any other goes to the output queue (read with
         ``runtime.receive``), waiting while that queue is full. A kernel already
         cancelled on entry sends nothing, and cancelling the wait for room leaves the
         message unsent.
@@ -510,6 +511,12 @@ class RingKernelContext:
         telemetry = self._telemetry
         telemetry.messages_sent += 1
         correlation_id = getattr(message, "correlation_id", None)
+        if correlation_id is None and (kernel._pending or kernel._stale):
+            # An uncorrelated message that is a request sent back (an echo, as
+            # PyDotCompute's send_and_receive tests do) answers that request's ask.
+            correlation_id = getattr(message, "message_id", None)
+            if correlation_id not in kernel._pending and correlation_id not in kernel._stale:
+                correlation_id = None
         if correlation_id is not None:
             if telemetry._inflight:
                 telemetry.replied(correlation_id)

@@ -6,7 +6,8 @@ messages to them by id (see :mod:`._ring_kernel` for the lifecycle)."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast, overload
 
@@ -47,7 +48,8 @@ class RingKernelRuntime(Generic[TelemetryT]):
     normal exit every live kernel is terminated (draining its queue, at most
     ``shutdown_timeout`` seconds in all); if the block raises, they are cancelled.
     ``use_uvloop`` and ``use_eager_tasks`` are accepted for compatibility and ignored:
-    the event loop is the caller's choice.
+    the event loop is the caller's choice. PyDotCompute's ``await runtime.start()`` and
+    ``await runtime.shutdown()`` work too (see :meth:`start`).
     """
 
     @overload
@@ -94,6 +96,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         self._kernels: dict[str, RingKernel | PersistentRingKernel] = {}
         self._nursery: ActorNursery | None = None
         self._active = False
+        self._started = False  # by start(): shutdown() closes the nursery
 
     async def __aenter__(self) -> Self:
         await full_checkpoint(current_kit())  # a checkpoint on every path
@@ -122,6 +125,34 @@ class RingKernelRuntime(Generic[TelemetryT]):
         self._active = False
         return await self._nursery.__aexit__(exc_type, exc, tb)
 
+    async def start(self) -> None:
+        """Start the runtime without ``async with`` (PyDotCompute's way); ``await
+        shutdown()`` ends it.
+
+        It opens the runtime's nursery in the calling task, so :meth:`shutdown` must
+        be awaited by that same task, and the kernels live until it is: prefer
+        ``async with RingKernelRuntime() as runtime:``, which cannot forget to. Raises
+        :class:`~pdc_core.LifecycleError` if the runtime was started before.
+        """
+        await self.__aenter__()
+        self._started = True
+
+    @asynccontextmanager
+    async def kernel_scope(
+        self, kernel_id: str, kernel_func: KernelFunction | RingKernelDefinition | None = None,
+        **config: Any,
+    ) -> AsyncIterator[RingKernel | PersistentRingKernel]:
+        """``async with runtime.kernel_scope(id, func) as kernel:``: the kernel launched
+        (``config`` as for :meth:`launch`) and activated for the block, terminated after
+        it, whichever way the block ends."""
+        kernel = await self.launch(kernel_id, kernel_func, **config)
+        try:
+            await self.activate(kernel_id)
+            yield kernel
+        finally:
+            with anyio.CancelScope(shield=True):  # terminated even when cancelled
+                await self.terminate(kernel_id)
+
     @property
     def is_active(self) -> bool:
         """Whether the runtime is running (inside its ``async with`` block)."""
@@ -129,8 +160,17 @@ class RingKernelRuntime(Generic[TelemetryT]):
 
     @property
     def kernel_ids(self) -> list[str]:
-        """Ids of the kernels launched in this runtime (terminated ones included)."""
-        return list(self._kernels)
+        """Ids of the live kernels: launched and not yet terminated (or failed).
+
+        A terminated kernel leaves this list, as in PyDotCompute, but stays known to
+        :meth:`get_kernel`, :meth:`get_kernel_state`, :attr:`kernel_states` and
+        :meth:`receive` (for the replies it left) until its id is launched again.
+        """
+        return [
+            kernel_id
+            for kernel_id, kernel in self._kernels.items()
+            if kernel.kernel_state not in FINAL_STATES
+        ]
 
     @property
     def kernel_states(self) -> dict[str, KernelState]:
@@ -309,7 +349,8 @@ class RingKernelRuntime(Generic[TelemetryT]):
         await self.get_kernel(kernel_id).terminate(timeout)
 
     async def shutdown(self, timeout: float = 5.0) -> None:
-        """Terminate every live kernel, draining them for ``timeout`` seconds in all.
+        """Terminate every live kernel, draining them for ``timeout`` seconds in all;
+        a runtime started by :meth:`start` then stops (``is_active`` turns False).
 
         A caller already cancelled on entry terminates nothing; cancelled while it
         waits, the kernels stay terminating (they take no new messages).
@@ -327,6 +368,11 @@ class RingKernelRuntime(Generic[TelemetryT]):
                 kernel._force_terminate()
         for kernel in live:
             await kernel.wait()
+        if self._started:  # started by start(), not by ``async with``: close the nursery
+            self._started = False
+            self._active = False
+            assert self._nursery is not None
+            await self._nursery.__aexit__(None, None, None)
 
     def send(
         self,
