@@ -42,7 +42,7 @@ TIMEOUT_S = 300
 # Written next to the tests; pytest loads it with ``-p``. One outcome per test id:
 # "failed" when any phase failed (an error in setup or teardown included), else
 # "skipped" or "passed"; a module that fails to import is one "failed" entry.
-RECORDER = '''
+RECORDER = """
 import json, os
 
 _outcomes = {}
@@ -63,7 +63,7 @@ def pytest_collectreport(report):
 def pytest_sessionfinish(session):
     with open(os.environ["PDC_SUITE_OUTCOMES"], "w") as file:
         json.dump(_outcomes, file, indent=1, sort_keys=True)
-'''
+"""
 
 
 def read_differences(path: Path = DIFFERENCES) -> dict[str, str]:
@@ -88,11 +88,8 @@ def fetch_sdist(work: Path) -> Path:
         return Path(given)
     spec = f"pydotcompute=={VERSION}"
     print(f"+ pip download --no-deps --no-binary :all: {spec}", flush=True)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
-        + ["-d", str(work), spec],
-        check=True,
-    )
+    pip = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:"]
+    subprocess.run([*pip, "-d", str(work), spec], check=True)
     (sdist,) = work.glob("pydotcompute-*.tar.gz")
     return sdist
 
@@ -128,7 +125,13 @@ def run_tests(tree: Path, work: Path) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
     }
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    command += ["-p", "_pdc_suite_recorder", "-o", "addopts=--tb=line", "--continue-on-collection-errors"]
+    command += [
+        "-p",
+        "_pdc_suite_recorder",
+        "-o",
+        "addopts=--tb=line",
+        "--continue-on-collection-errors",
+    ]
     command += ["tests"]
     print(f"+ (in the unpacked sdist) {' '.join(command[2:])}", flush=True)
     started = time.monotonic()

@@ -44,7 +44,6 @@ QueueTimeoutError = MessageTimeout
 BackendNotAvailableError = BackendUnavailable
 
 
-
 class ValidationError(PdcError, ValueError):
     """A configuration or a value failed a check (also a ``ValueError``)."""
 
@@ -95,7 +94,7 @@ class MessageDeserializationError(MessageError):
         )
 
 
-class BufferError(PdcError):  # noqa: A001 - PyDotCompute's name
+class BufferError(PdcError):
     """Base of the errors about a buffer."""
 
 

@@ -74,6 +74,7 @@ RECEIVE_STATES: Final = "LAUNCHED, ACTIVE, DEACTIVATED, TERMINATING"
 FINAL_STATES: Final = frozenset({KernelState.TERMINATED, KernelState.FAILED})
 AS_ACTOR_STATE: Final = {state: state.actor_state for state in KernelState}
 
+
 class Terminable(Protocol):
     """What :func:`terminate_within` needs of a launched kernel."""
 

@@ -139,7 +139,9 @@ class RingKernelRuntime(Generic[TelemetryT]):
 
     @asynccontextmanager
     async def kernel_scope(
-        self, kernel_id: str, kernel_func: KernelFunction | RingKernelDefinition | None = None,
+        self,
+        kernel_id: str,
+        kernel_func: KernelFunction | RingKernelDefinition | None = None,
         **config: Any,
     ) -> AsyncIterator[RingKernel | PersistentRingKernel]:
         """``async with runtime.kernel_scope(id, func) as kernel:``: the kernel launched

@@ -79,7 +79,7 @@ class DeviceProperties:
             device_id=device_id,
             device_type=DeviceType(info.backend) if info.backend in _TYPES else DeviceType.CPU,
             name=info.name,
-            compute_capability=tuple(capability) if capability else None,  # type: ignore[arg-type]
+            compute_capability=tuple(capability) if capability else None,
             total_memory=info.total_memory or 0,
             multiprocessor_count=int(props.get("multiProcessorCount", 1)),
             max_threads_per_block=int(props.get("maxThreadsPerBlock", 1024 if gpu else 1)),
@@ -165,7 +165,11 @@ class Accelerator:
         """``free``, ``total`` and ``used`` bytes of the current device's memory pool."""
         stats = get_backend(self._backends[self._current_device_id]).memory_statistics()
         total = stats.limit or 0
-        return {"free": max(total - stats.bytes_in_use, 0), "total": total, "used": stats.bytes_in_use}
+        return {
+            "free": max(total - stats.bytes_in_use, 0),
+            "total": total,
+            "used": stats.bytes_in_use,
+        }
 
     def __repr__(self) -> str:
         return (

@@ -49,9 +49,7 @@ class KernelRegistry:
             cls._instance._kernels = {}
         return cls._instance
 
-    def register(
-        self, name: str, kernel: Callable[..., Any], *, overwrite: bool = False
-    ) -> None:
+    def register(self, name: str, kernel: Callable[..., Any], *, overwrite: bool = False) -> None:
         """Register ``kernel`` as ``name``; ``ValueError`` if taken, unless ``overwrite``."""
         if name in self._kernels and not overwrite:
             raise ValueError(f"kernel {name!r} is already registered (pass overwrite=True)")
