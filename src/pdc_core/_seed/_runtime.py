@@ -132,7 +132,8 @@ class RingKernelRuntime(Generic[TelemetryT]):
         It opens the runtime's nursery in the calling task, so :meth:`shutdown` must
         be awaited by that same task, and the kernels live until it is: prefer
         ``async with RingKernelRuntime() as runtime:``, which cannot forget to. Raises
-        :class:`~pdc_core.LifecycleError` if the runtime was started before.
+        :class:`~pdc_core.LifecycleError` if the runtime was started before. A caller
+        already cancelled on entry starts nothing.
         """
         await self.__aenter__()
         self._started = True

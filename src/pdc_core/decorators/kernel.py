@@ -18,19 +18,19 @@ from .._kernel import kernel
 
 __all__ = ["KernelRegistry", "cuda_source", "get_kernel_registry", "gpu_kernel", "kernel"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 #: PyDotCompute's other name for :func:`~pdc_core.kernel`.
 gpu_kernel = kernel
 
 
-def cuda_source(source: str) -> Callable[[F], F]:
+def cuda_source(source: str) -> Callable[[_F], _F]:
     """Decorator: set ``func.__cuda_source__ = source`` and return ``func`` unchanged.
 
     pdc compiles and launches CUDA C source with ``pdc_core.kernel.source(source)``.
     """
 
-    def mark(func: F) -> F:
+    def mark(func: _F) -> _F:
         func.__cuda_source__ = source  # type: ignore[attr-defined]
         return func
 

@@ -46,12 +46,12 @@ __all__ = [
     "validate_queue_size",
 ]
 
-F = TypeVar("F", bound=Callable[..., Any])
-C = TypeVar("C", bound=type)
-R = TypeVar("R")
+_F = TypeVar("_F", bound=Callable[..., Any])
+_C = TypeVar("_C", bound=type)
+_R = TypeVar("_R")
 
 
-def _as_configuration_error(name: str, value: object, check: Callable[[], R]) -> R:
+def _as_configuration_error(name: str, value: object, check: Callable[[], _R]) -> _R:
     """``check()``, with its ``ValueError``/``TypeError`` raised as PyDotCompute's error."""
     try:
         return check()
@@ -103,7 +103,7 @@ def _not_a_dataclass(cls: type) -> TypeValidationError:
     )
 
 
-def validate_message(cls: C) -> C:
+def validate_message(cls: _C) -> _C:
     """Class decorator: ``cls`` unchanged if it is a dataclass, else
     ``TypeValidationError`` (pdc's ``@message`` makes a message dataclass)."""
     if not dataclasses.is_dataclass(cls):
@@ -131,12 +131,12 @@ def _check_type(value: Any, expected: Any) -> bool:
     return True
 
 
-def validate_config(config_cls: type) -> Callable[[F], F]:
+def validate_config(config_cls: type) -> Callable[[_F], _F]:
     """Decorator: check each argument of the function that ``config_cls`` annotates
     (``TypeValidationError`` when one does not fit), then call it."""
     hints: Mapping[str, Any] = inspect.get_annotations(config_cls, eval_str=True)
 
-    def decorate(func: F) -> F:
+    def decorate(func: _F) -> _F:
         signature = inspect.signature(func)
 
         @functools.wraps(func)

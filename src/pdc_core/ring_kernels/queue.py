@@ -29,7 +29,7 @@ from .._exceptions import MailboxFull, MessageTimeout
 
 __all__ = ["BackpressureStrategy", "MessageQueue"]
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class BackpressureStrategy(enum.Enum):
@@ -44,7 +44,7 @@ class BackpressureStrategy(enum.Enum):
     DROP_OLDEST = Backpressure.DROP_OLDEST
 
 
-class MessageQueue(Generic[T]):
+class MessageQueue(Generic[_T]):
     """A :class:`~pdc_core.Mailbox` under PyDotCompute's queue API (see the module)."""
 
     def __init__(
@@ -61,11 +61,11 @@ class MessageQueue(Generic[T]):
         self._kernel_id = kernel_id
         # maxsize 0 is "unbounded" in PyDotCompute (as in asyncio.Queue).
         capacity = maxsize if maxsize > 0 else sys.maxsize
-        self._mailbox: Mailbox[T] = Mailbox(
+        self._mailbox: Mailbox[_T] = Mailbox(
             capacity, backpressure=self._backpressure.value, name=kernel_id or None
         )
 
-    def _priority(self, message: T) -> int:
+    def _priority(self, message: _T) -> int:
         return message_priority(message) if self._use_priority else DEFAULT_PRIORITY
 
     @property
@@ -88,12 +88,13 @@ class MessageQueue(Generic[T]):
         """Whether the queue holds ``maxsize`` messages."""
         return 0 < self._maxsize <= len(self._mailbox)
 
-    async def put(self, message: T, *, timeout: float | None = None) -> bool:
+    async def put(self, message: _T, *, timeout: float | None = None) -> bool:
         """Enqueue ``message`` under the backpressure policy; always ``True``.
 
         Raises ``QueueFullError`` (:class:`~pdc_core.MailboxFull`) when full under
         ``REJECT``, and ``QueueTimeoutError`` (:class:`~pdc_core.MessageTimeout`) when
-        a blocked put found no room within ``timeout`` seconds.
+        a blocked put found no room within ``timeout`` seconds. A cancelled or
+        timed-out put enqueues nothing (as the mailbox's ``send``).
         """
         if timeout is None:
             await self._mailbox.send(message, self._priority(message))
@@ -104,20 +105,20 @@ class MessageQueue(Generic[T]):
             raise MessageTimeout(f"queue {self._kernel_id!r} had no room within {timeout} s")
         return True
 
-    async def get(self, *, timeout: float | None = None) -> T:
+    async def get(self, *, timeout: float | None = None) -> _T:
         """The next message (highest priority first); ``QueueTimeoutError`` after
-        ``timeout`` seconds without one."""
+        ``timeout`` seconds without one. A cancelled get takes nothing."""
         # No control message is ever sent to this mailbox: what it returns is data.
-        return cast(T, await self._mailbox.receive(timeout))
+        return cast(_T, await self._mailbox.receive(timeout))
 
-    def get_nowait(self) -> T | None:
+    def get_nowait(self) -> _T | None:
         """The next message, or ``None`` when the queue is empty."""
         try:
-            return cast(T, self._mailbox.receive_nowait())
+            return cast(_T, self._mailbox.receive_nowait())
         except anyio.WouldBlock:
             return None
 
-    def put_nowait(self, message: T) -> bool:
+    def put_nowait(self, message: _T) -> bool:
         """Enqueue ``message`` without waiting; ``False`` when full (and not dropping)."""
         try:
             self._mailbox.send_nowait(message, self._priority(message))
