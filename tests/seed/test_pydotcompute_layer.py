@@ -14,10 +14,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import numpy as np
 import pytest
 
 import pdc_core
 from pdc_core import ActorState, KernelState, LifecycleError, RingKernelRuntime
+from pdc_core.backends import BackendType, CPUBackend
 from pdc_core.core.accelerator import Accelerator, DeviceType, cuda_available, get_accelerator
 from pdc_core.decorators.kernel import KernelRegistry, cuda_source, get_kernel_registry
 from pdc_core.decorators.ring_kernel import (
@@ -333,3 +335,22 @@ def test_pydotcompute_s_errors_are_pdc_errors() -> None:
     assert (error.parameter, error.value) == ("grid_size", 0)
     assert issubclass(TypeValidationError, TypeError)
     assert issubclass(KernelCompilationError, pdc_core.BackendError)
+
+
+def test_the_cpu_backend_layer_uses_pdc_s_cpu_backend() -> None:
+    backend = CPUBackend()
+    assert backend.backend_type is BackendType.CPU
+    assert BackendType(pdc_core.get_backend("cpu").name) is BackendType.CPU
+    assert backend.device_count == len(pdc_core.get_backend("cpu").devices())
+    zeros = backend.allocate_zeros((2, 3), np.float32)
+    assert zeros.shape == (2, 3)
+    assert zeros.dtype == np.float32
+    assert not zeros.any()
+    source = np.arange(3.0)
+    copied = backend.copy_to_device(source)
+    assert not np.shares_memory(copied, source)
+    np.testing.assert_array_equal(backend.copy_to_host(copied), source)
+    failed = backend.execute_kernel(lambda: 1 / 0, (1,), (1,))
+    assert not failed.success
+    assert isinstance(failed.error, ZeroDivisionError)
+    assert backend.execute_kernel(np.add, (1,), (1,), source, source).success

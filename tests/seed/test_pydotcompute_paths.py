@@ -99,6 +99,9 @@ PATHS: dict[str, dict[str, object]] = {
 #: (PyDotCompute's API translated to pdc's; not pdc's own API, which stays the one
 #: documented for new code).
 LAYERS: dict[str, set[str]] = {
+    "backends": {"BackendType", "CPUBackend"},
+    "backends.base": {"BackendType", "KernelExecutionResult"},
+    "backends.cpu": {"CPUBackend", "matrix_multiply_cpu", "vector_add_cpu"},
     "core": {"Accelerator"},
     "core.accelerator": {
         "Accelerator",
