@@ -9,9 +9,9 @@ Called by .ci/pydotcompute-suite (which says what it checks). Steps:
 3. run those tests with this interpreter (pdc_core and pytest-asyncio installed), under
    the sdist's own pytest configuration (``asyncio_mode = "auto"``: its async tests are
    asyncio tests), recording each test's outcome through a small plugin;
-4. compare: every test must pass (or skip, as PyDotCompute's CUDA and Metal tests do
-   without a GPU) unless .ci/pydotcompute-differences.txt lists it, and every listed test
-   must fail;
+4. compare: every test must pass (or skip for want of a GPU, as PyDotCompute's CUDA and
+   Metal tests do on PyDotCompute itself) unless .ci/pydotcompute-differences.txt lists
+   it, and every listed test must fail;
 5. run tests/seed/test_pydotcompute_paths.py with the sdist's source findable (read, not
    imported), so docs/migrating-from-pydotcompute.md's tables are checked against the
    same release.
@@ -36,12 +36,15 @@ VERSION = "0.2.0"
 PYDOTCOMPUTE_PASSED = 398
 ROOT = Path(__file__).resolve().parents[1]
 DIFFERENCES = ROOT / ".ci" / "pydotcompute-differences.txt"
+#: The skips its conftest makes without the hardware (as on PyDotCompute itself); a test
+#: skipped for another reason is a problem, as a failure is.
+HARDWARE_SKIPS = ("skipped: CUDA not available", "skipped: Metal/MLX not available")
 #: A test run that takes longer has hung (the whole suite takes seconds).
 TIMEOUT_S = 300
 
 # Written next to the tests; pytest loads it with ``-p``. One outcome per test id:
 # "failed" when any phase failed (an error in setup or teardown included), else
-# "skipped" or "passed"; a module that fails to import is one "failed" entry.
+# "skipped: <reason>" or "passed"; a module that fails to import is one "failed" entry.
 RECORDER = """
 import json, os
 
@@ -52,7 +55,8 @@ def pytest_runtest_logreport(report):
     if report.failed or previous == "failed":
         _outcomes[report.nodeid] = "failed"
     elif report.skipped:
-        _outcomes[report.nodeid] = "skipped"
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
+        _outcomes[report.nodeid] = "skipped: " + reason.removeprefix("Skipped: ")
     elif report.when == "call":
         _outcomes[report.nodeid] = "passed"
 
@@ -150,11 +154,17 @@ def run_tests(tree: Path, work: Path) -> dict[str, str]:
 
 
 def compare(outcomes: dict[str, str], listed: dict[str, str]) -> list[str]:
-    """The problems: unlisted tests that failed, listed tests that did not."""
+    """The problems: unlisted tests that failed or skipped without a hardware reason,
+    listed tests that did not fail."""
     problems = [
         f"fails but is not a listed difference: {test_id}"
         for test_id, outcome in sorted(outcomes.items())
         if outcome == "failed" and test_id not in listed
+    ]
+    problems += [
+        f"{outcome}, which only a missing GPU may cause: {test_id}"
+        for test_id, outcome in sorted(outcomes.items())
+        if outcome.startswith("skipped") and outcome not in HARDWARE_SKIPS
     ]
     problems += [
         f"listed as a difference but {outcomes.get(test_id, 'not run')}: {test_id}"
@@ -188,12 +198,13 @@ def main() -> int:
         (tree / "pydotcompute").rename(source / "pydotcompute")
         outcomes = run_tests(tree, work)
         guide_status = check_migration_guide(source)
-    counts = {kind: list(outcomes.values()).count(kind) for kind in ("passed", "skipped")}
+    passed = list(outcomes.values()).count("passed")
+    skipped = sum(outcome.startswith("skipped") for outcome in outcomes.values())
     failed = sorted(test_id for test_id, outcome in outcomes.items() if outcome == "failed")
     print(
-        f"PyDotCompute {VERSION}'s suite on pdc_core: {counts['passed']} passed "
-        f"(of the {PYDOTCOMPUTE_PASSED} that pass on PyDotCompute), {counts['skipped']} "
-        f"skipped, {len(failed)} failed; {len(listed)} listed differences"
+        f"PyDotCompute {VERSION}'s suite on pdc_core: {passed} passed (of the "
+        f"{PYDOTCOMPUTE_PASSED} that pass on PyDotCompute), {skipped} skipped, "
+        f"{len(failed)} failed; {len(listed)} listed differences"
     )
     problems = compare(outcomes, listed)
     for problem in problems:

@@ -10,13 +10,13 @@ list holds the GPU devices (CUDA, then Metal) when there are any, else the CPU, 
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .._backend._contract import DeviceInfo
 from .._plugins import available_backends, get_backend
+from ..backends.base import BackendType
 
 __all__ = [
     "Accelerator",
@@ -28,12 +28,8 @@ __all__ = [
 ]
 
 
-class DeviceType(enum.Enum):
-    """The kind of a device: which pdc backend drives it."""
-
-    CPU = "cpu"
-    CUDA = "cuda"
-    METAL = "metal"
+#: PyDotCompute's name of the kind of a device: the backend that drives it.
+DeviceType = BackendType
 
 
 @dataclass(frozen=True)
