@@ -497,9 +497,9 @@ class RingKernelContext:
         A message whose ``correlation_id`` answers a pending ``ask`` resolves it
         directly, and so does the asked request itself sent back (an echo: no
         ``correlation_id``, the request's ``message_id``); any other goes to the output
-        queue (read with ``runtime.receive``), waiting while that queue is full. A kernel already
-        cancelled on entry sends nothing, and cancelling the wait for room leaves the
-        message unsent.
+        queue (read with ``runtime.receive``), waiting while that queue is full. A
+        kernel already cancelled on entry sends nothing, and cancelling the wait for
+        room leaves the message unsent.
         """
         kernel = self._kernel
         outbox = self._outbox

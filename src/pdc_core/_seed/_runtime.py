@@ -130,8 +130,10 @@ class RingKernelRuntime(Generic[TelemetryT]):
         shutdown()`` ends it.
 
         It opens the runtime's nursery in the calling task, so :meth:`shutdown` must
-        be awaited by that same task, and the kernels live until it is: prefer
-        ``async with RingKernelRuntime() as runtime:``, which cannot forget to. Raises
+        be awaited by that same task, and the kernels live until it is; a kernel that
+        crashes meanwhile cancels that task, and only ``async with`` turns the crash
+        into :class:`~pdc_core.ActorCrashed`. So prefer ``async with
+        RingKernelRuntime() as runtime:``, which cannot forget either. Raises
         :class:`~pdc_core.LifecycleError` if the runtime was started before. A caller
         already cancelled on entry starts nothing.
         """
