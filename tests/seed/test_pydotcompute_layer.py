@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pdc_core
-from pdc_core import ActorState, KernelState, LifecycleError, RingKernelRuntime
+from pdc_core import ActorCrashed, ActorState, KernelState, LifecycleError, RingKernelRuntime
 from pdc_core.backends import BackendType, CPUBackend
 from pdc_core.core.accelerator import Accelerator, DeviceType, cuda_available, get_accelerator
 from pdc_core.decorators.kernel import KernelRegistry, cuda_source, get_kernel_registry
@@ -133,6 +133,27 @@ async def test_start_and_shutdown_run_a_runtime_without_async_with() -> None:
     assert kernel.kernel_state is KernelState.TERMINATED
     with pytest.raises(LifecycleError):
         await runtime.start()
+
+
+async def crash(ctx: Any) -> None:
+    raise ValueError("boom")
+
+
+async def test_a_crash_after_start_is_raised_by_shutdown_and_the_runtime_stops() -> None:
+    runtime = RingKernelRuntime()
+
+    async def pydotcompute_style() -> None:
+        await runtime.start()
+        try:
+            await runtime.launch("layer_crash", crash)
+            await runtime.activate("layer_crash")
+            await anyio.sleep_forever()  # cancelled by the crash, as in ``async with``
+        finally:
+            await runtime.shutdown()
+
+    with anyio.fail_after(LIMIT), pytest.raises(ActorCrashed, match="boom"):
+        await pydotcompute_style()
+    assert not runtime.is_active
 
 
 async def test_kernel_scope_activates_and_terminates_even_when_the_block_raises() -> None:

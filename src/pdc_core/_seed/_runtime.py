@@ -113,10 +113,21 @@ class RingKernelRuntime(Generic[TelemetryT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        return await self._close(exc_type, exc, tb, self._shutdown_timeout)
+
+    async def _close(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        timeout: float,
+    ) -> bool:
+        """Leave the runtime: terminate the kernels (``timeout`` in all) unless ``exc``
+        ends it, then close the nursery, which raises a kernel's crash."""
         assert self._nursery is not None
         if exc is None:
             try:
-                await self.shutdown(self._shutdown_timeout)
+                await self._terminate_all(timeout)
             except BaseException as error:
                 self._active = False
                 if not await self._nursery.__aexit__(type(error), error, error.__traceback__):
@@ -130,10 +141,11 @@ class RingKernelRuntime(Generic[TelemetryT]):
         shutdown()`` ends it.
 
         It opens the runtime's nursery in the calling task, so :meth:`shutdown` must
-        be awaited by that same task, and the kernels live until it is; a kernel that
-        crashes meanwhile cancels that task, and only ``async with`` turns the crash
-        into :class:`~pdc_core.ActorCrashed`. So prefer ``async with
-        RingKernelRuntime() as runtime:``, which cannot forget either. Raises
+        be awaited by that same task (``try: ... finally: await runtime.shutdown()``),
+        and the kernels live until it is. A kernel that crashes meanwhile cancels that
+        task, as in an ``async with`` block, and ``shutdown`` then raises
+        :class:`~pdc_core.ActorCrashed`. Prefer ``async with RingKernelRuntime() as
+        runtime:``, which cannot forget the ``shutdown``. Raises
         :class:`~pdc_core.LifecycleError` if the runtime was started before. A caller
         already cancelled on entry starts nothing.
         """
@@ -358,8 +370,18 @@ class RingKernelRuntime(Generic[TelemetryT]):
         a runtime started by :meth:`start` then stops (``is_active`` turns False).
 
         A caller already cancelled on entry terminates nothing; cancelled while it
-        waits, the kernels stay terminating (they take no new messages).
+        waits, the kernels stay terminating (they take no new messages). For a runtime
+        started by :meth:`start` it is the end of the ``async with`` block: the
+        runtime stops even when the caller is cancelled, and a kernel's crash is raised
+        as :class:`~pdc_core.ActorCrashed`.
         """
+        if self._started:  # started by start(), not by ``async with``: leave the runtime
+            self._started = False
+            await self._close(None, None, None, timeout)
+            return
+        await self._terminate_all(timeout)
+
+    async def _terminate_all(self, timeout: float) -> None:
         await full_checkpoint(current_kit())  # a checkpoint on every path
         check_timeout(timeout)
         live = [kernel for kernel in self._kernels.values() if not kernel._finished]
@@ -373,11 +395,6 @@ class RingKernelRuntime(Generic[TelemetryT]):
                 kernel._force_terminate()
         for kernel in live:
             await kernel.wait()
-        if self._started:  # started by start(), not by ``async with``: close the nursery
-            self._started = False
-            self._active = False
-            assert self._nursery is not None
-            await self._nursery.__aexit__(None, None, None)
 
     def send(
         self,
