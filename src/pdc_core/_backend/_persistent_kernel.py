@@ -86,7 +86,8 @@ class PersistentKernel(Generic[ReqT, RepT]):
       request, in the field's dtype, and ``replies`` maps every reply field name to an
       array of ``n`` rows; with state it may also return ``(replies, new_state)``.
       A wrong reply (missing or unknown field, wrong shape) crashes the kernel with
-      ``ErrorCode.BAD_REPLY`` naming the field. See :mod:`pdc_metal._persistent`.
+      ``ErrorCode.BAD_REPLY`` naming the field (the details:
+      ``pdc_metal.MetalBackend.launch_persistent_kernel``).
     * compiling backends: a :class:`DeviceSource` (a plain ``str`` is taken as the
       source of a function named ``pdc_body``).
 

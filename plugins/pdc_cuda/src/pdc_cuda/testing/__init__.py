@@ -45,3 +45,7 @@ __all__ = [
     "pipeline_builds",
     "prebuild",
 ]
+
+# Errors a test author sees in tracebacks name this module, not its private parts.
+for _error in (HostBuildError, HostKernelFault):
+    _error.__module__ = __name__
