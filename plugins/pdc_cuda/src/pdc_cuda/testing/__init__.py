@@ -23,6 +23,8 @@ from ._build import (
     build_ring_kernel,
     build_ring_kernels,
     cache_dir,
+    cache_size,
+    clear_cache,
     compiler_missing,
 )
 from ._plan import PlannedBuild, kernel_builds, pipeline_builds, prebuild
@@ -40,6 +42,8 @@ __all__ = [
     "build_ring_kernel",
     "build_ring_kernels",
     "cache_dir",
+    "cache_size",
+    "clear_cache",
     "compiler_missing",
     "kernel_builds",
     "pipeline_builds",
