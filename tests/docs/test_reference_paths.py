@@ -63,3 +63,30 @@ def test_the_pattern_finds_a_private_pointer() -> None:
         "pdc_core._actors._mesh"
     ]
     assert PRIVATE.findall("see :class:`pdc_core.backend.RingMemory`") == []
+
+
+def test_signatures_name_type_aliases_instead_of_numpys_private_types(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The reference shows ``request_dtype: DTypeLike``, not NumPy's private protocols
+    (the site's build, with warnings as errors, refuses any that remain)."""
+    pytest.importorskip(
+        "sphinx", reason="the docs extra is not installed: pip install -e '.[docs]'"
+    )
+    from pathlib import Path
+
+    from sphinx.util import inspect as sphinx_inspect
+
+    import pdc_core
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "docs" / "_ext"))
+    import pdc_api
+
+    for function in (pdc_core.persistent_kernel, pdc_core.PersistentKernelSession.request):
+        signature = sphinx_inspect.stringify_signature(
+            sphinx_inspect.signature(function), unqualified_typehints=True
+        )
+        shown, _ = pdc_api._name_aliases(None, "function", "", function, {}, signature, None)
+        assert shown is not None
+        assert "_typing" not in shown
+        assert "DTypeLike" in shown or "RecordLike" in shown
