@@ -88,3 +88,22 @@ def test_an_unusable_setting_is_json_too(
 def test_without_json_stdout_stays_empty(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", "--backend", "nope"]) == 2
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.usefixtures("gone")
+def test_where_nothing_can_run_one_line_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As with only pdc-cuda installed on a machine without a GPU."""
+    from pdc_core._cli import _options
+
+    only_gone = [i for i in _options.available_backends() if i.name == "gone"]
+    monkeypatch.setattr(_options, "available_backends", lambda: only_gone)
+    monkeypatch.setattr("pdc_core._plugins._registry.available_backends", lambda: only_gone)
+    assert main(["demo"]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last == (
+        "pdc demo: error: no pdc backend can run here (gone (pdc-gone): no Gone device here "
+        "(install its driver)). Install the cpu backend: pip install pdc-cpu (from a clone "
+        "of pdc: pip install ./plugins/pdc_cpu)"
+    )
