@@ -115,9 +115,12 @@ def _cached_entries() -> list[Path]:
 
 
 def _size(path: Path) -> int:
-    if path.is_dir() and not path.is_symlink():
-        return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
-    return path.stat().st_size
+    try:
+        if path.is_dir() and not path.is_symlink():
+            return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
+        return path.stat().st_size
+    except FileNotFoundError:  # removed meanwhile (a clear or a build elsewhere)
+        return 0
 
 
 def cache_size() -> int:
@@ -136,8 +139,8 @@ def clear_cache() -> int:
     """
     freed = 0
     for path in _cached_entries():
+        size = _size(path)
         try:
-            size = _size(path)
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path)
             else:
