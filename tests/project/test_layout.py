@@ -193,7 +193,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"_persistent", "_pipeline"},
         {"_backend"},
         {"", "_graphs", "graphs", "testing", "testing._backend", "testing._build"}
-        | {"testing._plan", "testing._tsan"},
+        | {"testing._plan", "testing._tsan", "testing.__main__"},
     ],
     "pdc_metal": [
         {"_version", "_mlx"},

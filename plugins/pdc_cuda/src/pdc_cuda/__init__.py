@@ -15,13 +15,17 @@ from pdc_core.backend import hookimpl
 
 from ._availability import CudaProbe, diagnose, probe
 from ._backend import CudaBackend
-from ._context import CONTEXT_KINDS, CudaContextError
-from ._exceptions import CudaCompileError, NvrtcUnavailable
+from ._context import CONTEXT_KINDS
+from ._exceptions import (
+    CudaCompileError,
+    CudaContextError,
+    NvrtcUnavailable,
+    ResidentKernelBlocks,
+)
 from ._kernels import CudaKernel
 from ._launch import LaunchConfig, auto_block_size, launch_config
 from ._nvrtc import compile_to_ptx
 from ._properties import CudaDeviceProperties
-from ._residency import ResidentKernelBlocks
 from ._ring_source import CudaRingBody, compile_ring_kernel_ptx, render_ring_kernel
 from ._streams import CudaEvent, CudaStream
 from ._version import __version__

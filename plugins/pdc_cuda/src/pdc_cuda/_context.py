@@ -55,7 +55,7 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import BackendError
+from ._exceptions import CudaContextError
 
 __all__ = [
     "CONTEXT_ENV",
@@ -84,12 +84,6 @@ DEFAULT_CONTEXT: ContextKind = "own"
 CONTEXT_ENV = "PDC_CUDA_CONTEXT"
 #: SMs asked for a green context's partition (the driver rounds up).
 DEFAULT_GREEN_SMS = 8
-
-
-class CudaContextError(BackendError):
-    """Something may not cross between the primary context and a resident kernel's own
-    context (a device array of the primary context passed to a resident kernel, ring
-    memory that is not portable), or the kernel's context could not be made."""
 
 
 def context_kind(value: str | None = None) -> ContextKind:

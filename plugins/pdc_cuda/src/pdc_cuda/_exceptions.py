@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from pdc_core import BackendError
 
-__all__ = ["CudaCompileError", "NvrtcUnavailable"]
+__all__ = ["CudaCompileError", "CudaContextError", "NvrtcUnavailable", "ResidentKernelBlocks"]
 
 
 class CudaCompileError(BackendError, ValueError):
@@ -39,7 +39,19 @@ class NvrtcUnavailable(BackendError, RuntimeError):
     """
 
 
+class CudaContextError(BackendError):
+    """Something may not cross between the primary context and a resident kernel's own
+    context (a device array of the primary context passed to a resident kernel, ring
+    memory that is not portable), or the kernel's context could not be made."""
+
+
+class ResidentKernelBlocks(BackendError):
+    """A pdc operation would wait for a kernel resident in the primary context (the
+    ``"shared"`` placement), so it is refused instead of hanging. The message names the
+    resident kernels and the placement that avoids it."""
+
+
 # Raised to users: tracebacks and reprs name pdc_cuda.CudaCompileError, not this module
 # (as trio and anyio do for theirs).
-for _error in (CudaCompileError, NvrtcUnavailable):
+for _error in (CudaCompileError, CudaContextError, NvrtcUnavailable, ResidentKernelBlocks):
     _error.__module__ = "pdc_cuda"

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pdc_core import BackendError
+from ._exceptions import ResidentKernelBlocks
 
 __all__ = [
     "BESIDE_RESIDENT",
@@ -156,12 +156,6 @@ BESIDE_RESIDENT: tuple[DriverCall, ...] = (
         "every stage is compiled and loaded before the first launch",
     ),
 )
-
-
-class ResidentKernelBlocks(BackendError):
-    """A pdc operation would wait for a kernel resident in the primary context (the
-    ``"shared"`` placement), so it is refused instead of hanging. The message names the
-    resident kernels and the placement that avoids it."""
 
 
 class ResidentLike(Protocol):
