@@ -4,7 +4,9 @@
 :meth:`pdc_core.Backend.launch_persistent_kernel`) renders ``ring_kernel.cu`` around
 the kernel's CUDA body, compiles it with NVRTC, and launches it **once**, one thread
 block, on a fresh non-blocking stream, pointed at the ring region the core allocated
-in mapped pinned memory. From then on a message costs host stores and loads into
+in mapped pinned (portable) memory -- all in the context its placement names
+(:mod:`pdc_cuda._places`: by default a context pdc owns, so that nothing the rest of
+the process loads or frees in the primary context waits for it). From then on a message costs host stores and loads into
 that memory; the core's :class:`~pdc_core.PersistentKernelSession` does the host side
 of the protocol.
 
