@@ -135,7 +135,11 @@ class SessionState(enum.Enum):
 class SessionStatistics:
     """Counters of a session. ``unprocessed`` counts requests that were published but
     never answered because the kernel stopped or crashed first (each one failed its
-    caller with an error, or was reported by ``receive``)."""
+    caller with an error, or was reported by ``receive``). Every reply is counted once:
+    ``replied`` is those returned by ``request``/``request_batch``, plus ``received``,
+    plus ``discarded`` (replies to ``reply=False`` sends, and those that reached a
+    request whose caller was cancelled or failed first); ``sent == replied +
+    unprocessed`` once the kernel has stopped."""
 
     sent: int
     replied: int
@@ -958,6 +962,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
                 self._check_open()
             error = pending.error
             assert error is not None
+            self._discarded += pending.filled  # replies that came before the failure
             if self._error is not None:
                 self._error_reported = True
             # The error's traceback holds this frame: drop the frame's references to the
@@ -972,6 +977,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         return pending.replies
 
     def _abandon(self, pending: _Pending) -> None:
+        """The caller of ``pending`` is gone: the replies it already holds are discarded
+        (``replied == returned + received + discarded`` holds), and so will the rest be."""
+        self._discarded += pending.filled
         for route in self._routes:
             if route.sink is pending:
                 route.sink = _DISCARD
