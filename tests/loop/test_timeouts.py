@@ -112,3 +112,25 @@ async def test_configured_bounds_take_inf_for_none() -> None:
     async with open_nursery(shutdown_timeout=math.inf) as nursery:
         ref = await nursery.start_actor(echo)
         assert await ref.ask(1) == 1
+
+
+async def test_an_integer_timeout_too_large_for_a_float_means_no_bound() -> None:
+    """Issue 35, item 12: ``10**400`` cannot be a float (``OverflowError``); it is more
+    than ``inf`` could say, so it means no bound, as ``inf`` does; ``-10**400`` is now."""
+    huge = 10**400
+    with anyio.fail_after(LIMIT):
+        async with open_nursery(shutdown_timeout=huge) as nursery:
+            ref = await nursery.start_actor(echo)
+            assert await ref.ask(1, timeout=huge) == 1
+            assert await ref.ask_many([1, 2], timeout=huge) == [1, 2]
+            mesh = await nursery.start_mesh(echo, shape={"w": 2})
+            assert await mesh.call(3, timeout=huge) == [3, 3]
+            assert [reply async for reply in ref.ask_stream([4, 5], timeout=huge)] == [4, 5]
+            await ref.stop(timeout=huge)
+        mailbox: Mailbox[int] = Mailbox()
+        await mailbox.send(5)
+        assert await mailbox.receive(timeout=huge) == 5
+        with pytest.raises(MessageTimeout):
+            await mailbox.receive(timeout=-huge)
+        with pytest.raises(ValueError, match="shutdown_timeout"):
+            open_nursery(shutdown_timeout=-huge)

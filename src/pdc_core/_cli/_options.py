@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from .._plugins import available_backends
+from .._exceptions import BackendError, BackendUnavailable
+from .._plugins import available_backends, backend_devices, parse_backend_name, registered_backends
 
 __all__ = ["check_async_backend", "check_backend", "usage_error"]
 
@@ -35,7 +36,29 @@ def check_backend(name: str | None, command: str) -> int:
         return usage_error(
             command, f"argument --backend: {reason}invalid choice: {name!r} (choose from {choices})"
         )
+    problem = _device_problem(name, base)
+    if problem is not None:
+        return usage_error(command, f"argument --backend: {problem}")
     return 0
+
+
+def _device_problem(name: str, base: str) -> str | None:
+    """Why ``name``'s device index names no device of ``base`` (an available backend):
+    not an index (``cpu:``, ``cpu:abc``, ``cpu:-1``) or past its devices (``cpu:7``)."""
+    try:
+        _, index = parse_backend_name(name)
+    except BackendUnavailable as exc:
+        return str(exc)
+    if not index:  # device 0 is there whenever the backend is available
+        return None
+    try:
+        devices = backend_devices(registered_backends()[base])
+    except BackendError:  # its devices() fails: the check's "backend" step reports it
+        return None
+    if index < len(devices):
+        return None
+    listing = ", ".join(device.qualified_name for device in devices) or "none"
+    return f"the {base} backend has no device {index} (it has {listing})"
 
 
 def check_async_backend(name: str, command: str) -> int:

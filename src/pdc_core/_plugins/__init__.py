@@ -22,6 +22,7 @@ from ._registry import (
     check_environment,
     default_backend_name,
     get_backend,
+    parse_backend_name,
     reload_plugins,
     resolve_backend,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "get_backend",
     "hookimpl",
     "list_plugins",
+    "parse_backend_name",
     "plugin_of_backend",
     "plugin_selection",
     "registered_backends",

@@ -1,0 +1,93 @@
+"""Every reply of a persistent session is counted once (issue 35, item 16): replies that
+reached a ``request_batch`` before its caller was cancelled (or failed) are discarded,
+so ``replied == returned + received + discarded`` holds beside ``sent == replied +
+unprocessed``. Run on the cpu backend's worker thread, whose body is held between two
+device batches so that a batch is half answered when its caller goes."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+from pdc_core import ActorCrashed, PersistentKernel, open_persistent_kernel
+
+REC = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+LIMIT = 10
+
+
+class HeldBody:
+    """Answers its first device batch at once and holds the next ones until released
+    (or fails them, with ``fail``)."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls = 0
+        self.release = threading.Event()
+        self.fail = fail
+
+    def __call__(self, requests: Any) -> Any:
+        self.calls += 1
+        if self.calls > 1:
+            if self.fail:
+                raise RuntimeError("the second batch fails")
+            self.release.wait(LIMIT)
+        return requests.copy()
+
+
+def records(count: int) -> Any:
+    out = np.zeros(count, REC)
+    out["id"] = np.arange(count)
+    return out
+
+
+async def until(condition: Any) -> None:
+    """Poll a state of the session (its worker thread sets no event)."""
+    with anyio.fail_after(LIMIT):
+        while not condition():  # noqa: ASYNC110 - a state of the session, not an event
+            await anyio.sleep(0.001)
+
+
+async def test_replies_into_a_cancelled_request_batch_are_discarded() -> None:
+    body = HeldBody()
+    kernel = PersistentKernel("held", REC, REC, capacity=4, max_batch=2, bodies={"cpu": body})
+    async with open_persistent_kernel(kernel, "cpu") as session:
+        returned = 0
+        with anyio.fail_after(LIMIT):
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def ask() -> None:
+                    with scope:
+                        await session.request_batch(records(4))
+
+                tg.start_soon(ask)
+                await until(lambda: session.statistics().replied == 2)  # half answered
+                scope.cancel()
+            body.release.set()
+            returned += len(await session.request_batch(records(1)))  # routes the rest
+        stats = session.statistics()
+        assert stats.sent == 5
+        assert stats.replied == 5
+        assert stats.received == 0
+        assert stats.discarded == 4  # the two that had reached it, and the two after
+        assert stats.replied == returned + stats.received + stats.discarded
+
+
+async def test_replies_into_a_request_batch_that_failed_are_discarded() -> None:
+    kernel = PersistentKernel(
+        "failing", REC, REC, capacity=4, max_batch=2, bodies={"cpu": HeldBody(fail=True)}
+    )
+    with anyio.fail_after(LIMIT):
+        async with open_persistent_kernel(kernel, "cpu") as session:
+            with pytest.raises(ActorCrashed):
+                await session.request_batch(records(4))
+            stats = session.statistics()
+    assert stats.sent == 4
+    assert stats.replied == 2
+    assert stats.discarded == 2  # the replies that came before the crash: not returned
+    assert stats.unprocessed == 2
+    assert stats.sent == stats.replied + stats.unprocessed
+    assert stats.replied == 0 + stats.received + stats.discarded
