@@ -54,7 +54,7 @@ _STEP_DEADLINE: Final = 30.0
 _SETTLE: Final = 5.0
 #: The most round trips ``--requests`` may ask for: their timings (8 bytes each, per
 #: wait mode) must fit any machine's memory; more is a usage error.
-MAX_REQUESTS: Final = 10_000_000
+_MAX_REQUESTS: Final = 10_000_000
 
 _REQUEST: Final = np.dtype([("id", "<u8"), ("value", "<f8")], align=True)
 _REPLY: Final = _REQUEST
@@ -392,7 +392,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=2000,
         metavar="N",
-        help=f"round trips timed per wait mode (default 2000, at most {MAX_REQUESTS:,})",
+        help=f"round trips timed per wait mode (default 2000, at most {_MAX_REQUESTS:,})",
     )
     parser.add_argument(
         "--async-backend",
@@ -406,8 +406,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.requests < 1:
         return usage_error("check", "--requests must be at least 1")
-    if args.requests > MAX_REQUESTS:
-        return usage_error("check", f"--requests must be at most {MAX_REQUESTS:,}")
+    if args.requests > _MAX_REQUESTS:
+        return usage_error("check", f"--requests must be at most {_MAX_REQUESTS:,}")
     status = check_backend(args.backend, "check") or check_async_backend(
         args.async_backend, "check"
     )
