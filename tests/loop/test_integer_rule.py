@@ -10,7 +10,7 @@ import anyio
 import numpy as np
 import pytest
 
-from pdc_core import Mailbox, PersistentKernel, open_nursery, persistent_kernel
+from pdc_core import Mailbox, PersistentKernel, RestartPolicy, open_nursery, persistent_kernel
 from pdc_core.lowlevel import check_priority
 
 LIMIT = 10
@@ -77,3 +77,18 @@ async def test_ask_stream_windows_follow_the_rule_of_priorities() -> None:
             for window in (np.int64(2), np.uint8(1), 3):
                 assert [r async for r in ref.ask_stream([1, 2, 3], window=window)] == [1, 2, 3]
             assert ref.statistics().handled == 9  # nothing sent by a refused call
+
+
+async def test_actor_counts_take_numpy_integers_and_refuse_floats() -> None:
+    assert RestartPolicy(max_restarts=np.int64(2)).max_restarts == 2
+    with pytest.raises(TypeError, match="max_restarts must be an int"):
+        RestartPolicy(max_restarts=2.0)  # type: ignore[arg-type]
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(echo, capacity=np.int64(2), max_batch=np.int64(8))
+            assert await ref.ask(1) == 1
+            for bad in (2.0, True):
+                with pytest.raises(TypeError, match="max_batch must be an int"):
+                    await nursery.start_actor(echo, max_batch=bad)  # type: ignore[arg-type]
+            with pytest.raises(ValueError, match="max_batch must be at least 1"):
+                await nursery.start_actor(echo, max_batch=np.int64(0))
