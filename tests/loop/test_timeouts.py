@@ -22,6 +22,7 @@ from pdc_core import (
     RingKernelRuntime,
     open_nursery,
     open_persistent_kernel,
+    ring_kernel,
 )
 
 NAN = math.nan
@@ -134,3 +135,42 @@ async def test_an_integer_timeout_too_large_for_a_float_means_no_bound() -> None
             await mailbox.receive(timeout=-huge)
         with pytest.raises(ValueError, match="shutdown_timeout"):
             open_nursery(shutdown_timeout=-huge)
+
+
+async def test_bounds_of_kernels_too_large_for_a_float_mean_no_bound() -> None:
+    huge = 10**400
+    dtype = np.dtype([("x", "<f8")])
+    kernel = PersistentKernel("huge", dtype, dtype, bodies={"cpu": lambda r: r.copy()})
+    with anyio.fail_after(LIMIT):
+        async with open_persistent_kernel(
+            kernel, "cpu", launch_timeout=huge, stop_timeout=huge, spin_limit=huge
+        ) as session:
+            assert session.stop_timeout == math.inf
+            assert float((await session.request((1.5,)))["x"]) == 1.5
+            await session.stop(timeout=huge)
+        actor = PersistentKernelActor(kernel, "cpu", launch_timeout=huge, stop_timeout=huge)
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(actor)
+            assert float((await ref.ask((2.5,)))["x"]) == 2.5
+            await ref.stop(timeout=huge)
+        async with RingKernelRuntime(shutdown_timeout=huge) as runtime:
+            await runtime.launch("huge_echo")
+            await runtime.activate("huge_echo")
+            await runtime.send("huge_echo", Request(data=1))
+            assert (await runtime.receive("huge_echo")).result == 1
+            await runtime.terminate("huge_echo", timeout=huge)
+
+
+async def _huge_echo(ctx: Any) -> None:
+    while not ctx.should_terminate:
+        if not ctx.is_active:
+            await ctx.wait_active()
+            continue
+        try:
+            message = await ctx.receive(timeout=0.05)
+        except TimeoutError:
+            continue
+        await ctx.send(message.respond(message.data))
+
+
+ring_kernel(kernel_id="huge_echo", queue_size=8)(_huge_echo)

@@ -55,6 +55,7 @@ __all__ = [
     "current_loop",
     "full_checkpoint",
     "current_sleep",
+    "seconds_or_inf",
     "fail",
     "strict_int",
     "thread_count",
@@ -211,6 +212,13 @@ def check_duration(value: float | None, name: str) -> float | None:
     if seconds <= 0:
         raise ValueError(f"{name} must be > 0 seconds (or None for no bound), not {value!r}")
     return None if seconds == math.inf else seconds
+
+
+def seconds_or_inf(seconds: float | None) -> float:
+    """A checked timeout or bound (what :func:`check_timeout` or :func:`check_duration`
+    returned) as seconds to add to a clock: ``None``, no bound, is ``inf``. So a bound
+    given as ``10**400`` (no float holds it) is never added to a clock as an int."""
+    return math.inf if seconds is None else seconds
 
 
 def strict_int(value: object, name: str, expected: str = "an int") -> int:

@@ -55,6 +55,7 @@ from .._loop import (
     current_library,
     current_loop,
     full_checkpoint,
+    seconds_or_inf,
     wake,
 )
 from .._loop._cancel import raise_cancelled
@@ -308,10 +309,10 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         wait: _ReplyWait = "sleep",
         spin_limit: float = _DEFAULT_SPIN_LIMIT,
     ) -> None:
-        check_duration(stop_timeout, "stop_timeout")
+        stop_timeout = seconds_or_inf(check_duration(stop_timeout, "stop_timeout"))
         if wait not in ("sleep", "spin"):
             raise ValueError(f"wait must be 'sleep' or 'spin', not {wait!r}")
-        check_duration(spin_limit, "spin_limit")
+        spin_limit = seconds_or_inf(check_duration(spin_limit, "spin_limit"))
         self.kernel = kernel
         #: How a caller waits for replies: ``"sleep"`` in the event loop, or ``"spin"``
         #: on the reply index for up to :attr:`spin_limit` seconds first.
@@ -392,7 +393,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         for ``STARTED``, the kernel is stopped (shielded) before the cancellation
         propagates.
         """
-        check_duration(launch_timeout, "launch_timeout")
+        launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
         check_duration(stop_timeout, "stop_timeout")
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         backend = backend_for(kernel, backend)
@@ -1090,10 +1091,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if self._released:
             return
         self._check_loop()
-        if timeout is None:
-            timeout = self.stop_timeout
-        else:
-            check_timeout(timeout)
+        timeout = self.stop_timeout if timeout is None else seconds_or_inf(check_timeout(timeout))
         deadline = time.monotonic() + timeout
         with anyio.CancelScope(shield=True):
             if not self._final:
