@@ -13,24 +13,25 @@ import anyio
 import numpy as np
 import pytest
 
-from pdc_core import ActorCrashed, PersistentKernel, open_persistent_kernel
+from pdc_core import ActorCrashed, PersistentKernel, SessionState, open_persistent_kernel
 
 REC = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 LIMIT = 10
 
 
 class HeldBody:
-    """Answers its first device batch at once and holds the next ones until released
-    (or fails them, with ``fail``)."""
+    """Answers its first ``free`` device batches at once and holds the next ones until
+    released (or fails them, with ``fail``)."""
 
-    def __init__(self, fail: bool = False) -> None:
+    def __init__(self, fail: bool = False, free: int = 1) -> None:
         self.calls = 0
         self.release = threading.Event()
         self.fail = fail
+        self.free = free
 
     def __call__(self, requests: Any) -> Any:
         self.calls += 1
-        if self.calls > 1:
+        if self.calls > self.free:
             if self.fail:
                 raise RuntimeError("the second batch fails")
             self.release.wait(LIMIT)
@@ -89,5 +90,35 @@ async def test_replies_into_a_request_batch_that_failed_are_discarded() -> None:
     assert stats.replied == 2
     assert stats.discarded == 2  # the replies that came before the crash: not returned
     assert stats.unprocessed == 2
+    assert stats.sent == stats.replied + stats.unprocessed
+    assert stats.replied == 0 + stats.received + stats.discarded
+
+
+async def test_requests_of_a_cancelled_batch_left_unprocessed_by_a_stop_are_not_replies() -> None:
+    """After a stop, the cancelled batch's requests the kernel never answered are
+    ``unprocessed``, not ``discarded`` replies: both identities hold."""
+    body = HeldBody(free=0)
+    kernel = PersistentKernel("stopped", REC, REC, capacity=8, max_batch=2, bodies={"cpu": body})
+    with anyio.fail_after(LIMIT):
+        async with open_persistent_kernel(kernel, "cpu") as session:
+            async with anyio.create_task_group() as tg:
+                scope = anyio.CancelScope()
+
+                async def ask() -> None:
+                    with scope:
+                        await session.request_batch(records(6))
+
+                tg.start_soon(ask)
+                await until(lambda: body.calls == 1)  # the body holds the first two
+                scope.cancel()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(session.stop)  # the kernel stops after the batch in hand
+                await until(lambda: session.state is SessionState.STOPPING)
+                body.release.set()
+            stats = session.statistics()
+    assert stats.sent == 6
+    assert stats.replied == 2
+    assert stats.unprocessed == 4
+    assert stats.discarded == 2
     assert stats.sent == stats.replied + stats.unprocessed
     assert stats.replied == 0 + stats.received + stats.discarded

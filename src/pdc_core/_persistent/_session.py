@@ -654,12 +654,12 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
                 return ActorStopped(f"persistent kernel {name!r} is stopped{detail}", actor_id=name)
 
             self._terminal = stopped
+        # Requests still routed were never answered: they are ``unprocessed`` (never
+        # ``discarded``, which counts replies).
         for route in self._routes:
             sink = route.sink
             if isinstance(sink, _Pending) and sink.error is None:
                 sink.error = self._terminal()
-            elif sink is _DISCARD:
-                self._discarded += route.end - route.start
         self._routes.clear()
         self.notify_changed()  # whoever waits, leader or follower, must look again
 
