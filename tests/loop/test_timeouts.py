@@ -22,7 +22,6 @@ from pdc_core import (
     RingKernelRuntime,
     open_nursery,
     open_persistent_kernel,
-    ring_kernel,
 )
 
 NAN = math.nan
@@ -154,23 +153,13 @@ async def test_bounds_of_kernels_too_large_for_a_float_mean_no_bound() -> None:
             assert float((await ref.ask((2.5,)))["x"]) == 2.5
             await ref.stop(timeout=huge)
         async with RingKernelRuntime(shutdown_timeout=huge) as runtime:
-            await runtime.launch("huge_echo")
+            await runtime.launch("huge_echo", _echo_kernel)
             await runtime.activate("huge_echo")
-            await runtime.send("huge_echo", Request(data=1))
-            assert (await runtime.receive("huge_echo")).result == 1
+            assert (await runtime.ask("huge_echo", Request(data=1), timeout=huge)).result == 1
             await runtime.terminate("huge_echo", timeout=huge)
 
 
-async def _huge_echo(ctx: Any) -> None:
+async def _echo_kernel(ctx: Any) -> None:
     while not ctx.should_terminate:
-        if not ctx.is_active:
-            await ctx.wait_active()
-            continue
-        try:
-            message = await ctx.receive(timeout=0.05)
-        except TimeoutError:
-            continue
+        message = await ctx.receive()
         await ctx.send(message.respond(message.data))
-
-
-ring_kernel(kernel_id="huge_echo", queue_size=8)(_huge_echo)

@@ -51,22 +51,28 @@ async def until(condition: Any) -> None:
             await anyio.sleep(0.001)
 
 
+async def cancel_a_batch(session: Any, count: int, when: Any) -> None:
+    """Send a batch of ``count`` from a task, and cancel that task once ``when()``."""
+    async with anyio.create_task_group() as tg:
+        scope = anyio.CancelScope()
+
+        async def ask() -> None:
+            with scope:
+                await session.request_batch(records(count))
+
+        tg.start_soon(ask)
+        await until(when)
+        scope.cancel()
+
+
 async def test_replies_into_a_cancelled_request_batch_are_discarded() -> None:
     body = HeldBody()
     kernel = PersistentKernel("held", REC, REC, capacity=4, max_batch=2, bodies={"cpu": body})
     async with open_persistent_kernel(kernel, "cpu") as session:
         returned = 0
         with anyio.fail_after(LIMIT):
-            async with anyio.create_task_group() as tg:
-                scope = anyio.CancelScope()
-
-                async def ask() -> None:
-                    with scope:
-                        await session.request_batch(records(4))
-
-                tg.start_soon(ask)
-                await until(lambda: session.statistics().replied == 2)  # half answered
-                scope.cancel()
+            # cancelled once half answered
+            await cancel_a_batch(session, 4, lambda: session.statistics().replied == 2)
             body.release.set()
             returned += len(await session.request_batch(records(1)))  # routes the rest
         stats = session.statistics()
@@ -101,16 +107,8 @@ async def test_requests_of_a_cancelled_batch_left_unprocessed_by_a_stop_are_not_
     kernel = PersistentKernel("stopped", REC, REC, capacity=8, max_batch=2, bodies={"cpu": body})
     with anyio.fail_after(LIMIT):
         async with open_persistent_kernel(kernel, "cpu") as session:
-            async with anyio.create_task_group() as tg:
-                scope = anyio.CancelScope()
-
-                async def ask() -> None:
-                    with scope:
-                        await session.request_batch(records(6))
-
-                tg.start_soon(ask)
-                await until(lambda: body.calls == 1)  # the body holds the first two
-                scope.cancel()
+            # cancelled while the body holds the first two
+            await cancel_a_batch(session, 6, lambda: body.calls == 1)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(session.stop)  # the kernel stops after the batch in hand
                 await until(lambda: session.state is SessionState.STOPPING)
