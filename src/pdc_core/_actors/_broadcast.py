@@ -19,22 +19,11 @@ buffer is full is the stream's *slow-subscriber policy*:
   loses the new one). Every loss is counted, per subscriber and in total, in
   :meth:`~BroadcastSendStream.statistics`.
 
-Closing follows anyio's memory object streams: ``clone()`` makes another handle on the
-same side (of a subscription, for a receive stream: clones share its buffer and
-compete for its messages; ``subscribe()`` again for a second copy of every message);
-a closed handle raises :class:`anyio.ClosedResourceError`; once every clone of the
-sending side is closed, subscribers receive what is buffered and then
-:class:`anyio.EndOfStream` (which ends ``async for``); once every clone of a
-subscription is closed, it stops receiving and a sender waiting for it goes on. A send
-with no subscriber delivers to nobody (it is not an error: subscribers come and go).
+The rules of closing, cloning and cancellation are documented at the public name,
+:func:`create_broadcast_stream`.
 
 Waiting is done with pdc's per-loop waiters (see :mod:`pdc_core._loop`), under asyncio
-and trio. As with anyio's streams, ``send`` and ``receive`` are checkpoints: each
-yields to the event loop once, so a cancelled one sends or takes nothing;
-``send_nowait`` and ``receive_nowait`` never yield. A stream belongs to an event loop
-only while a task of that loop waits on it: an idle stream works in a later
-``anyio.run`` as anyio's do, and a task of another loop meanwhile gets a
-:class:`RuntimeError`.
+and trio.
 """
 
 from __future__ import annotations
@@ -554,14 +543,32 @@ class create_broadcast_stream(
     subscribed, in order, buffering up to ``max_buffer_size`` of them (an int >= 0, or
     ``math.inf``). ``slow_subscriber`` is the policy for a subscriber whose buffer is
     full: ``"wait"`` (``send`` waits until every subscriber has room, then delivers to
-    all at once; a cancelled send delivers to none) or ``"drop_oldest"`` (``send``
+    all at once; a cancelled send delivers to none unless a receive had delivered its
+    item already, as anyio's) or ``"drop_oldest"`` (``send``
     never waits; the subscriber loses its oldest message, counted in ``statistics()``).
     The item type can be given as ``create_broadcast_stream[int](16)``, as with
     :func:`anyio.create_memory_object_stream`.
 
     Raises :class:`ValueError` for a ``max_buffer_size`` that is not an int >= 0 or
-    ``math.inf``, or an unknown policy. See :mod:`pdc_core._actors._broadcast` for the
-    rules of closing, cloning and cancellation.
+    ``math.inf``, or an unknown policy.
+
+    Closing follows anyio's memory object streams: ``clone()`` makes another handle on the
+    same side (of a subscription, for a receive stream: clones share its buffer and
+    compete for its messages; ``subscribe()`` again for a second copy of every message);
+    a closed handle raises :class:`anyio.ClosedResourceError`; once every clone of the
+    sending side is closed, subscribers receive what is buffered and then
+    :class:`anyio.EndOfStream` (which ends ``async for``); once every clone of a
+    subscription is closed, it stops receiving and a sender waiting for it goes on. A send
+    with no subscriber delivers to nobody (it is not an error: subscribers come and go).
+
+    As with anyio's streams, ``send`` and ``receive`` are checkpoints: each yields to
+    the event loop once, so a cancelled one sends or takes nothing; ``send_nowait`` and
+    ``receive_nowait`` never yield. Waiting sends are served first, in the order they
+    began to wait: the receive that makes room delivers the first one's item, and a
+    ``send_nowait`` raises :class:`anyio.WouldBlock` while any send waits. A stream
+    belongs to an event loop only while a task of that loop waits on it: an idle
+    stream works in a later ``anyio.run``, as anyio's do, and a task of another loop
+    meanwhile gets a :class:`RuntimeError`.
     """
 
     def __new__(  # type: ignore[misc]
