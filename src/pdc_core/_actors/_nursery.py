@@ -71,6 +71,7 @@ from .._loop import (
     Kit,
     TaskHost,
     Waiter,
+    check_count,
     check_duration,
     current_kit,
     full_checkpoint,
@@ -480,8 +481,7 @@ class ActorNursery:
             raise LifecycleError("cannot start an actor: the nursery is not open")
         if self._cancelling:  # a task shielded from the nursery's cancellation
             raise LifecycleError("cannot start an actor: the nursery is being cancelled")
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        max_batch = check_count(max_batch, "max_batch")
         if restart is not None and not isinstance(restart, RestartPolicy):
             raise TypeError(f"restart must be a RestartPolicy or None, not {restart!r}")
         options = StartOptions(name, capacity, backpressure, max_batch, paused)
@@ -754,9 +754,6 @@ class _MeshSupport:
     @property
     def task_host(self) -> TaskHost | None:
         return self._nursery._host
-
-    def is_actor_task(self, task: object) -> bool:
-        return task in self._nursery._tasks
 
     def has_actor(self, name: str) -> bool:
         return name in self._nursery._actors

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .._loop import strict_int
+
 __all__ = ["RestartPolicy"]
 
 
@@ -32,8 +34,8 @@ class RestartPolicy:
     max_backoff: float = 1.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int):
-            raise TypeError(f"max_restarts must be an int, not {self.max_restarts!r}")
+        # NumPy integers too, by the one integer rule (kept as an int)
+        object.__setattr__(self, "max_restarts", strict_int(self.max_restarts, "max_restarts"))
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
         for name in ("within", "backoff", "backoff_factor", "max_backoff"):
