@@ -6,9 +6,9 @@ the kernel's CUDA body, compiles it with NVRTC, and launches it **once**, one th
 block, on a fresh non-blocking stream, pointed at the ring region the core allocated
 in mapped pinned (portable) memory -- all in the context its placement names
 (:mod:`pdc_cuda._places`: by default a context pdc owns, so that nothing the rest of
-the process loads or frees in the primary context waits for it). From then on a message costs host stores and loads into
-that memory; the core's :class:`~pdc_core.PersistentKernelSession` does the host side
-of the protocol.
+the process loads or frees in the primary context waits for it). From then on a
+message costs host stores and loads into that memory; the core's
+:class:`~pdc_core.PersistentKernelSession` does the host side of the protocol.
 
 Before launching it refuses, with :class:`~pdc_core.CapabilityError`, a device that
 cannot map host memory, one older than compute capability 7.0 (``__nanosleep``), and

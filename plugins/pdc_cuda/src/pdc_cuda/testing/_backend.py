@@ -253,6 +253,13 @@ class HostCudaBackend(CudaBackend):
     a kernel mesh. Like separate GPUs they share nothing but the host: each has its own
     allocations, residency bookkeeping and loaded kernels (each block has its own loaded
     copy of its build anyway; see the module ``_build``).
+
+    ``context`` is the placement, as for :class:`~pdc_cuda.CudaBackend`: the host
+    build's resident kernels are CPU threads that nothing waits for, so only
+    ``"shared"`` changes anything -- it refuses what would wait for a kernel resident in
+    the primary context on a GPU (a new module, ``free_cached_memory``), as the GPU does.
+    ``resident_place`` replaces where resident kernels run (a test's, e.g. a
+    :class:`~pdc_cuda._places.DriverPlace` over a fake driver).
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
