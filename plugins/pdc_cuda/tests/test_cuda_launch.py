@@ -162,3 +162,15 @@ def test_synchronize_while_resident_never_waits_for_the_device(cupy):
     cupy.log.clear()
     backend.synchronize()
     assert cupy.log == [("deviceSynchronize", -1)]
+
+
+def test_a_kernel_in_a_context_of_its_own_leaves_the_primary_context_free(cupy):
+    """synchronize() waits for the primary context: the kernel is in another one."""
+    backend = fake_backend()
+    resident_stream = CudaStream(backend, cupy.stream(0x63))
+    resident = _Resident(resident_stream)
+    resident.shares_primary = False  # placement "own": a context pdc owns
+    backend.residency.register(resident)
+    backend.synchronize()
+    assert cupy.log == [("deviceSynchronize", -1)]
+    assert backend.resident_kernels() == [resident]
