@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, cast
@@ -121,12 +121,12 @@ class ComputeOrchestrator:
             await anyio.lowlevel.checkpoint()
         finally:
             streams, self._streams = self._streams, []
-            for stream in streams:
-                try:
-                    stream.synchronize()
-                finally:
-                    stream.close()
             self._active = False
+            with ExitStack() as closing:  # every stream closed, even if one sync raises
+                for stream in streams:
+                    closing.callback(stream.close)
+                for stream in streams:
+                    stream.synchronize()
 
     @property
     def is_active(self) -> bool:
