@@ -272,7 +272,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     Waiting for replies: with ``wait="sleep"`` (the default) the caller sleeps in the
     event loop until the kernel signals, costing nothing while it waits. With
     ``wait="spin"`` a caller whose replies are due first spins on the reply index for
-    up to ``spin_limit`` seconds (default 100 us), releasing the GIL between looks,
+    up to ``spin_limit`` seconds (default 100 us) in a tight loop (giving the GIL up
+    between looks only to a device that is a Python thread and needs it),
     and sleeps only if none came: a round trip saves the event loop's wake-up
     (CPU-backend figures in docs/benchmarks.md) at the price of a busy host thread
     while it spins. Spinning holds the event loop: other tasks wait up to 1 ms at
