@@ -18,6 +18,7 @@ pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -
 from cuda_pipeline_support import FRAGILE, FRAGILE_CODE, TWICE, abc
 from pdc_cuda._ring_source import ring_template
 from pdc_cuda.testing import HostCudaBackend
+from pdc_cuda.testing._build import BASE_FLAGS, TSAN_FLAGS
 from pdc_cuda.testing._tsan import TsanRun, tsan_pipeline, tsan_single
 
 _availability = HostCudaBackend.availability()
@@ -30,6 +31,14 @@ pytestmark = [
     ),
     pytest.mark.usefixtures("host_builds"),  # every kernel and the driver, built up front
 ]
+
+
+def test_the_tsan_builds_are_optimized_as_the_host_builds() -> None:
+    """TSan sees the compiled code at -O1, as every host build is made: at -O0 it would
+    miss a race that only the optimizer's hoisted loads have (issue 33: every thread
+    loaded thread 0's shared command word at -O1 before the kernel kept it in a register)."""
+    flags = (*BASE_FLAGS, *TSAN_FLAGS)
+    assert [flag for flag in flags if flag.startswith("-O")][-1] == "-O1"
 
 
 def _check(run: TsanRun) -> None:

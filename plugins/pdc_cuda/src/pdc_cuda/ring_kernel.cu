@@ -288,6 +288,10 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
     __shared__ pdc_u64 s_count;     // requests in the run
     __shared__ pdc_u64 s_out;       // head of the output ring when the run started
     __shared__ pdc_u64 s_in_cap, s_out_cap, s_in_ring, s_out_ring;  // the headers
+    // Thread 0's decision, handed to the block: thread 0 stores it just before barrier
+    // 1 only, and every thread loads it between barriers 1 and 2 only (racecheck: no
+    // other access, whatever the compiler hoists). Thread 0 decides from `command`, its
+    // own register copy, never from this word.
     __shared__ pdc_u32 s_command;   // WORK or EXIT
     __shared__ pdc_u32 s_error;     // first error code of the run (0: none)
     __shared__ pdc_u64 s_error_at;  // request index of that error
@@ -303,11 +307,11 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
 #endif
     pdc_u32 backoff = PDC_BACKOFF_MIN_NS;
     bool paused = false;
+    pdc_u32 command = WORK;  // thread 0's: WORK until it decides to leave
 
     if (threadIdx.x == 0) {
-        s_command = WORK;
         if (!check_headers(in, out)) {
-            s_command = EXIT;
+            command = EXIT;
         } else {
             // Plain: header words, written before the launch and never after.
             s_in_cap = in.word64(PDC_OFF_IN_CAPACITY);
@@ -347,13 +351,17 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
     }
 
     for (;;) {
-        if (threadIdx.x == 0 && s_command == WORK) {
+        // Only thread 0 enters (an outer test of threadIdx.x alone, so that no compiled
+        // form loads a word of thread 0's in the other threads).
+        if (threadIdx.x == 0) {
             // Wait for work, a stop or a pause; only thread 0 touches the control words.
             // STOP and PAUSE (and the next stage's DONE) are loaded relaxed *before* the
             // acquire load of IN_HEAD -- or, with sequenced slots, of the next request's
             // sequence word, IN_HEAD then loaded relaxed too -- so the loads are in
             // flight together: one round trip per poll.
-            for (;;) {
+            // Not at all when it decided to leave (a failed header check, or the last
+            // run's error); a decided run breaks out with `command` still WORK.
+            while (command == WORK) {
                 const pdc_u32 stop = in.load_relaxed32(PDC_OFF_STOP);
                 const pdc_u32 pause_word = in.load_relaxed32(PDC_OFF_PAUSE);
 #if PDC_OUT_LINK
@@ -373,18 +381,18 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 const pdc_u64 in_head = in.load_acquire64(PDC_OFF_IN_HEAD);
 #endif
                 if (stop == PDC_STOP_NOW) {
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
 #if PDC_OUT_LINK
                 if (next_done != 0u) {  // the next stage finished unasked: a broken link
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
 #endif
                 if (stop != PDC_STOP_RUN && stop != PDC_STOP_DRAIN) {
                     report_error(in, PDC_ERROR_PROTOCOL, "the STOP word holds ", 0, stop, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 const bool pause = stop == PDC_STOP_RUN && pause_word != 0u;
@@ -418,7 +426,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 if (in_head < in_head_seen || (in_head > in_tail && in_head - in_tail > s_in_cap)) {
                     report_error(in, PDC_ERROR_PROTOCOL, "in_head moved to ",
                                  " (backwards, or past in_tail + capacity)", in_head, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 in_head_seen = in_head;
@@ -427,7 +435,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                     report_error(in, PDC_ERROR_PROTOCOL, "the sequence word of the next request's "
                                  "slot is ", " (neither this request's nor the previous lap's)",
                                  sequence, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 pdc_u64 count = in_head > in_tail ? in_head - in_tail : 0;
@@ -436,7 +444,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 if (in_head < in_tail || in_head - in_tail > s_in_cap) {
                     report_error(in, PDC_ERROR_PROTOCOL, "in_head moved to ",
                                  " outside [in_tail, in_tail + capacity]", in_head, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 pdc_u64 count = in_head - in_tail;
@@ -449,7 +457,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                     if (out_tail > out_head || out_head - out_tail > s_out_cap) {
                         report_error(in, PDC_ERROR_PROTOCOL, "the output ring's tail moved to ",
                                      " outside [head - capacity, head]", out_tail, true);
-                        s_command = EXIT;
+                        command = EXIT;
                         break;
                     }
                     space = s_out_cap - (out_head - out_tail);
@@ -464,7 +472,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                         // requests, the next poll acquires them as any other.
                         cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
                         if (in.load_relaxed64(PDC_OFF_IN_HEAD) == in_tail) {
-                            s_command = EXIT;  // every published request answered
+                            command = EXIT;  // every published request answered
                             break;
                         }
                         continue;
@@ -486,6 +494,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 backoff = PDC_BACKOFF_MIN_NS;
                 break;
             }
+            s_command = command;  // plain: the other threads load it after barrier 1
         }
         __syncthreads();  // barrier 1: the run (or EXIT) is decided
         if (s_command != WORK) break;
@@ -538,11 +547,11 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 report_error(in, s_error, "the sequence word of request #",
                              "'s slot is neither its own nor the previous lap's", s_error_at,
                              true);
-                s_command = EXIT;  // seen by everyone after the next barrier 1
+                command = EXIT;  // handed to the block at the next barrier 1
             } else if (s_error != 0u) {
                 report_error(in, s_error, "the kernel body returned an error for request #", 0,
                              s_error_at, true);
-                s_command = EXIT;  // seen by everyone after the next barrier 1
+                command = EXIT;  // handed to the block at the next barrier 1
             } else {
                 out_head += count;
                 in_tail += count;
