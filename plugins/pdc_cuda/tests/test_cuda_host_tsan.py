@@ -51,6 +51,14 @@ def test_a_kernel_drains_pauses_and_answers_everything(threads: int) -> None:
     _check(tsan_single(TWICE, threads=threads, scenario="drain", count=200, mul=2, add=0))
 
 
+@pytest.mark.parametrize("threads", [1, 32])
+def test_a_staged_kernel_drains_and_answers_everything(threads: int) -> None:
+    """The block-copy path (the driver's 16-byte records are read in place by default):
+    the body's source defines PDC_STAGE first, as ``-DPDC_STAGE=1`` would."""
+    staged = "#define PDC_STAGE 1\n" + TWICE
+    _check(tsan_single(staged, threads=threads, scenario="drain", count=200, mul=2, add=0))
+
+
 def test_a_kernel_stopped_now() -> None:
     _check(tsan_single(TWICE, threads=32, scenario="now", count=200, mul=2, add=0))
 
