@@ -72,6 +72,21 @@ def cuda_availability() -> Availability:
     return CudaBackend.availability()
 
 
+def host_build_marks() -> list[pytest.MarkDecorator]:
+    """The marks of a host-build test module: ``cuda_host``, and a skip saying why where
+    no host build of the ring kernel can be made (no C++20 compiler, no NVRTC)."""
+    from pdc_cuda.testing import HostCudaBackend
+
+    availability = HostCudaBackend.availability()
+    return [
+        pytest.mark.cuda_host,
+        pytest.mark.skipif(
+            not availability.available,
+            reason=f"no host build of the ring kernel: {availability.reason}",
+        ),
+    ]
+
+
 def requires_gpu() -> pytest.MarkDecorator:
     """``skipif`` with the exact reason the cuda backend gives for being unavailable."""
     availability = cuda_availability()

@@ -20,20 +20,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
+from cuda_test_support import host_build_marks
 from pdc_cuda.testing import HostCudaBackend
 
 from pdc_core import PersistentKernel, open_persistent_kernel
 
-_availability = HostCudaBackend.availability()
-
-pytestmark = [
-    pytest.mark.cuda_host,
-    pytest.mark.skipif(
-        not _availability.available,
-        reason=f"no host build of the ring kernel: {_availability.reason}",
-    ),
-    pytest.mark.anyio,
-]
+pytestmark = [*host_build_marks(), pytest.mark.anyio]
 
 #: reply.b[j] = request.b[j % n] + j (mod 256): every reply byte depends on its request.
 BODY = """

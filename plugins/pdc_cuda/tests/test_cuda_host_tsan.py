@@ -16,19 +16,13 @@ import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_pipeline_support import FRAGILE, FRAGILE_CODE, TWICE, abc
+from cuda_test_support import host_build_marks
 from pdc_cuda._ring_source import ring_template
-from pdc_cuda.testing import HostCudaBackend
 from pdc_cuda.testing._build import BASE_FLAGS, TSAN_FLAGS
 from pdc_cuda.testing._tsan import TsanRun, tsan_pipeline, tsan_single
 
-_availability = HostCudaBackend.availability()
-
 pytestmark = [
-    pytest.mark.cuda_host,
-    pytest.mark.skipif(
-        not _availability.available,
-        reason=f"no host build of the ring kernel: {_availability.reason}",
-    ),
+    *host_build_marks(),
     pytest.mark.usefixtures("host_builds"),  # every kernel and the driver, built up front
 ]
 
