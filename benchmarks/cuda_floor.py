@@ -132,11 +132,11 @@ class Floor:
             self.build = build_ring_kernel(FLOOR_SOURCE)
         else:
             import cupy
-            from pdc_cuda._kernels import compile_options
+            from pdc_cuda._kernels import compile_options, compile_raw_module
 
             with backend.device_context():
-                module = cupy.RawModule(code=FLOOR_SOURCE, options=compile_options(()))
-                self.function = module.get_function("pdc_ring_kernel")
+                options = compile_options(())
+                self.function = compile_raw_module(FLOOR_SOURCE, options, "pdc_ring_kernel")
                 self.stream = cupy.cuda.Stream(non_blocking=True)
 
     def run(self, nbytes: int, together: bool, threads: int, count: int) -> list[float]:
@@ -352,7 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     print("| payload | loop | path | p50 (us) | p99 (us) | floor p50 (us) | p50 / floor |")
     print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
     calls: dict[str, int] = {}
-    for library in ("asyncio", "trio"):
+    libraries = ["asyncio"]
+    try:
+        import trio  # noqa: F401
+    except ImportError:
+        print("trio is not installed (pip install trio): asyncio only", file=sys.stderr)
+    else:
+        libraries.append("trio")
+    for library in libraries:
         for label, nbytes in PAYLOADS.items():
             results = anyio.run(pdc_paths, backend, nbytes, counts[nbytes], options, library,
                                 backend=library)  # fmt: skip

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import host_build_marks
+from cuda_test_support import host_build_marks, load_benchmark
 from pdc_cuda.testing import HostCudaBackend
 
 from pdc_core import PersistentKernel, open_persistent_kernel
@@ -104,3 +104,19 @@ async def test_plain_input_slots_staged(request_size: int, reply_size: int) -> N
 async def test_small_records_staged_and_large_ones_in_place_when_forced() -> None:
     await _check(8, 8, backend=HostCudaBackend(), threads=(1, 7), options=("-DPDC_STAGE=1",))
     await _check(100, 36, backend=HostCudaBackend(), threads=(7,), options=("-DPDC_STAGE=0",))
+
+
+async def test_the_floor_benchmark_runs_on_the_host_build() -> None:
+    """``benchmarks/cuda_floor.py``'s floor kernel compiles (NVRTC, then g++) and
+    answers every request, by one thread and by the block, and its pdc paths run."""
+    floor_benchmark = load_benchmark("cuda_floor")
+    backend = HostCudaBackend()
+    floor = floor_benchmark.Floor(backend, host=True)
+    for together in (False, True):
+        samples = floor.run(4096, together, 2, 20)
+        assert len(samples) == 20
+        assert all(sample > 0 for sample in samples)
+    options = {"threads": 2}
+    results = await floor_benchmark.pdc_paths(backend, 64, 10, options, "asyncio")
+    assert {"request, wait=spin", "request, wait=sleep", "actor ask"} <= set(results)
+    assert results["calls"] > 0
