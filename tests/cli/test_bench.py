@@ -33,6 +33,38 @@ def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert batched["x_vs_a task per message (cpu), all in flight"] > 0
 
 
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_backend_s_resident_ring_against_its_floor(
+    async_backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--backend NAME``: the resident ring of NAME (awaiting, spinning, an actor's
+    ask), each against the ring's floor: the same kernel driven from Python with no
+    session (``RingHost.put_one``/``take_one``)."""
+    argv = ["bench", "--quick", "--n", "40", "--backend", "cpu", "--async-backend", async_backend]
+    assert main([*argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["settings"]["backend"] == "cpu"
+    latency = payload["latency"]
+    floor = latency[f"{async_backend} / ring floor (cpu)"]
+    assert floor["baseline"] is True
+    assert 0 < floor["p50_us"] <= floor["p99_us"]
+    for path in ("resident ring (cpu)", "resident ring (cpu), spin", "resident actor ask (cpu)"):
+        assert latency[f"{async_backend} / {path}"]["p50_vs_ring floor (cpu)"] > 0
+
+
+@pytest.mark.parametrize("name", ["nope", "cuda"])
+def test_a_backend_that_cannot_be_measured_exits_2_saying_why(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pdc_core._cli._bench import _refuse_backend
+
+    reason = _refuse_backend(name)
+    if reason is None:
+        pytest.skip(f"the {name} backend runs persistent kernels here")
+    assert main(["bench", "--quick", "--backend", name]) == 2
+    assert f"--backend {name}: " in capsys.readouterr().err
+
+
 def test_without_trio_it_says_it_measures_asyncio_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -478,6 +478,55 @@ def persistent_round_trip(backend: str = "cpu", **options: Any) -> LatencySample
     return sample
 
 
+def ring_floor_round_trip(backend: str) -> LatencySampler:
+    """The ring protocol's own round trip from Python, no session and no event loop:
+    the resident kernel driven through :class:`~pdc_core.backend.RingHost` (put one
+    record, wake, spin with the kernel's host waiter, take the reply). What the
+    session's paths are held against: the least pdc's host side can cost."""
+
+    async def sample(n: int, warmup: int) -> list[int]:
+        from .._plugins import resolve_backend
+        from ..backend import RingHost, RingMemory
+
+        target = resolve_backend(backend)
+        kernel = double_kernel(backend)
+        memory = RingMemory.allocate(target, kernel.layout)
+        resident = target.launch_persistent_kernel(kernel, memory)
+        waiter = resident.host_waiter()
+        samples: list[int] = []
+        try:
+            ring = RingHost(memory)
+            for _ in range(30_000):  # up to 30 s for the launch
+                if ring.started:
+                    break
+                await anyio.sleep(0.001)
+            else:
+                raise RuntimeError(f"ring floor: the kernel did not start: {resident.error}")
+            one = _records(1)[0]
+            clock = time.perf_counter_ns
+            for i in range(warmup + n):
+                t0 = clock()
+                if not ring.put_one(one):
+                    raise RuntimeError("ring floor: the ring is full with nothing in flight")
+                resident.wake()
+                reply = ring.take_one()
+                while reply is None:
+                    if ring.done:
+                        raise RuntimeError(f"ring floor: the kernel stopped: {resident.error}")
+                    waiter.spin_until_progress(ring, 0.001)
+                    reply = ring.take_one()
+                if i >= warmup:
+                    samples.append(clock() - t0)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await resident.stop(5.0)
+            waiter.close()
+            resident.release()
+        return samples
+
+    return sample
+
+
 def persistent_actor_round_trip(backend: str = "cpu") -> LatencySampler:
     """``await ref.ask(record)`` on the same kernel run as an actor of a nursery."""
 
