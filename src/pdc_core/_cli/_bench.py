@@ -122,23 +122,40 @@ def ring_floor(backend: str) -> str:
     return f"ring floor ({backend})"
 
 
+def _launches(backend: str) -> bool:
+    """Whether ``backend`` launches kernels and the bench has a launch kernel for it."""
+    from .._plugins import resolve_backend
+    from ..backend import Capability
+
+    return backend.partition(":")[0] in paths.LAUNCH_SOURCES and resolve_backend(backend).has(
+        Capability.KERNELS
+    )
+
+
 def resident_paths(async_backend: str, backend: str) -> list[LatencyPath]:
     """``pdc bench --backend NAME``: the resident ring of ``backend`` (a session's
-    request, awaiting and spinning, and a kernel actor's ask) against its floor."""
+    request, awaiting and spinning, and a kernel actor's ask) against its floor and,
+    where the backend launches kernels, a launch per message."""
     floor = ring_floor(backend)
+    out = [LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend))]
+    baselines: tuple[str, ...] = (floor,)
+    if _launches(backend):
+        launch = f"launch per message ({backend})"
+        out.append(LatencyPath(async_backend, launch, paths.launch_round_trip(backend)))
+        baselines = (floor, launch)
     return [
-        LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend)),
+        *out,
         LatencyPath(
             async_backend, f"resident ring ({backend})", paths.persistent_round_trip(backend),
-            (floor,),
+            baselines,
         ),
         LatencyPath(
             async_backend, f"resident ring ({backend}), spin",
-            paths.persistent_round_trip(backend, wait="spin"), (floor,),
+            paths.persistent_round_trip(backend, wait="spin"), baselines,
         ),
         LatencyPath(
             async_backend, f"resident actor ask ({backend})",
-            paths.persistent_actor_round_trip(backend), (floor,),
+            paths.persistent_actor_round_trip(backend), baselines,
         ),
     ]  # fmt: skip
 
