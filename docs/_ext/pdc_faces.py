@@ -39,11 +39,20 @@ FACES: tuple[str, ...] = (
     "pdc_ray",
     "pdc_ray.testing",
     # PyDotCompute's import paths (docs/migrating-from-pydotcompute.md): pdc's own
-    # objects under the seeds' module names, documented at their home face
+    # objects under the seeds' module names, documented at their home face, and the
+    # thin layers defined on those paths
     "pdc_core.core",
+    "pdc_core.core.accelerator",
     "pdc_core.decorators",
+    "pdc_core.decorators.kernel",
+    "pdc_core.decorators.ring_kernel",
+    "pdc_core.decorators.validators",
     "pdc_core.ring_kernels",
+    "pdc_core.ring_kernels.lifecycle",
+    "pdc_core.ring_kernels.queue",
     "pdc_core.backends",
+    "pdc_core.backends.base",
+    "pdc_core.backends.cpu",
     "pdc_core.exceptions",
 )
 

@@ -6,10 +6,19 @@ Five PyDotCompute names are aliases of pdc errors that are raised in the same ca
 actor errors), ``QueueFullError`` is :class:`~pdc_core.MailboxFull`,
 ``QueueTimeoutError`` is :class:`~pdc_core.MessageTimeout` (also a ``TimeoutError``) and
 ``BackendNotAvailableError`` is :class:`~pdc_core.BackendUnavailable`. Their
-constructors and attributes are pdc's. The other PyDotCompute errors are not provided:
-pdc raises ``ValueError``, ``TypeError`` or :class:`~pdc_core.BackendError` instead
-(docs/migrating-from-pydotcompute.md).
+constructors and attributes are pdc's.
+
+The other PyDotCompute errors are subclasses of pdc errors, with PyDotCompute's
+constructors and attributes, for code that raises or catches them by these names:
+``ValidationError`` is a :class:`~pdc_core.PdcError` and a ``ValueError`` (pdc itself
+raises a plain ``ValueError``/``TypeError`` for a bad argument, so ``except
+ValueError`` catches both), ``CompilationError`` and the device errors are
+:class:`~pdc_core.BackendError` (what pdc raises for them), ``MessageError`` and
+``BufferError`` are :class:`~pdc_core.PdcError`. pdc raises them only where the
+PyDotCompute-path layer does (docs/migrating-from-pydotcompute.md).
 """
+
+from typing import Any
 
 from ._exceptions import (
     ActorError,
@@ -34,14 +43,129 @@ QueueTimeoutError = MessageTimeout
 #: PyDotCompute's name for :class:`~pdc_core.BackendUnavailable`.
 BackendNotAvailableError = BackendUnavailable
 
+
+class ValidationError(PdcError, ValueError):
+    """A configuration or a value failed a check (also a ``ValueError``)."""
+
+
+class InvalidConfigurationError(ValidationError):
+    """``parameter`` has an unusable ``value``; ``reason`` says why."""
+
+    def __init__(self, parameter: str, value: object, reason: str) -> None:
+        self.parameter = parameter
+        self.value = value
+        self.reason = reason
+        super().__init__(f"Invalid configuration: {parameter}={value!r} - {reason}")
+
+
+class TypeValidationError(ValidationError, TypeError):
+    """A value of type ``actual`` where ``expected`` was needed (also a ``TypeError``)."""
+
+    def __init__(self, expected: type, actual: type, context: str) -> None:
+        self.expected = expected
+        self.actual = actual
+        self.context = context
+        super().__init__(
+            f"Type mismatch in {context}: expected {expected.__name__}, got {actual.__name__}"
+        )
+
+
+class MessageError(PdcError):
+    """Base of the errors about a message's bytes."""
+
+
+class MessageSerializationError(MessageError):
+    """A message of ``message_type`` could not be turned into bytes."""
+
+    def __init__(self, message_type: type, cause: Exception) -> None:
+        self.message_type = message_type
+        self.cause = cause
+        super().__init__(f"Failed to serialize message of type '{message_type.__name__}': {cause}")
+
+
+class MessageDeserializationError(MessageError):
+    """Bytes could not be turned into a message of ``message_type``."""
+
+    def __init__(self, message_type: type, cause: Exception) -> None:
+        self.message_type = message_type
+        self.cause = cause
+        super().__init__(
+            f"Failed to deserialize message to type '{message_type.__name__}': {cause}"
+        )
+
+
+class BufferError(PdcError):
+    """Base of the errors about a buffer."""
+
+
+class BufferNotAllocatedError(BufferError):
+    """The buffer has no memory yet (PyDotCompute's buffers allocate on demand)."""
+
+    def __init__(self) -> None:
+        super().__init__("Buffer has not been allocated. Call allocate() first.")
+
+
+class BufferSyncError(BufferError):
+    """Copying a buffer ``direction`` failed."""
+
+    def __init__(self, direction: str, cause: Exception) -> None:
+        self.direction = direction
+        self.cause = cause
+        super().__init__(f"Failed to sync buffer {direction}: {cause}")
+
+
+class CUDAError(BackendError):
+    """An error of the CUDA backend."""
+
+
+class MetalError(BackendError):
+    """An error of the Metal backend."""
+
+
+class MSLCompilationError(MetalError):
+    """A Metal shader did not compile."""
+
+    def __init__(self, shader_name: str, error_message: str) -> None:
+        self.shader_name = shader_name
+        self.error_message = error_message
+        super().__init__(f"Failed to compile MSL shader '{shader_name}': {error_message}")
+
+
+class CompilationError(BackendError):
+    """A kernel did not compile."""
+
+
+class KernelCompilationError(CompilationError):
+    """Kernel ``kernel_name`` did not compile; ``cause`` is the compiler's error."""
+
+    def __init__(self, kernel_name: str, cause: Any) -> None:
+        self.kernel_name = kernel_name
+        self.cause = cause
+        super().__init__(f"Failed to compile kernel '{kernel_name}': {cause}")
+
+
 __all__ = [
     "BackendError",
     "BackendNotAvailableError",
+    "BufferError",
+    "BufferNotAllocatedError",
+    "BufferSyncError",
+    "CUDAError",
+    "CompilationError",
+    "InvalidConfigurationError",
+    "KernelCompilationError",
     "KernelAlreadyExistsError",
     "KernelError",
     "KernelNotFoundError",
     "KernelStateError",
+    "MSLCompilationError",
+    "MessageDeserializationError",
+    "MessageError",
+    "MessageSerializationError",
+    "MetalError",
     "PyDotComputeError",
     "QueueFullError",
     "QueueTimeoutError",
+    "TypeValidationError",
+    "ValidationError",
 ]

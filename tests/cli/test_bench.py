@@ -136,7 +136,11 @@ def test_only_baselines_are_labelled_baseline() -> None:
     latency = result.payload()["latency"]
     assert latency["asyncio / pdc ask"]["baseline"] is False
     assert latency["asyncio / bare"]["baseline"] is True
-    assert _no_ratio(latency["asyncio / pdc ask"]) == "n/a (its baselines did not run)"
+    # Every n/a says which baseline did not run and how to get it.
+    assert latency["asyncio / pdc ask"]["missing_baselines"] == ["PyDotCompute 0.2.0"]
+    assert _no_ratio(latency["asyncio / pdc ask"]) == (
+        "n/a: PyDotCompute 0.2.0 did not run (pip install pydotcompute==0.2.0)"
+    )
     assert _no_ratio(latency["asyncio / bare"]) == "(baseline)"
 
 

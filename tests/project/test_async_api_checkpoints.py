@@ -424,10 +424,25 @@ def _scenarios() -> dict[str, Scenario]:
     async def runtime_exited(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
         return lambda: _exit_checks(RingKernelRuntime)
 
+    async def runtime_started(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
+        runtime = RingKernelRuntime()
+
+        async def start() -> None:
+            await runtime.start()  # stopped by the stack once started
+            stack.push_async_callback(runtime.shutdown)
+
+        return start
+
+    async def kernel_scope_entered(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
+        runtime = await _runtime(stack)
+        return lambda: stack.enter_async_context(runtime.kernel_scope("scoped", _ring_function))
+
     scenarios.update(
         {
             "RingKernelRuntime.__aenter__": runtime_entered,
             "RingKernelRuntime.__aexit__": runtime_exited,
+            "RingKernelRuntime.start": runtime_started,
+            "RingKernelRuntime.kernel_scope": kernel_scope_entered,
             "RingKernelRuntime.launch": on_runtime(
                 lambda runtime: runtime.launch("other", _ring_function)
             ),

@@ -1,9 +1,11 @@
 """PyDotCompute's import paths work with ``pdc_core`` in place of ``pydotcompute``.
 
 Each path re-exports pdc's own objects (``pdc_core.ring_kernels.message.Request is
-pdc_core.Request``), and docs/migrating-from-pydotcompute.md lists every path: the
-ones pdc provides, with their names, and the names and paths it does not. When
-PyDotCompute is installed, every public name of every public PyDotCompute module is
+pdc_core.Request``) or defines thin layers over them under PyDotCompute's names
+(``LAYERS``), and docs/migrating-from-pydotcompute.md lists every path: the ones pdc
+provides, with their names, and the names and paths it does not. When PyDotCompute's
+source is findable (installed, or put on the path by .ci/pydotcompute-suite from the
+sdist its suite runs from), every public name of every public PyDotCompute module is
 checked to be in one of the two lists.
 """
 
@@ -51,8 +53,12 @@ PATHS: dict[str, dict[str, object]] = {
         "BufferState": pdc_core.BufferState,
         "UnifiedBuffer": pdc_core.UnifiedBuffer,
     },
-    "decorators": {"kernel": pdc_core.kernel, "ring_kernel": pdc_core.ring_kernel},
-    "decorators.kernel": {"kernel": pdc_core.kernel},
+    "decorators": {
+        "gpu_kernel": pdc_core.kernel,
+        "kernel": pdc_core.kernel,
+        "ring_kernel": pdc_core.ring_kernel,
+    },
+    "decorators.kernel": {"gpu_kernel": pdc_core.kernel, "kernel": pdc_core.kernel},
     "decorators.ring_kernel": {"ring_kernel": pdc_core.ring_kernel},
     "exceptions": {
         "BackendError": pdc_core.BackendError,
@@ -89,6 +95,58 @@ PATHS: dict[str, dict[str, object]] = {
     "ring_kernels.telemetry": {"RingKernelTelemetry": pdc_core.Telemetry},
 }
 
+#: PyDotCompute's module path -> the names it defines as thin layers over pdc's objects
+#: (PyDotCompute's API translated to pdc's; not pdc's own API, which stays the one
+#: documented for new code).
+LAYERS: dict[str, set[str]] = {
+    "backends": {"BackendType", "CPUBackend"},
+    "backends.base": {"BackendType", "KernelExecutionResult"},
+    "backends.cpu": {"CPUBackend", "matrix_multiply_cpu", "vector_add_cpu"},
+    "core": {"Accelerator"},
+    "core.accelerator": {
+        "Accelerator",
+        "DeviceProperties",
+        "DeviceType",
+        "cuda_available",
+        "get_accelerator",
+        "metal_available",
+    },
+    "decorators": {"validate_config", "validate_message"},
+    "decorators.kernel": {"KernelRegistry", "cuda_source", "get_kernel_registry"},
+    "decorators.ring_kernel": {"RingKernelBuilder", "get_ring_kernel_meta", "is_ring_kernel"},
+    "decorators.validators": {
+        "RuntimeValidator",
+        "get_validator",
+        "validate_backpressure_strategy",
+        "validate_block_size",
+        "validate_config",
+        "validate_grid_size",
+        "validate_message",
+        "validate_priority",
+        "validate_queue_size",
+    },
+    "exceptions": {
+        "BufferError",
+        "BufferNotAllocatedError",
+        "BufferSyncError",
+        "CUDAError",
+        "CompilationError",
+        "InvalidConfigurationError",
+        "KernelCompilationError",
+        "MSLCompilationError",
+        "MessageDeserializationError",
+        "MessageError",
+        "MessageSerializationError",
+        "MetalError",
+        "TypeValidationError",
+        "ValidationError",
+    },
+    "ring_kernels": {"MessageQueue"},
+    "ring_kernels.lifecycle": {"RingKernelConfig", "managed_kernel"},
+    "ring_kernels.queue": {"BackpressureStrategy", "MessageQueue"},
+}
+ALL_PATHS = sorted(set(PATHS) | set(LAYERS))
+
 CASES = [(path, name, obj) for path, names in PATHS.items() for name, obj in names.items()]
 
 
@@ -109,10 +167,10 @@ def test_the_path_exports_the_pdc_object_itself(path: str, name: str, obj: objec
     assert name in module.__all__
 
 
-@pytest.mark.parametrize("path", [path for path in PATHS if path])
+@pytest.mark.parametrize("path", [path for path in ALL_PATHS if path])
 def test_each_path_exports_exactly_its_names(path: str) -> None:
     module = importlib.import_module(_pdc_module(path))
-    assert sorted(module.__all__) == sorted(PATHS[path])
+    assert sorted(module.__all__) == sorted(set(PATHS.get(path, {})) | LAYERS.get(path, set()))
     assert (module.__doc__ or "").startswith(
         f"PyDotCompute's import path ``{_pydotcompute_module(path)}``"
     )
@@ -151,6 +209,17 @@ def test_a_decorator_is_not_shadowed_by_its_submodule() -> None:
         assert getattr(importlib.import_module(f"pdc_core.{package}"), name) is getattr(
             pdc_core, name
         )
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [(path, name) for path, names in sorted(LAYERS.items()) for name in sorted(names)],
+)
+def test_a_layer_is_defined_on_pydotcompute_s_paths_not_in_pdc_s_api(path: str, name: str) -> None:
+    obj = getattr(importlib.import_module(_pdc_module(path)), name)
+    assert obj.__module__.removeprefix("pdc_core.") in ALL_PATHS  # a PyDotCompute path
+    assert not hasattr(pdc_core, name), f"{name} is a layer, not pdc's own API"
+    assert obj.__doc__, f"{path}.{name} needs a docstring"
 
 
 def test_the_paths_keep_the_public_module_of_what_they_export() -> None:
@@ -216,7 +285,9 @@ def _documented_missing() -> dict[str, set[str]]:
 
 def test_the_docs_list_exactly_the_provided_paths_and_names() -> None:
     provided = {path: names for path, names in _documented_paths().items() if names is not None}
-    assert provided == {path: set(names) for path, names in PATHS.items()}
+    assert provided == {
+        path: set(PATHS.get(path, {})) | LAYERS.get(path, set()) for path in ALL_PATHS
+    }
 
 
 @pytest.mark.parametrize("path", sorted(_documented_paths()))

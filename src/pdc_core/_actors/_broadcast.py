@@ -15,19 +15,11 @@ buffer is full is the stream's *slow-subscriber policy*:
   loses the new one). Every loss is counted, per subscriber and in total, in
   :meth:`~BroadcastSendStream.statistics`.
 
-Closing follows anyio's memory object streams: ``clone()`` makes another handle on the
-same side (of a subscription, for a receive stream: clones share its buffer and
-compete for its messages; ``subscribe()`` again for a second copy of every message);
-a closed handle raises :class:`anyio.ClosedResourceError`; once every clone of the
-sending side is closed, subscribers receive what is buffered and then
-:class:`anyio.EndOfStream` (which ends ``async for``); once every clone of a
-subscription is closed, it stops receiving and a sender waiting for it goes on. A send
-with no subscriber delivers to nobody (it is not an error: subscribers come and go).
+The rules of closing, cloning and cancellation are documented at the public name,
+:func:`create_broadcast_stream`.
 
 Waiting is done with pdc's per-loop waiters (see :mod:`pdc_core._loop`), under asyncio
-and trio. As with anyio's streams, ``send`` and ``receive`` are checkpoints: each
-yields to the event loop once, so a cancelled one sends or takes nothing;
-``send_nowait`` and ``receive_nowait`` never yield.
+and trio.
 """
 
 from __future__ import annotations
@@ -513,8 +505,20 @@ class create_broadcast_stream(
     :func:`anyio.create_memory_object_stream`.
 
     Raises :class:`ValueError` for a ``max_buffer_size`` that is not an int >= 0 or
-    ``math.inf``, or an unknown policy. See :mod:`pdc_core._actors._broadcast` for the
-    rules of closing, cloning and cancellation.
+    ``math.inf``, or an unknown policy.
+
+    Closing follows anyio's memory object streams: ``clone()`` makes another handle on the
+    same side (of a subscription, for a receive stream: clones share its buffer and
+    compete for its messages; ``subscribe()`` again for a second copy of every message);
+    a closed handle raises :class:`anyio.ClosedResourceError`; once every clone of the
+    sending side is closed, subscribers receive what is buffered and then
+    :class:`anyio.EndOfStream` (which ends ``async for``); once every clone of a
+    subscription is closed, it stops receiving and a sender waiting for it goes on. A send
+    with no subscriber delivers to nobody (it is not an error: subscribers come and go).
+
+    As with anyio's streams, ``send`` and ``receive`` are checkpoints: each yields to
+    the event loop once, so a cancelled one sends or takes nothing; ``send_nowait`` and
+    ``receive_nowait`` never yield.
     """
 
     def __new__(  # type: ignore[misc]

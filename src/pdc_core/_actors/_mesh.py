@@ -1,41 +1,6 @@
 """Actor meshes: many actors, laid out on named dimensions, addressed as one handle.
 
-``mesh = await nursery.start_mesh(Scorer, shape={"host": 2, "gpu": 4})`` starts one
-actor per point of the shape (8 here), each an ordinary actor of the nursery, and
-returns an :class:`ActorMesh` over them:
-
-* ``await mesh.call(message)`` asks every member and returns the replies in mesh
-  order (row-major over the dimensions, last one fastest);
-* ``await mesh.scatter(messages)`` asks each member its own message (one per member,
-  mesh order) and returns the replies the same way;
-* ``await mesh.broadcast(message)`` tells every member, all or nothing (it waits
-  for room in every member before it tells any);
-* ``mesh.choose()`` is the least loaded member (fewest messages queued or in hand),
-  ``await mesh.call_one(message)`` asks it;
-* ``mesh.stream(message)`` yields ``(coordinates, reply)`` as the replies arrive;
-* ``mesh.slice(gpu=slice(0, 2))`` is the sub-mesh of those members (an int picks one
-  coordinate and drops the dimension, as NumPy indexing does), ``mesh.shape`` its
-  dimensions and ``len(mesh)`` its size.
-
-Priorities and timeouts follow the rules of single handles (see
-:class:`~pdc_core.ActorRef`), checked once for the whole mesh before anything is
-sent; ``timeout`` bounds the whole operation. **When some members fail**, the others
-still answer and the operation raises :class:`MeshError`, an :class:`ExceptionGroup`
-of the members' errors that carries ``failures`` (coordinates -> error) and
-``replies`` (coordinates -> reply of every member that answered): nothing is lost and
-nothing waits. A member that did not reply within ``timeout`` fails with
-:class:`~pdc_core.MessageTimeout`. A cancelled ``call`` leaves no waiter in any
-member: the requests not yet handled are skipped, as a cancelled ``ask``'s are. A
-member's handler that calls ``call``, ``scatter`` or ``stream`` on its own mesh (or
-broadcasts into its own full mailbox) would wait for itself forever: it gets a
-:class:`~pdc_core.LifecycleError` naming it, before anything is sent; ``choose`` and
-``call_one`` from a member pick another member.
-
-Members are supervised together by the nursery: with ``restart=RestartPolicy(...)``
-a crashed member is restarted in place (same handle, same coordinates); without one,
-or once the policy gives up, the crash fails the whole nursery (and so the mesh) with
-:class:`~pdc_core.ActorCrashed` naming the member. ``mesh.stop()`` stops every
-member; leaving the nursery stops them with the rest.
+The rules users rely on are documented at the public name, :class:`ActorMesh`.
 
 The requests to mailbox actors are posted straight into their mailboxes with one reply
 slot each, gathered by one waiter (see :mod:`._mesh_mailbox`); a handle that posts
@@ -481,9 +446,43 @@ class ActorMesh(Generic[M, R]):
 
     Made by :meth:`ActorNursery.start_mesh`; typed like :class:`~pdc_core.ActorRef`
     (``ActorMesh[M, R]``: ``call`` returns ``list[R]``, ``broadcast`` takes an ``M``).
-    See :mod:`pdc_core._actors._mesh` for the rules; in short, an operation on a mesh
-    applies the rules of single handles once, and when some members fail it raises
-    :class:`MeshError` carrying their coordinates and the other members' replies.
+
+    ``mesh = await nursery.start_mesh(Scorer, shape={"host": 2, "gpu": 4})`` starts one
+    actor per point of the shape (8 here), each an ordinary actor of the nursery, and
+    returns an :class:`ActorMesh` over them:
+
+    * ``await mesh.call(message)`` asks every member and returns the replies in mesh
+      order (row-major over the dimensions, last one fastest);
+    * ``await mesh.scatter(messages)`` asks each member its own message (one per member,
+      mesh order) and returns the replies the same way;
+    * ``await mesh.broadcast(message)`` tells every member, all or nothing (it waits
+      for room in every member before it tells any);
+    * ``mesh.choose()`` is the least loaded member (fewest messages queued or in hand),
+      ``await mesh.call_one(message)`` asks it;
+    * ``mesh.stream(message)`` yields ``(coordinates, reply)`` as the replies arrive;
+    * ``mesh.slice(gpu=slice(0, 2))`` is the sub-mesh of those members (an int picks one
+      coordinate and drops the dimension, as NumPy indexing does), ``mesh.shape`` its
+      dimensions and ``len(mesh)`` its size.
+
+    Priorities and timeouts follow the rules of single handles (see
+    :class:`~pdc_core.ActorRef`), checked once for the whole mesh before anything is
+    sent; ``timeout`` bounds the whole operation. **When some members fail**, the others
+    still answer and the operation raises :class:`MeshError`, an :class:`ExceptionGroup`
+    of the members' errors that carries ``failures`` (coordinates -> error) and
+    ``replies`` (coordinates -> reply of every member that answered): nothing is lost and
+    nothing waits. A member that did not reply within ``timeout`` fails with
+    :class:`~pdc_core.MessageTimeout`. A cancelled ``call`` leaves no waiter in any
+    member: the requests not yet handled are skipped, as a cancelled ``ask``'s are. A
+    member's handler that calls ``call``, ``scatter`` or ``stream`` on its own mesh (or
+    broadcasts into its own full mailbox) would wait for itself forever: it gets a
+    :class:`~pdc_core.LifecycleError` naming it, before anything is sent; ``choose`` and
+    ``call_one`` from a member pick another member.
+
+    Members are supervised together by the nursery: with ``restart=RestartPolicy(...)``
+    a crashed member is restarted in place (same handle, same coordinates); without one,
+    or once the policy gives up, the crash fails the whole nursery (and so the mesh) with
+    :class:`~pdc_core.ActorCrashed` naming the member. ``mesh.stop()`` stops every
+    member; leaving the nursery stops them with the rest.
     """
 
     __slots__ = ("_coords", "_group", "_ports", "_shape")

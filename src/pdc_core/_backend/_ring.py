@@ -60,6 +60,8 @@ __all__ = [
     "coerce_batch",
     "coerce_record",
     "copy_records",
+    "describe_dtype",
+    "describe_dtypes",
     "record_dtype",
     "records_copy",
     "record_from_mapping",
@@ -504,13 +506,55 @@ class RingMemory:
 # -- records ---------------------------------------------------------------------------
 
 
+def _short_type(dtype: np.dtype[Any]) -> str:
+    if dtype.names is not None:
+        return describe_dtype(dtype)
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return f"{_short_type(base)}{list(shape)}"
+    return dtype.str.lstrip("<|=")  # '<f8' -> 'f8'; a big-endian '>f8' keeps its mark
+
+
+def describe_dtype(dtype: np.dtype[Any]) -> str:
+    """A record dtype as messages print it: a short field list, ``[id: u8, x: f8[3]]``.
+
+    NumPy's own ``str`` of an aligned structured dtype is a dict of names, formats,
+    offsets and item size; this says what a reader needs to fix a record. Padding shows
+    only where it is the difference: see :func:`describe_dtypes`.
+    """
+    if dtype.names is None:
+        return _short_type(dtype)
+    fields = dtype.fields
+    assert fields is not None
+    return "[" + ", ".join(f"{name}: {_short_type(fields[name][0])}" for name in dtype.names) + "]"
+
+
+def describe_dtypes(first: np.dtype[Any], second: np.dtype[Any]) -> tuple[str, str]:
+    """Two dtypes that differ, for one message: short field lists, each followed by its
+    layout (item size and field offsets) when the field lists alone are the same (one
+    built with ``align=True``, the other without, say)."""
+    texts = describe_dtype(first), describe_dtype(second)
+    if texts[0] != texts[1]:
+        return texts
+    return _with_layout(first), _with_layout(second)
+
+
+def _with_layout(dtype: np.dtype[Any]) -> str:
+    fields = dtype.fields
+    offsets = [fields[name][1] for name in dtype.names or ()] if fields else []
+    return f"{describe_dtype(dtype)} ({dtype.itemsize} bytes, offsets {offsets})"
+
+
 def _dtype_mismatch(got: np.dtype[Any], want: np.dtype[Any], what: str) -> RecordError:
+    got_text, want_text = describe_dtypes(got, want)
     if got.itemsize > want.itemsize:
         return RecordError(
-            f"a {what} record of {got.itemsize} bytes (dtype {got}) is larger than a "
-            f"{want.itemsize}-byte slot (the ring's record dtype is {want})"
+            f"a {what} record of {got.itemsize} bytes (dtype {got_text}) is larger "
+            f"than a {want.itemsize}-byte slot (the ring's record dtype is {want_text})"
         )
-    return RecordError(f"a {what} record has dtype {got}, but the ring's record dtype is {want}")
+    return RecordError(
+        f"a {what} record has dtype {got_text}, but the ring's record dtype is {want_text}"
+    )
 
 
 def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> npt.NDArray[Any]:
@@ -545,7 +589,7 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         if payload.nbytes > dtype.itemsize:
             raise RecordError(
                 f"a {what} payload of {payload.nbytes} bytes is larger than a "
-                f"{dtype.itemsize}-byte slot (record dtype {dtype})"
+                f"{dtype.itemsize}-byte slot (record dtype {describe_dtype(dtype)})"
             )
         raw = np.zeros(dtype.itemsize, dtype=_BYTE)
         raw[: payload.nbytes] = np.frombuffer(payload, dtype=_BYTE)
@@ -558,7 +602,8 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         names = dtype.names
         assert names is not None
         raise RecordError(
-            f"{value!r} is not a {what} record of dtype {dtype}: it has {len(names)} fields "
+            f"{value!r} is not a {what} record of dtype {describe_dtype(dtype)}: it has "
+            f"{len(names)} fields "
             f"({', '.join(names)}); give a tuple of field values or a mapping of field "
             "names (a scalar is a record only of a one-field dtype)"
         )
@@ -566,11 +611,11 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         array = np.array([value], dtype=dtype)
     except (TypeError, ValueError, OverflowError) as exc:
         raise RecordError(
-            f"cannot make a {what} record of dtype {dtype} from {value!r}: {exc}"
+            f"cannot make a {what} record of dtype {describe_dtype(dtype)} from {value!r}: {exc}"
         ) from None
     if array.shape != (1,):
         raise RecordError(
-            f"{value!r} is not one {what} record of dtype {dtype} "
+            f"{value!r} is not one {what} record of dtype {describe_dtype(dtype)} "
             f"(it converts to shape {array.shape[1:]})"
         )
     integer_fields = plan[2]
@@ -645,11 +690,14 @@ def _check_exact(
             exact = original.shape == np.shape(converted) and bool(np.all(original == converted))
         if not exact:
             if name is None:
-                where = f"a {what} record of dtype {dtype}"
+                where = f"a {what} record of dtype {describe_dtype(dtype)}"
             else:
                 fields = dtype.fields
                 assert fields is not None
-                where = f"field {name!r} ({fields[name][0]}) of a {what} record of dtype {dtype}"
+                where = (
+                    f"field {name!r} ({fields[name][0]}) of a {what} record "
+                    f"of dtype {describe_dtype(dtype)}"
+                )
             raise RecordError(
                 f"{where}: {item!r} would lose information cast into it (it would become "
                 f"{converted!r}); round it yourself if that is meant"
@@ -665,7 +713,9 @@ def record_from_mapping(
     """
     names = dtype.names
     if names is None:
-        raise RecordError(f"a mapping cannot be a {what} record of the unstructured dtype {dtype}")
+        raise RecordError(
+            f"a mapping cannot be a {what} record of the unstructured dtype {describe_dtype(dtype)}"
+        )
     missing = [name for name in names if name not in value]
     extra = [name for name in value if name not in names]
     if missing or extra:
@@ -674,7 +724,7 @@ def record_from_mapping(
             parts.append(f"missing field(s) {', '.join(missing)}")
         if extra:
             parts.append(f"unknown field(s) {', '.join(map(str, extra))}")
-        raise RecordError(f"a {what} record of dtype {dtype}: {'; '.join(parts)}")
+        raise RecordError(f"a {what} record of dtype {describe_dtype(dtype)}: {'; '.join(parts)}")
     return tuple(value[name] for name in names)
 
 
@@ -695,8 +745,8 @@ def coerce_batch(values: Any, dtype: np.dtype[Any], what: str = "request") -> np
         return values
     if isinstance(values, bytes | bytearray | memoryview | str) or not isinstance(values, Sequence):
         raise RecordError(
-            f"a batch of {what} records must be a 1-D array of dtype {dtype} or a sequence "
-            f"of records, not {type(values).__name__}"
+            f"a batch of {what} records must be a 1-D array of dtype {describe_dtype(dtype)} "
+            f"or a sequence of records, not {type(values).__name__}"
         )
     out = np.empty(len(values), dtype=dtype)
     for index, value in enumerate(values):

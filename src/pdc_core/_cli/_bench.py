@@ -44,10 +44,12 @@ import numpy as np
 from . import _bench_paths as paths
 from ._bench_stats import environment
 from ._bench_stats import summarize as _summary
+from ._options import error
 from ._running import announce_once, only_interrupts
 
 __all__ = [
     "BARE",
+    "BASELINE_INSTALL",
     "PERSISTENT",
     "PER_MESSAGE_BATCHED",
     "PLOT_HINT",
@@ -266,6 +268,8 @@ class BenchResult:
                 ref = _baseline(self.latency_samples, key, baseline)
                 if ref:
                     entry[f"p50_vs_{baseline}"] = entry["p50_us"] / summarize(ref)["p50_us"]
+                else:
+                    entry.setdefault("missing_baselines", []).append(baseline)
             latency[key] = entry
         throughput: dict[str, Any] = {}
         for key, values in self.throughput.items():
@@ -278,6 +282,8 @@ class BenchResult:
                 ref = _baseline(self.throughput, key, baseline)
                 if ref:
                     entry[f"x_vs_{baseline}"] = rate / float(np.median(ref))
+                else:
+                    entry.setdefault("missing_baselines", []).append(baseline)
             throughput[key] = entry
         return {
             "environment": environment(["pdc-core", "anyio", "trio", "numpy", "pydotcompute"]),
@@ -571,9 +577,27 @@ def _refuse_backend(name: str) -> str | None:
     return None
 
 
+#: How to get a baseline that runs only when something optional is installed.
+BASELINE_INSTALL: Final = {
+    PYDOTCOMPUTE: "pip install pydotcompute==0.2.0",
+    PYDOTCOMPUTE_STREAMING: "pip install pydotcompute==0.2.0",
+}
+
+
+def _missing(baselines: list[str]) -> str:
+    """``n/a``, saying which baselines did not run and how to get each."""
+    parts = []
+    for name in baselines:
+        hint = BASELINE_INSTALL.get(name)
+        parts.append(f"{name} did not run ({hint})" if hint else f"{name} did not run")
+    return "n/a: " + "; ".join(parts)
+
+
 def _no_ratio(entry: dict[str, Any]) -> str:
-    """What a row without ratios says: a baseline, or a path whose baselines did not run."""
-    return "(baseline)" if entry.get("baseline") else "n/a (its baselines did not run)"
+    """What a row without ratios says: a baseline, or which baselines did not run."""
+    if entry.get("baseline"):
+        return "(baseline)"
+    return _missing(entry.get("missing_baselines") or ["its baselines"])
 
 
 def _table(payload: dict[str, Any]) -> None:
@@ -618,8 +642,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            print(f"pdc bench: error: {PLOT_HINT}", file=sys.stderr)
-            return 2
+            return error("bench", PLOT_HINT)
     backends: tuple[str, ...] = (
         ("asyncio", "trio") if args.async_backend == "both" else (args.async_backend,)
     )
@@ -628,8 +651,7 @@ def run(args: argparse.Namespace) -> int:
             import trio  # noqa: F401
         except ImportError:
             if args.async_backend == "trio":
-                print("pdc bench: error: trio is not installed: pip install trio", file=sys.stderr)
-                return 2
+                return error("bench", "trio is not installed: pip install trio")
             print(
                 "pdc bench: trio is not installed (pip install trio): measuring asyncio only",
                 file=sys.stderr,
@@ -644,8 +666,7 @@ def run(args: argparse.Namespace) -> int:
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     for name, value in (("--n", n), ("--rounds", rounds)):
         if value < 1:
-            print(f"pdc bench: error: {name} must be at least 1, got {value}", file=sys.stderr)
-            return 2
+            return error("bench", f"{name} must be at least 1, got {value}")
     warmup = min(500, max(50, n // 10))
     throughput_n = 2000 if args.quick else 50_000
 

@@ -16,17 +16,20 @@ from ._loader import (
     registered_placements,
 )
 from ._registry import (
+    CPU_INSTALL_HINT,
     BackendInfo,
     available_backends,
     backend_devices,
     check_environment,
     default_backend_name,
     get_backend,
+    no_backend_line,
     reload_plugins,
     resolve_backend,
 )
 
 __all__ = [
+    "CPU_INSTALL_HINT",
     "ENTRY_POINT_GROUP",
     "BackendInfo",
     "PluginInfo",
@@ -38,6 +41,7 @@ __all__ = [
     "default_backend_name",
     "failed_plugins",
     "get_backend",
+    "no_backend_line",
     "hookimpl",
     "list_plugins",
     "plugin_of_backend",

@@ -26,7 +26,17 @@ __all__ = [
 
 
 class KernelState(enum.Enum):
-    """Lifecycle state of a ring kernel (see the module documentation)."""
+    """Lifecycle state of a ring kernel (see the module documentation).
+
+    A state also compares equal to the :class:`~pdc_core.ActorState` it is in actor
+    terms (LAUNCHED and DEACTIVATED are PAUSED, ACTIVE is RUNNING, TERMINATING is
+    STOPPING, TERMINATED is STOPPED, FAILED is CRASHED), so PyDotCompute's
+    ``kernel.state == KernelState.LAUNCHED`` holds on the actor state a kernel's
+    ``state`` reports. It is as exact as the actor state: a DEACTIVATED kernel's
+    ``state`` equals ``KernelState.LAUNCHED`` too; ``kernel.kernel_state`` (and
+    ``runtime.get_kernel_state``) tell the two apart. Two kernel states are equal only
+    when they are the same.
+    """
 
     LAUNCHED = "launched"
     ACTIVE = "active"
@@ -35,17 +45,34 @@ class KernelState(enum.Enum):
     TERMINATED = "terminated"
     FAILED = "failed"
 
+    @property
+    def actor_state(self) -> ActorState:
+        """This state in actor terms (what a kernel's ``state`` reports)."""
+        return _ACTOR_STATES[self.name]
 
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ActorState):
+            return _ACTOR_STATES[self.name] is other
+        return self is other
+
+    def __hash__(self) -> int:
+        # Equal to its actor state, so hashed as it is (KernelState keys still work:
+        # the states sharing an actor state are unequal to each other).
+        return hash(_ACTOR_STATES[self.name])
+
+
+# By name: KernelState's hash reads this, so it cannot be keyed by KernelState.
+_ACTOR_STATES: Final = {
+    "LAUNCHED": ActorState.PAUSED,
+    "ACTIVE": ActorState.RUNNING,
+    "DEACTIVATED": ActorState.PAUSED,
+    "TERMINATING": ActorState.STOPPING,
+    "TERMINATED": ActorState.STOPPED,
+    "FAILED": ActorState.CRASHED,
+}
 RECEIVE_STATES: Final = "LAUNCHED, ACTIVE, DEACTIVATED, TERMINATING"
 FINAL_STATES: Final = frozenset({KernelState.TERMINATED, KernelState.FAILED})
-AS_ACTOR_STATE: Final = {
-    KernelState.LAUNCHED: ActorState.PAUSED,
-    KernelState.ACTIVE: ActorState.RUNNING,
-    KernelState.DEACTIVATED: ActorState.PAUSED,
-    KernelState.TERMINATING: ActorState.STOPPING,
-    KernelState.TERMINATED: ActorState.STOPPED,
-    KernelState.FAILED: ActorState.CRASHED,
-}
+AS_ACTOR_STATE: Final = {state: state.actor_state for state in KernelState}
 
 
 class Terminable(Protocol):

@@ -106,6 +106,7 @@ __all__ = [
     "RingKernel",
     "RingKernelContext",
     "RingKernelDefinition",
+    "check_queue_size",
     "get_ring_kernel",
     "registered_ring_kernels",
     "ring_kernel",
@@ -127,6 +128,13 @@ KernelFunction = Callable[["RingKernelContext"], Awaitable[Any]]
 # --------------------------------------------------------------------------------------
 # Definitions and the decorator
 # --------------------------------------------------------------------------------------
+
+
+def check_queue_size(size: object, what: str) -> int:
+    """``size`` if it is a positive int; else a ``ValueError`` naming ``what`` and it."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"{what} must be a positive int, got {size!r}")
+    return size
 
 
 class RingKernelDefinition:
@@ -166,9 +174,8 @@ class RingKernelDefinition:
             raise TypeError(f"a ring kernel must be an async function, got {func!r}")
         if not isinstance(kernel_id, str) or not kernel_id:
             raise ValueError(f"kernel_id must be a non-empty string, got {kernel_id!r}")
-        for label, size in (("input", input_queue_size), ("output", output_queue_size)):
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"{label} queue size must be a positive int, got {size!r}")
+        check_queue_size(input_queue_size, "input queue size")
+        check_queue_size(output_queue_size, "output queue size")
         if grid_size < 1 or block_size < 1:
             raise ValueError(
                 f"grid_size and block_size must be >= 1, got {grid_size}, {block_size}"
@@ -488,10 +495,11 @@ class RingKernelContext:
         """Emit ``message``.
 
         A message whose ``correlation_id`` answers a pending ``ask`` resolves it
-        directly; any other goes to the output queue (read with
-        ``runtime.receive``), waiting while that queue is full. A kernel already
-        cancelled on entry sends nothing, and cancelling the wait for room leaves the
-        message unsent.
+        directly, and so does the asked request itself sent back (an echo: no
+        ``correlation_id``, the request's ``message_id``); any other goes to the output
+        queue (read with ``runtime.receive``), waiting while that queue is full. A
+        kernel already cancelled on entry sends nothing, and cancelling the wait for
+        room leaves the message unsent.
         """
         kernel = self._kernel
         outbox = self._outbox
@@ -510,6 +518,12 @@ class RingKernelContext:
         telemetry = self._telemetry
         telemetry.messages_sent += 1
         correlation_id = getattr(message, "correlation_id", None)
+        if correlation_id is None and (kernel._pending or kernel._stale):
+            # An uncorrelated message that is a request sent back (an echo, as
+            # PyDotCompute's send_and_receive tests do) answers that request's ask.
+            correlation_id = getattr(message, "message_id", None)
+            if correlation_id not in kernel._pending and correlation_id not in kernel._stale:
+                correlation_id = None
         if correlation_id is not None:
             if telemetry._inflight:
                 telemetry.replied(correlation_id)

@@ -6,7 +6,8 @@ messages to them by id (see :mod:`._ring_kernel` for the lifecycle)."""
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast, overload
 
@@ -47,7 +48,8 @@ class RingKernelRuntime(Generic[TelemetryT]):
     normal exit every live kernel is terminated (draining its queue, at most
     ``shutdown_timeout`` seconds in all); if the block raises, they are cancelled.
     ``use_uvloop`` and ``use_eager_tasks`` are accepted for compatibility and ignored:
-    the event loop is the caller's choice.
+    the event loop is the caller's choice. PyDotCompute's ``await runtime.start()`` and
+    ``await runtime.shutdown()`` work too (see :meth:`start`).
     """
 
     @overload
@@ -94,6 +96,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         self._kernels: dict[str, RingKernel | PersistentRingKernel] = {}
         self._nursery: ActorNursery | None = None
         self._active = False
+        self._started = False  # by start(): shutdown() closes the nursery
 
     async def __aenter__(self) -> Self:
         await full_checkpoint(current_kit())  # a checkpoint on every path
@@ -110,10 +113,21 @@ class RingKernelRuntime(Generic[TelemetryT]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
+        return await self._close(exc_type, exc, tb, self._shutdown_timeout)
+
+    async def _close(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        timeout: float,
+    ) -> bool:
+        """Leave the runtime: terminate the kernels (``timeout`` in all) unless ``exc``
+        ends it, then close the nursery, which raises a kernel's crash."""
         assert self._nursery is not None
         if exc is None:
             try:
-                await self.shutdown(self._shutdown_timeout)
+                await self._terminate_all(timeout)
             except BaseException as error:
                 self._active = False
                 if not await self._nursery.__aexit__(type(error), error, error.__traceback__):
@@ -122,6 +136,40 @@ class RingKernelRuntime(Generic[TelemetryT]):
         self._active = False
         return await self._nursery.__aexit__(exc_type, exc, tb)
 
+    async def start(self) -> None:
+        """Start the runtime without ``async with`` (PyDotCompute's way); ``await
+        shutdown()`` ends it.
+
+        It opens the runtime's nursery in the calling task, so :meth:`shutdown` must
+        be awaited by that same task (``try: ... finally: await runtime.shutdown()``),
+        and the kernels live until it is. A kernel that crashes meanwhile cancels that
+        task, as in an ``async with`` block, and ``shutdown`` then raises
+        :class:`~pdc_core.ActorCrashed`. Prefer ``async with RingKernelRuntime() as
+        runtime:``, which cannot forget the ``shutdown``. Raises
+        :class:`~pdc_core.LifecycleError` if the runtime was started before. A caller
+        already cancelled on entry starts nothing.
+        """
+        await self.__aenter__()
+        self._started = True
+
+    @asynccontextmanager
+    async def kernel_scope(
+        self,
+        kernel_id: str,
+        kernel_func: KernelFunction | RingKernelDefinition | None = None,
+        **config: Any,
+    ) -> AsyncIterator[RingKernel | PersistentRingKernel]:
+        """``async with runtime.kernel_scope(id, func) as kernel:``: the kernel launched
+        (``config`` as for :meth:`launch`) and activated for the block, terminated after
+        it, whichever way the block ends."""
+        kernel = await self.launch(kernel_id, kernel_func, **config)
+        try:
+            await self.activate(kernel_id)
+            yield kernel
+        finally:
+            with anyio.CancelScope(shield=True):  # terminated even when cancelled
+                await self.terminate(kernel_id)
+
     @property
     def is_active(self) -> bool:
         """Whether the runtime is running (inside its ``async with`` block)."""
@@ -129,8 +177,17 @@ class RingKernelRuntime(Generic[TelemetryT]):
 
     @property
     def kernel_ids(self) -> list[str]:
-        """Ids of the kernels launched in this runtime (terminated ones included)."""
-        return list(self._kernels)
+        """Ids of the live kernels: launched and not yet terminated (or failed).
+
+        A terminated kernel leaves this list, as in PyDotCompute, but stays known to
+        :meth:`get_kernel`, :meth:`get_kernel_state`, :attr:`kernel_states` and
+        :meth:`receive` (for the replies it left) until its id is launched again.
+        """
+        return [
+            kernel_id
+            for kernel_id, kernel in self._kernels.items()
+            if kernel.kernel_state not in FINAL_STATES
+        ]
 
     @property
     def kernel_states(self) -> dict[str, KernelState]:
@@ -309,11 +366,22 @@ class RingKernelRuntime(Generic[TelemetryT]):
         await self.get_kernel(kernel_id).terminate(timeout)
 
     async def shutdown(self, timeout: float = 5.0) -> None:
-        """Terminate every live kernel, draining them for ``timeout`` seconds in all.
+        """Terminate every live kernel, draining them for ``timeout`` seconds in all;
+        a runtime started by :meth:`start` then stops (``is_active`` turns False).
 
         A caller already cancelled on entry terminates nothing; cancelled while it
-        waits, the kernels stay terminating (they take no new messages).
+        waits, the kernels stay terminating (they take no new messages). For a runtime
+        started by :meth:`start` it is the end of the ``async with`` block: the
+        runtime stops even when the caller is cancelled, and a kernel's crash is raised
+        as :class:`~pdc_core.ActorCrashed`.
         """
+        if self._started:  # started by start(), not by ``async with``: leave the runtime
+            self._started = False
+            await self._close(None, None, None, timeout)
+            return
+        await self._terminate_all(timeout)
+
+    async def _terminate_all(self, timeout: float) -> None:
         await full_checkpoint(current_kit())  # a checkpoint on every path
         check_timeout(timeout)
         live = [kernel for kernel in self._kernels.values() if not kernel._finished]

@@ -1,10 +1,12 @@
 """PyDotCompute's import path ``pydotcompute.backends``: the backend base class.
 
 pdc's :class:`~pdc_core.Backend` is a different contract (docs/plugin-guide.md): a
-PyDotCompute backend subclass has to be ported. ``BackendType`` (backends are named by
-strings) and ``CPUBackend`` (use ``pdc_core.get_backend("cpu")``) are not provided.
+PyDotCompute backend subclass has to be ported. ``BackendType`` names pdc's backends,
+and ``CPUBackend`` is a thin layer with PyDotCompute's methods over
+``pdc_core.get_backend("cpu")``.
 """
 
-from .base import Backend
+from .base import Backend, BackendType
+from .cpu import CPUBackend
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "BackendType", "CPUBackend"]

@@ -1,6 +1,7 @@
 """PyDotCompute's import path ``pydotcompute.ring_kernels``: the ring-kernel API.
 
-Only the names pdc has an equivalent for are here; the queues, the threaded and Cython
+Only the names pdc has an equivalent for are here: ``MessageQueue`` is a thin layer
+over pdc's :class:`~pdc_core.Mailbox`; the other queues, the threaded and Cython
 kernels, the buffer registry, ``ArrayMessage``, ``GPUMonitor`` and the event-loop
 helpers are not provided (docs/migrating-from-pydotcompute.md says what to use
 instead). Unlike PyDotCompute's, importing it does not install uvloop.
@@ -10,11 +11,13 @@ instead). Unlike PyDotCompute's, importing it does not install uvloop.
 # submodule of the same name (as in PyDotCompute).
 from .lifecycle import KernelState, RingKernel
 from .message import RingKernelMessage, message
+from .queue import MessageQueue
 from .runtime import RingKernelRuntime
 from .telemetry import RingKernelTelemetry
 
 __all__ = [
     "KernelState",
+    "MessageQueue",
     "RingKernel",
     "RingKernelMessage",
     "RingKernelRuntime",
