@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._exceptions import KernelBodyMissing
+from .._loop import check_count
 from ._ring import RingLayout, record_dtype
 
 __all__ = [
@@ -151,12 +152,12 @@ class PersistentKernel(Generic[ReqT, RepT]):
         if not isinstance(name, str) or not name:
             raise TypeError(f"a persistent kernel needs a non-empty str name, not {name!r}")
         self.name = name
-        self.layout = RingLayout(request_dtype, reply_dtype, capacity)
-        if max_batch is None:
-            max_batch = capacity
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be a positive int, not {max_batch!r}")
-        self.max_batch = max_batch
+        # Each count is checked under the name the caller gave it (max_batch defaults
+        # to the checked capacity, so capacity's errors never name max_batch).
+        self.layout = RingLayout(request_dtype, reply_dtype, check_count(capacity, "capacity"))
+        self.max_batch = (
+            self.layout.in_capacity if max_batch is None else check_count(max_batch, "max_batch")
+        )
         self.state: npt.NDArray[Any] | None = None
         if state is not None:
             initial = np.array(state, copy=True)

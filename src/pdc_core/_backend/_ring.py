@@ -29,7 +29,6 @@ Neither endpoint blocks or waits: they report what is possible now, and the call
 from __future__ import annotations
 
 import enum
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -38,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._exceptions import RecordError, RingProtocolError
+from .._loop import check_count
 
 if TYPE_CHECKING:
     from ._contract import Backend
@@ -197,8 +197,13 @@ def record_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
 
     A record dtype must have a fixed, non-zero size and hold no Python objects (the
     device reads its bytes). Structured dtypes are the norm; a plain dtype such as
-    ``float64`` is a one-field record.
+    ``float64`` is a one-field record. Raises :class:`TypeError` for ``None`` (which
+    NumPy would read as ``float64``), anything that is not a dtype, a dtype holding
+    objects and a subarray dtype; :class:`~pdc_core.RecordError` for a dtype of no size
+    (``np.dtype([])``, ``V0``, ``S0``, ``U0``).
     """
+    if dtype is None:  # np.dtype(None) is float64: a forgotten dtype, not a layout
+        raise TypeError(f"the {what} dtype is None; give the record layout (a NumPy dtype)")
     try:
         canonical = np.dtype(dtype)
     except TypeError as exc:
@@ -207,8 +212,8 @@ def record_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
         raise TypeError(
             f"the {what} dtype {canonical} holds Python objects, which a device cannot read"
         )
-    if canonical.itemsize == 0:
-        raise TypeError(f"the {what} dtype {canonical} has no size; a slot needs a fixed size")
+    if canonical.itemsize == 0:  # np.dtype([]), V0, S0, U0: no record fits no bytes
+        raise RecordError(f"the {what} dtype {canonical} has no size; a slot needs a fixed size")
     if canonical.subdtype is not None:
         raise TypeError(
             f"the {what} dtype {canonical} is a subarray dtype; wrap it in a structured dtype "
@@ -232,13 +237,10 @@ def sequenced_slot_size(itemsize: int) -> int:
 
 
 def _capacity(value: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"the {what} capacity must be an int, not {value!r}")
-    if value < 1:
-        raise ValueError(f"the {what} capacity must be at least 1, not {value}")
+    value = check_count(value, f"the {what} capacity")
     if value >= 2**32:
         raise ValueError(f"the {what} capacity {value} is too large (at most 2**32 - 1 slots)")
-    return int(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -607,6 +609,13 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
             f"({', '.join(names)}); give a tuple of field values or a mapping of field "
             "names (a scalar is a record only of a one-field dtype)"
         )
+    if is_tuple or isinstance(value, list):
+        for item in value:
+            if type(item) not in _PLAIN_NUMBERS:  # the common case costs one look per field
+                _refuse_text(value, dtype, dtype, None, what)
+                break
+    elif type(value) not in _PLAIN_NUMBERS:
+        _refuse_text(value, dtype, dtype, None, what)
     try:
         array = np.array([value], dtype=dtype)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -628,6 +637,43 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         else:
             _check_exact(value, array, dtype, integer_fields, what)
     return array
+
+
+#: Values that are numbers and nothing else: no text to look for in them.
+_PLAIN_NUMBERS: Final = frozenset({int, float, bool, complex})
+
+
+def _refuse_text(
+    value: Any, field: np.dtype[Any], dtype: np.dtype[Any], name: str | None, what: str
+) -> None:
+    """Refuse text (``str``, ``bytes``) bound for a number of ``field`` (the record's
+    ``dtype`` or a field ``name`` of it, nested fields and subarrays included): NumPy
+    would parse ``"2.0"`` into a float field, and a record is never guessed at."""
+    if field.names is not None:
+        fields = field.fields
+        assert fields is not None
+        if isinstance(value, tuple | list):
+            for key, item in zip(field.names, value, strict=False):
+                _refuse_text(item, fields[key][0], dtype, key, what)
+        elif len(field.names) == 1:  # a scalar is the record of a one-field dtype
+            key = field.names[0]
+            _refuse_text(value, fields[key][0], dtype, key, what)
+        return
+    if isinstance(value, tuple | list):  # a subarray field's elements
+        for item in value:
+            _refuse_text(item, field.base, dtype, name, what)
+        return
+    is_text = isinstance(value, str | bytes) or (
+        isinstance(value, np.ndarray) and value.dtype.kind in "SU"
+    )
+    if is_text and field.base.kind in "biufc":
+        where = f"a {what} record of dtype {describe_dtype(dtype)}"
+        if name is not None:
+            where = f"field {name!r} ({field}) of {where}"
+        raise RecordError(
+            f"{where}: {value!r} is text, and text is never parsed into a number; "
+            "give the number itself"
+        )
 
 
 _IntegerFields = tuple[tuple[int, str | None], ...]

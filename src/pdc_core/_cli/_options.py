@@ -7,7 +7,15 @@ from __future__ import annotations
 import json
 import sys
 
-from .._plugins import CPU_INSTALL_HINT, available_backends, no_backend_line
+from .._exceptions import BackendError, BackendUnavailable
+from .._plugins import (
+    CPU_INSTALL_HINT,
+    available_backends,
+    backend_devices,
+    no_backend_line,
+    parse_backend_name,
+    registered_backends,
+)
 
 __all__ = [
     "check_async_backend",
@@ -63,7 +71,8 @@ def check_backend(name: str | None, command: str) -> int:
         return usage_error(command, no_backend_line()) if not valid else 0
     base = name.split(":", 1)[0].lower()
     if base in valid:
-        return 0
+        problem = _device_problem(name, base)
+        return 0 if problem is None else usage_error(command, f"argument --backend: {problem}")
     instead = (
         f"choose from {', '.join(repr(v) for v in valid)}"
         if valid
@@ -78,6 +87,25 @@ def check_backend(name: str | None, command: str) -> int:
             f"cannot run here: {info.availability.reason}; {instead}",
         )
     return usage_error(command, f"argument --backend: invalid choice: {name!r} ({instead})")
+
+
+def _device_problem(name: str, base: str) -> str | None:
+    """Why ``name``'s device index names no device of ``base`` (an available backend):
+    not an index (``cpu:``, ``cpu:abc``, ``cpu:-1``) or past its devices (``cpu:7``)."""
+    try:
+        _, index = parse_backend_name(name)
+    except BackendUnavailable as exc:
+        return str(exc)
+    if not index:  # device 0 is there whenever the backend is available
+        return None
+    try:
+        devices = backend_devices(registered_backends()[base])
+    except BackendError:  # its devices() fails: the check's "backend" step reports it
+        return None
+    if index < len(devices):
+        return None
+    listing = ", ".join(device.qualified_name for device in devices) or "none"
+    return f"the {base} backend has no device {index} (it has {listing})"
 
 
 def check_async_backend(name: str, command: str) -> int:

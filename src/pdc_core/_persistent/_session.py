@@ -56,6 +56,7 @@ from .._loop import (
     current_loop,
     full_checkpoint,
     loop_getter,
+    seconds_or_inf,
     wake,
 )
 from .._loop._cancel import raise_cancelled
@@ -136,7 +137,11 @@ class SessionState(enum.Enum):
 class SessionStatistics:
     """Counters of a session. ``unprocessed`` counts requests that were published but
     never answered because the kernel stopped or crashed first (each one failed its
-    caller with an error, or was reported by ``receive``)."""
+    caller with an error, or was reported by ``receive``). Every reply is counted once:
+    ``replied`` is those returned by ``request``/``request_batch``, plus ``received``,
+    plus ``discarded`` (replies to ``reply=False`` sends, and those that reached a
+    request whose caller was cancelled or failed first); ``sent == replied +
+    unprocessed`` once the kernel has stopped."""
 
     sent: int
     replied: int
@@ -310,10 +315,10 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         wait: _ReplyWait = "sleep",
         spin_limit: float = _DEFAULT_SPIN_LIMIT,
     ) -> None:
-        check_duration(stop_timeout, "stop_timeout")
+        stop_timeout = seconds_or_inf(check_duration(stop_timeout, "stop_timeout"))
         if wait not in ("sleep", "spin"):
             raise ValueError(f"wait must be 'sleep' or 'spin', not {wait!r}")
-        check_duration(spin_limit, "spin_limit")
+        spin_limit = seconds_or_inf(check_duration(spin_limit, "spin_limit"))
         self.kernel = kernel
         #: How a caller waits for replies: ``"sleep"`` in the event loop, or ``"spin"``
         #: on the reply index for up to :attr:`spin_limit` seconds first.
@@ -397,7 +402,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         for ``STARTED``, the kernel is stopped (shielded) before the cancellation
         propagates.
         """
-        check_duration(launch_timeout, "launch_timeout")
+        launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
         check_duration(stop_timeout, "stop_timeout")
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         backend = backend_for(kernel, backend)
@@ -659,12 +664,12 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
                 return ActorStopped(f"persistent kernel {name!r} is stopped{detail}", actor_id=name)
 
             self._terminal = stopped
+        # Requests still routed were never answered: they are ``unprocessed`` (never
+        # ``discarded``, which counts replies).
         for route in self._routes:
             sink = route.sink
             if isinstance(sink, _Pending) and sink.error is None:
                 sink.error = self._terminal()
-            elif sink is _DISCARD:
-                self._discarded += route.end - route.start
         self._routes.clear()
         self.notify_changed()  # whoever waits, leader or follower, must look again
 
@@ -1016,6 +1021,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
                 self._check_open()
             error = pending.error
             assert error is not None
+            self._discarded += pending.filled  # replies that came before the failure
             if self._error is not None:
                 self._error_reported = True
             # The error's traceback holds this frame: drop the frame's references to the
@@ -1030,6 +1036,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         return pending.replies
 
     def _abandon(self, pending: _Pending) -> None:
+        """The caller of ``pending`` is gone: the replies it already holds are discarded
+        (``replied == returned + received + discarded`` holds), and so will the rest be."""
+        self._discarded += pending.filled
         for route in self._routes:
             if route.sink is pending:
                 route.sink = _DISCARD
@@ -1140,10 +1149,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if self._released:
             return
         self._check_loop()
-        if timeout is None:
-            timeout = self.stop_timeout
-        else:
-            check_timeout(timeout)
+        timeout = self.stop_timeout if timeout is None else seconds_or_inf(check_timeout(timeout))
         deadline = time.monotonic() + timeout
         with anyio.CancelScope(shield=True):
             if not self._final:

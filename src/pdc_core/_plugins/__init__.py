@@ -24,6 +24,7 @@ from ._registry import (
     default_backend_name,
     get_backend,
     no_backend_line,
+    parse_backend_name,
     reload_plugins,
     resolve_backend,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "no_backend_line",
     "hookimpl",
     "list_plugins",
+    "parse_backend_name",
     "plugin_of_backend",
     "plugin_selection",
     "registered_backends",

@@ -31,6 +31,7 @@ __all__ = [
     "default_backend_name",
     "get_backend",
     "no_backend_line",
+    "parse_backend_name",
     "reload_plugins",
     "resolve_backend",
 ]
@@ -198,7 +199,7 @@ def _check_backend_setting(raw: str) -> None:
     if "," in text:
         raise fail("it takes one backend name (PDC_PLUGINS takes a list)")
     try:
-        base, index = _parse(text)
+        base, index = parse_backend_name(text)
     except BackendUnavailable as exc:
         raise fail(str(exc).replace(f"invalid backend name {text!r}: ", "")) from None
     cls = _loader.registered_backends().get(base)
@@ -243,7 +244,10 @@ def default_backend_name() -> str:
     return best
 
 
-def _parse(name: str) -> tuple[str, int]:
+def parse_backend_name(name: str) -> tuple[str, int]:
+    """``"cuda:1"`` -> ``("cuda", 1)`` (device 0 without an index). Raises
+    :class:`~pdc_core.BackendUnavailable` (one line) for a blank name or an index that
+    is not a non-negative int (``"cpu:"``, ``"cpu:abc"``, ``"cpu:-1"``)."""
     if not isinstance(name, str) or not name.strip():
         raise BackendUnavailable(f"a backend name must be a non-empty string, not {name!r}")
     base, sep, index_text = name.strip().lower().partition(":")
@@ -278,7 +282,7 @@ def get_backend(name: str | None = None) -> Backend:
         chosen = os.environ.get("PDC_BACKEND", "").strip()
         if chosen:
             return get_backend(chosen.lower())
-    base, index = _parse(name if name is not None else default_backend_name())
+    base, index = parse_backend_name(name if name is not None else default_backend_name())
     key = (base, index)
     instance = _instances.get(key)
     if instance is not None:
