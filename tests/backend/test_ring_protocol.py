@@ -453,6 +453,8 @@ def test_put_one_converts_into_the_slot_and_a_refused_record_publishes_nothing()
         host.put_one((1, 2, 3))  # NumPy refused the tuple: coerce_record says why
     with pytest.raises(RecordError, match="has 2 fields"):
         host.put_one(5)
+    with pytest.raises(RecordError, match="is text"):
+        host.put_one((1, "2"))  # NumPy would parse it: never a number from text
     assert host.in_head == memory.load64(Offset.IN_HEAD) == 0
     assert device.next_batch() == (0, 0)
     assert host.put_one((1, 2.0))  # exact: converted

@@ -990,18 +990,26 @@ class RingHost:
         slot = head % cap
         slots = self._in_slots
         positions = self._integer_positions
+        # The records coerce_record would take as they are (its fast case): a tuple of
+        # plain numbers (no text to refuse), plain ints in the integer fields (no
+        # inexact cast to refuse). Anything else goes through coerce_record's rules.
         stored = False
         if positions is not None and type(record) is tuple:
+            stored = True
+            for item in record:
+                if type(item) not in _PLAIN_NUMBERS:
+                    stored = False
+                    break
+            else:
+                for position in positions:
+                    if type(record[position]) is not int:
+                        stored = False
+                        break
+        if stored:
             try:
                 slots[slot] = record
             except (TypeError, ValueError, OverflowError):
-                pass  # coerce_record says why, in its words
-            else:
-                stored = True
-                for position in positions:
-                    if type(record[position]) is not int:  # maybe inexact: check it
-                        stored = False
-                        break
+                stored = False  # coerce_record says why, in its words
         if not stored:
             slots[slot] = coerce_record(record, self._request_dtype)[0]
         sequences = self._in_sequences
