@@ -11,10 +11,10 @@ import threading
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import BENCHMARK, load_benchmark
+from cuda_test_support import load_benchmark
 from pdc_cuda import ResidentKernelBlocks
 
-benchmark = load_benchmark(BENCHMARK.with_name("cuda_contexts.py"))
+benchmark = load_benchmark("cuda_contexts")
 
 
 def test_an_operation_is_timed_refused_or_reported_blocked():

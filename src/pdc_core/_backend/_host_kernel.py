@@ -320,7 +320,7 @@ class HostWorkerKernel(ResidentKernel):
 
     def host_waiter(self) -> HostWaiter:
         if self._host_wait == "poll":
-            return PollingWaiter()
+            return PollingWaiter(device_needs_gil=True)
         return _NotifyWaiter(self)
 
     def _signal_target(self, link: StageLink | None) -> HostWorkerKernel | None:
@@ -344,7 +344,7 @@ class HostWorkerKernel(ResidentKernel):
         both signal through this kernel's socket, and the waiter watches both progress
         counters, so a signal of either is never lost."""
         if self._host_wait == "poll":
-            return PollingWaiter()
+            return PollingWaiter(device_needs_gil=True)
         return _NotifyWaiter(self, first)
 
     def read_state(self) -> npt.NDArray[Any] | None:

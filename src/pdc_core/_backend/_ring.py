@@ -868,6 +868,15 @@ class RingHost:
 
     def _cache_views(self) -> None:
         memory = self.memory
+        dtype = memory.layout.request_dtype
+        self._request_dtype = dtype
+        #: Positions of the request dtype's integer fields when it is structured (a
+        #: tuple of plain ints stored there needs no exactness check), else ``None``.
+        self._integer_positions: tuple[int, ...] | None = (
+            None
+            if dtype.names is None
+            else tuple(position for position, _ in (_plans.get(id(dtype)) or _plan(dtype))[2])
+        )
         self._in_slots = memory.in_slots
         self._in_payloads = memory.in_payloads
         self._in_sequences = memory.in_sequences
@@ -961,6 +970,54 @@ class RingHost:
         self._w64[Offset.IN_HEAD >> 3] = head  # release: slots above are written first
         return count
 
+    def put_one(self, record: Any) -> bool:
+        """Convert ``record`` into the next input slot and publish it; ``False`` (nothing
+        converted, nothing written) when the ring is full.
+
+        The host owns slot ``in_head % capacity`` until it stores ``IN_HEAD``, so the
+        record is converted straight into it: a tuple of field values whose integer
+        fields hold plain ints is stored as it is, anything else goes through
+        :func:`coerce_record` (its rules, its :class:`RecordError`). A record refused
+        publishes nothing. Then its sequence word (sequenced slots), then ``IN_HEAD``:
+        the single-record form of :meth:`write`, in a few calls.
+        """
+        head = self.in_head
+        cap = self._in_cap
+        if head - self._in_tail >= cap and head - self.load_in_tail() >= cap:
+            return False
+        slot = head % cap
+        slots = self._in_slots
+        positions = self._integer_positions
+        # The records coerce_record would take as they are (its fast case): a tuple of
+        # plain numbers (no text to refuse), plain ints in the integer fields (no
+        # inexact cast to refuse). Anything else goes through coerce_record's rules.
+        stored = False
+        if positions is not None and type(record) is tuple:
+            stored = True
+            for item in record:
+                if type(item) not in _PLAIN_NUMBERS:
+                    stored = False
+                    break
+            else:
+                for position in positions:
+                    if type(record[position]) is not int:
+                        stored = False
+                        break
+        if stored:
+            try:
+                slots[slot] = record
+            except (TypeError, ValueError, OverflowError):
+                stored = False  # coerce_record says why, in its words
+        if not stored:
+            slots[slot] = coerce_record(record, self._request_dtype)[0]
+        sequences = self._in_sequences
+        head += 1
+        if sequences is not None:
+            sequences[slot] = head  # release: after the record's stores above
+        self.in_head = head
+        self._w64[Offset.IN_HEAD >> 3] = head  # release: the slot above is written first
+        return True
+
     def _write_sequenced(
         self, records: npt.NDArray[Any], head: int, start: int, first: int, count: int
     ) -> None:
@@ -1028,6 +1085,19 @@ class RingHost:
             replies = records_copy(pieces[0] if pieces else self._out_slots[:0])
         self.release(len(replies))
         return replies
+
+    def take_one(self) -> Any:
+        """Copy out the next published reply and give its slot back (one ``OUT_TAIL``
+        store); ``None`` when none is published (reloads ``OUT_HEAD``). The
+        single-record form of :meth:`read`."""
+        tail = self.out_tail
+        if self.load_out_head() == tail:
+            return None
+        reply = self._out_slots[tail % self._out_cap].copy()  # a scalar, not a view
+        tail += 1
+        self.out_tail = tail
+        self._w64[Offset.OUT_TAIL >> 3] = tail  # release: the copy out is complete
+        return reply
 
     def published(self, limit: int | None = None) -> list[npt.NDArray[Any]]:
         """Views of up to ``limit`` published, unread replies (per the last ``OUT_HEAD``

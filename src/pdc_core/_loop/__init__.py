@@ -53,6 +53,7 @@ __all__ = [
     "current_kit",
     "current_library",
     "current_loop",
+    "loop_getter",
     "full_checkpoint",
     "current_sleep",
     "seconds_or_inf",
@@ -115,6 +116,19 @@ def current_kit() -> Kit:
             trio_kit = _trio_kits.kit = TrioKit()
         return trio_kit
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def loop_getter() -> Callable[[], object]:
+    """The cheapest call that returns :func:`current_loop`'s value while the loop
+    running now runs (one C call under asyncio, trio's token getter under trio), for a
+    hot path that checks it is still on its loop. Under another loop the call returns
+    something else (asyncio: ``None``) or raises :class:`RuntimeError` (trio's, outside
+    trio). Raises :class:`RuntimeError` outside of both, as :func:`current_loop` does."""
+    if asyncio._get_running_loop() is not None:
+        return asyncio._get_running_loop
+    current_loop()  # trio is running, or this raises
+    getter: Callable[[], object] = sys.modules["trio"].lowlevel.current_trio_token
+    return getter
 
 
 def current_loop() -> object:

@@ -57,7 +57,7 @@ BASE_FLAGS = (
     "-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
     "-fvisibility=hidden",
 )  # fmt: skip
-TSAN_FLAGS = ("-fsanitize=thread", "-Wno-tsan", "-O0")
+TSAN_FLAGS = ("-fsanitize=thread", "-Wno-tsan")
 
 
 class HostBuildError(RuntimeError):
