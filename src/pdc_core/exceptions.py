@@ -24,13 +24,19 @@ from ._exceptions import (
     ActorError,
     BackendError,
     BackendUnavailable,
+    BufferError,
+    BufferNotAllocatedError,
     KernelAlreadyExistsError,
     KernelNotFoundError,
     KernelStateError,
     MailboxFull,
+    MessageDeserializationError,
+    MessageError,
+    MessageSerializationError,
     MessageTimeout,
     PdcError,
 )
+from ._publish import publish
 
 #: PyDotCompute's name for :class:`~pdc_core.PdcError`.
 PyDotComputeError = PdcError
@@ -68,41 +74,6 @@ class TypeValidationError(ValidationError, TypeError):
         super().__init__(
             f"Type mismatch in {context}: expected {expected.__name__}, got {actual.__name__}"
         )
-
-
-class MessageError(PdcError):
-    """Base of the errors about a message's bytes."""
-
-
-class MessageSerializationError(MessageError):
-    """A message of ``message_type`` could not be turned into bytes."""
-
-    def __init__(self, message_type: type, cause: Exception) -> None:
-        self.message_type = message_type
-        self.cause = cause
-        super().__init__(f"Failed to serialize message of type '{message_type.__name__}': {cause}")
-
-
-class MessageDeserializationError(MessageError):
-    """Bytes could not be turned into a message of ``message_type``."""
-
-    def __init__(self, message_type: type, cause: Exception) -> None:
-        self.message_type = message_type
-        self.cause = cause
-        super().__init__(
-            f"Failed to deserialize message to type '{message_type.__name__}': {cause}"
-        )
-
-
-class BufferError(PdcError):
-    """Base of the errors about a buffer."""
-
-
-class BufferNotAllocatedError(BufferError):
-    """The buffer has no memory yet (PyDotCompute's buffers allocate on demand)."""
-
-    def __init__(self) -> None:
-        super().__init__("Buffer has not been allocated. Call allocate() first.")
 
 
 class BufferSyncError(BufferError):
@@ -169,3 +140,6 @@ __all__ = [
     "TypeValidationError",
     "ValidationError",
 ]
+
+# The bases pdc keeps private (its own errors derive from them) are addressed here.
+publish(__name__, globals(), ["BufferError", "MessageError"])
