@@ -464,11 +464,18 @@ class UnifiedBuffer:
                 self._push()
 
     async def ensure_on_host(self) -> None:
-        """:meth:`sync_to_host_async` on its own stream (PyDotCompute's name)."""
+        """:meth:`sync_to_host_async` on a stream of its own (PyDotCompute's name).
+
+        Cancelled, it still waits, shielded, for a copy it queued (as that method).
+        """
         await self.sync_to_host_async()
 
     async def ensure_on_device(self) -> None:
-        """Make the device copy current (:meth:`sync_to_device`), after a checkpoint."""
+        """Make the device copy current (:meth:`sync_to_device`), after a checkpoint.
+
+        Cancellation is seen at the checkpoint only, before any copy starts; the copy
+        itself is synchronous.
+        """
         await full_checkpoint(current_kit())  # on every path, as trio's API
         self.sync_to_device()
 

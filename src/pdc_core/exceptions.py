@@ -6,15 +6,19 @@ Five PyDotCompute names are aliases of pdc errors that are raised in the same ca
 actor errors), ``QueueFullError`` is :class:`~pdc_core.MailboxFull`,
 ``QueueTimeoutError`` is :class:`~pdc_core.MessageTimeout` (also a ``TimeoutError``) and
 ``BackendNotAvailableError`` is :class:`~pdc_core.BackendUnavailable`. Their
-constructors and attributes are pdc's.
+constructors and attributes are pdc's. ``BufferNotAllocatedError``,
+``MessageSerializationError`` and ``MessageDeserializationError`` are pdc's own errors
+(a buffer without memory; a message to or from bytes); their bases ``BufferError``
+and ``MessageError`` are :class:`~pdc_core.PdcError` subclasses defined with pdc's
+errors and addressed here.
 
 The other PyDotCompute errors are subclasses of pdc errors, with PyDotCompute's
 constructors and attributes, for code that raises or catches them by these names:
 ``ValidationError`` is a :class:`~pdc_core.PdcError` and a ``ValueError`` (pdc itself
 raises a plain ``ValueError``/``TypeError`` for a bad argument, so ``except
 ValueError`` catches both), ``CompilationError`` and the device errors are
-:class:`~pdc_core.BackendError` (what pdc raises for them), ``MessageError`` and
-``BufferError`` are :class:`~pdc_core.PdcError`. pdc raises them only where the
+:class:`~pdc_core.BackendError` (what pdc raises for them), ``BufferSyncError`` is a
+``BufferError``. pdc raises them only where the
 PyDotCompute-path layer does (docs/migrating-from-pydotcompute.md).
 """
 

@@ -143,6 +143,7 @@ LAYERS: dict[str, set[str]] = {
     },
     "ring_kernels": {"MessageQueue"},
     "ring_kernels.lifecycle": {"RingKernelConfig", "managed_kernel"},
+    "ring_kernels.message": {"deserialize_message", "get_message_type"},
     "ring_kernels.queue": {"BackpressureStrategy", "MessageQueue"},
 }
 ALL_PATHS = sorted(set(PATHS) | set(LAYERS))
