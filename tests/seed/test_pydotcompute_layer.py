@@ -375,3 +375,31 @@ def test_the_cpu_backend_layer_uses_pdc_s_cpu_backend() -> None:
     assert not failed.success
     assert isinstance(failed.error, ZeroDivisionError)
     assert backend.execute_kernel(np.add, (1,), (1,), source, source).success
+
+
+def test_the_process_wide_pool_on_pydotcompute_s_path() -> None:
+    from pdc_core.core import memory_pool as path
+
+    saved = path.MemoryPool._instance
+    path.MemoryPool._instance = None
+    try:
+        pool = path.MemoryPool(max_size_mb=1)
+        assert pool is path.MemoryPool() is path.get_memory_pool()
+        assert isinstance(pool, pdc_core.MemoryPool)
+        assert pool.limit == 2**20
+        assert pool.enabled  # reuses from the start, as the seed documents expect
+        buffer = pool.acquire((1024,), np.float32, pinned=True)
+        assert pool.get_stats() == path.PoolStatistics(4096, 4096, 0)
+        assert pool.get_pinned_stats() == path.PoolStatistics(4096, 4096, 0)
+        pool.release(buffer)
+        assert pool.get_stats().n_free_blocks == 1
+        assert pool.get_stats().utilization == 0.0
+        assert "enabled=True" in repr(pool)
+        pool.free_all_blocks()
+        assert pool.get_stats() == path.PoolStatistics(0, 0, 0)
+        assert path.configure_memory_pool(max_size_mb=2, enable=False) is pool
+        assert (pool.limit, pool.enabled) == (2 * 2**20, False)
+        pool.set_limit(None)
+        assert pool.limit is None
+    finally:
+        path.MemoryPool._instance = saved
