@@ -403,3 +403,59 @@ def test_the_process_wide_pool_on_pydotcompute_s_path() -> None:
         assert pool.limit is None
     finally:
         path.MemoryPool._instance = saved
+
+
+# -- the free-standing RingKernel on PyDotCompute's path -------------------------------
+
+
+async def test_a_free_standing_kernel_runs_outside_the_caller_s_nurseries() -> None:
+    from pdc_core.exceptions import KernelStateError
+    from pdc_core.ring_kernels import lifecycle
+
+    kernel = lifecycle.RingKernel("layer_free", echo)
+    assert kernel.state == KernelState.CREATED
+    assert "CREATED" in repr(kernel)
+    for operation in (kernel.activate, kernel.receive, kernel.terminate):
+        with pytest.raises(KernelStateError, match="in state CREATED"):
+            await operation()
+    with pytest.raises(KernelStateError, match="in state CREATED"):
+        await kernel.send(RingKernelMessage())
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await kernel.launch()  # cancelled at its checkpoint: nothing starts
+    assert kernel.state == KernelState.CREATED
+    with anyio.fail_after(LIMIT):
+        await kernel.launch()  # returns with the kernel running in a task of its own
+        assert kernel.state == KernelState.LAUNCHED
+        with pytest.raises(KernelStateError, match="launch kernel 'layer_free'"):
+            await kernel.launch()
+        await kernel.activate()
+        request = RingKernelMessage()
+        await kernel.send(request)
+        assert (await kernel.receive(timeout=LIMIT)).message_id == request.message_id
+        await kernel.deactivate()
+        assert kernel.state == KernelState.DEACTIVATED
+        await kernel.reactivate()
+        await kernel.terminate()
+    assert kernel.state == KernelState.TERMINATED
+
+
+async def test_a_kernel_a_runtime_launches_is_a_pydotcompute_ring_kernel() -> None:
+    from pdc_core.ring_kernels import lifecycle
+
+    async with RingKernelRuntime() as runtime:
+        assert isinstance(await runtime.launch("layer_instance", echo), lifecycle.RingKernel)
+
+
+async def test_a_free_standing_kernel_s_launch_and_crash_errors_reach_the_caller() -> None:
+    from pdc_core.ring_kernels import lifecycle
+
+    with pytest.raises(ValueError, match="sideways"):
+        await lifecycle.RingKernel("layer_bad", echo, backpressure="sideways").launch()
+    config = RingKernelConfig(kernel_id="layer_crashing", input_queue_size=8)
+    kernel = lifecycle.RingKernel("layer_crashing", crash, config)
+    with anyio.fail_after(LIMIT):
+        await kernel.launch()
+        with pytest.raises(ActorCrashed, match="boom"):
+            await kernel.terminate()  # whether the kernel has crashed yet or not
+    assert kernel.state == KernelState.FAILED

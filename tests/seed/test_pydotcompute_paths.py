@@ -70,7 +70,6 @@ PATHS: dict[str, dict[str, object]] = {
     },
     "ring_kernels": {
         "KernelState": pdc_core.KernelState,
-        "RingKernel": pdc_core.RingKernel,
         "RingKernelMessage": pdc_core.Message,
         "RingKernelRuntime": pdc_core.RingKernelRuntime,
         "RingKernelTelemetry": pdc_core.Telemetry,
@@ -79,7 +78,6 @@ PATHS: dict[str, dict[str, object]] = {
     "ring_kernels.lifecycle": {
         "KernelContext": pdc_core.RingKernelContext,
         "KernelState": pdc_core.KernelState,
-        "RingKernel": pdc_core.RingKernel,
     },
     "ring_kernels.message": {
         "Message": pdc_core.Message,
@@ -141,8 +139,8 @@ LAYERS: dict[str, set[str]] = {
         "TypeValidationError",
         "ValidationError",
     },
-    "ring_kernels": {"MessageQueue"},
-    "ring_kernels.lifecycle": {"RingKernelConfig", "managed_kernel"},
+    "ring_kernels": {"MessageQueue", "RingKernel"},
+    "ring_kernels.lifecycle": {"RingKernel", "RingKernelConfig", "managed_kernel"},
     "ring_kernels.message": {"deserialize_message", "get_message_type"},
     "ring_kernels.queue": {"BackpressureStrategy", "MessageQueue"},
 }
