@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import enum
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -470,8 +471,51 @@ def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: lis
         bases.clear()
 
 
+@functools.cache
+def _alias_table() -> list[tuple[str, str]]:
+    """(expanded text, name) of the type aliases signatures show by name: NumPy's
+    ``DTypeLike`` and ``ArrayLike`` (which expand into NumPy's private typing protocols)
+    and pdc's ``RecordLike``. Longest first, so no alias is cut inside another."""
+    import numpy.typing as npt
+    from sphinx.util.typing import stringify_annotation
+
+    from pdc_core._persistent._session import RecordLike
+
+    aliases = {
+        "~numpy.typing.DTypeLike": npt.DTypeLike,
+        "~numpy.typing.ArrayLike": npt.ArrayLike,
+        "~pdc_core._persistent._session.RecordLike": RecordLike,
+    }
+    table = [
+        (stringify_annotation(alias, mode), name)  # type: ignore[arg-type]
+        for name, alias in aliases.items()
+        for mode in ("smart", "fully-qualified-except-typing")
+    ]
+    return sorted(table, key=lambda pair: -len(pair[0]))
+
+
+def _name_aliases(
+    app: Sphinx,
+    what: str,
+    name: str,
+    obj: Any,
+    options: Any,
+    signature: str | None,
+    return_annotation: str | None,
+) -> tuple[str | None, str | None]:
+    """Show a type alias in a signature by its name, not as the union it stands for
+    (``request_dtype: DTypeLike``, not a line of NumPy's private protocols)."""
+    for expanded, alias in _alias_table():
+        if signature:
+            signature = signature.replace(expanded, alias)
+        if return_annotation:
+            return_annotation = return_annotation.replace(expanded, alias)
+    return signature, return_annotation
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("pdc-face", FaceDirective)
+    app.connect("autodoc-process-signature", _name_aliases)
     app.add_post_transform(_RepositoryLinks)
     app.connect("autodoc-process-bases", _drop_object_base)
     _patch_real_modname()

@@ -44,6 +44,7 @@ FACES: tuple[str, ...] = (
     "pdc_core.core",
     "pdc_core.core.accelerator",
     "pdc_core.core.memory_pool",
+    "pdc_core.core.orchestrator",
     "pdc_core.decorators",
     "pdc_core.decorators.kernel",
     "pdc_core.decorators.ring_kernel",
@@ -52,10 +53,14 @@ FACES: tuple[str, ...] = (
     "pdc_core.ring_kernels.lifecycle",
     "pdc_core.ring_kernels.message",
     "pdc_core.ring_kernels.queue",
+    "pdc_core.ring_kernels.telemetry",
     "pdc_core.backends",
     "pdc_core.backends.base",
     "pdc_core.backends.cpu",
     "pdc_core.exceptions",
+    "pdc_core.compilation",
+    "pdc_core.compilation.compiler",
+    "pdc_core.compilation.cache",
 )
 
 #: The distributions whose modules count as pdc's own (for inherited members).

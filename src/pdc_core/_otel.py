@@ -168,9 +168,16 @@ class Exporter:
         if fresh:
             targets = self._targets()
             snapshot: dict[str, list[tuple[Any, _Attributes]]] = {}
+            # A series is observed once however many targets cover it (a nursery and
+            # one of its actors, two handles of one actor): reporting it twice would
+            # double a counter, and closing one of them would make it go down.
+            series: set[tuple[str, frozenset[tuple[str, str]]]] = set()
             for target in targets:
                 for row_family, stats, attributes in _rows(target):
-                    snapshot.setdefault(row_family, []).append((stats, attributes))
+                    key = (row_family, frozenset(attributes.items()))
+                    if key not in series:
+                        series.add(key)
+                        snapshot.setdefault(row_family, []).append((stats, attributes))
             with self._lock:
                 self._snapshot = snapshot
                 self._served = set()

@@ -767,6 +767,103 @@ async def test_a_stream_belongs_to_one_event_loop() -> None:
     receive.close()
 
 
+def _memory_stream(size: int) -> tuple[Any, Any]:
+    return anyio.create_memory_object_stream[int](size)
+
+
+def _broadcast_stream(size: int) -> tuple[Any, Any]:
+    send, subscribe = create_broadcast_stream[int](size)
+    return send, subscribe()
+
+
+@pytest.mark.parametrize("make", [_memory_stream, _broadcast_stream], ids=["anyio", "broadcast"])
+async def test_a_waiting_send_is_served_before_a_later_send_nowait(make: Any) -> None:
+    """Issue 35, item 2, side by side with anyio: the receive that makes room moves the
+    waiting send's item in, so a send_nowait made before that send runs gets WouldBlock
+    (it used to take the room, and could starve the waiting send forever)."""
+    send, receive = make(1)
+    send.send_nowait(0)
+    with fail_after(LIMIT):
+        async with create_task_group() as tg:
+            tg.start_soon(send.send, 1)
+            await wait_all_tasks_blocked()
+            assert send.statistics().tasks_waiting_send == 1
+            assert await receive.receive() == 0
+            # no checkpoint since: the waiting send has not run, its item is in
+            assert send.statistics().tasks_waiting_send == 0
+            assert receive.statistics().current_buffer_used == 1
+            with pytest.raises(WouldBlock):
+                send.send_nowait(2)
+            assert receive.receive_nowait() == 1
+            send.send_nowait(3)
+            assert receive.receive_nowait() == 3
+    send.close()
+    receive.close()
+
+
+async def test_waiting_sends_are_served_in_the_order_they_began_to_wait() -> None:
+    send, subscribe = create_broadcast_stream[int](1)
+    fast = subscribe()
+    slow = subscribe()
+    send.send_nowait(0)
+    with fail_after(LIMIT):
+        async with create_task_group() as tg:
+            for item in (1, 2, 3):
+                tg.start_soon(send.send, item)
+                await wait_all_tasks_blocked()  # each waits before the next starts
+            assert send.statistics().tasks_waiting_send == 3
+            assert fast.receive_nowait() == 0
+            # every subscription must have room: the slow one is still full
+            assert send.statistics().tasks_waiting_send == 3
+            with pytest.raises(WouldBlock):
+                send.send_nowait(99)
+            fast_got: list[int] = []
+            slow_got: list[int] = []
+            for _ in range(3):
+                slow_got.append(await slow.receive())
+                fast_got.append(await fast.receive())
+                if send.statistics().tasks_waiting_send:
+                    with pytest.raises(WouldBlock):  # never ahead of a waiting send
+                        send.send_nowait(99)
+            slow_got.append(await slow.receive())
+            assert send.statistics().tasks_waiting_send == 0
+    assert slow_got == [0, 1, 2, 3]
+    assert fast_got == [1, 2, 3]
+    assert send.statistics().sent == 4
+    for stream in (send, fast, slow):
+        stream.close()
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [("asyncio", "asyncio"), ("asyncio", "trio"), ("trio", "asyncio")]
+)
+def test_an_idle_stream_works_in_a_later_event_loop(first: str, second: str) -> None:
+    """Issue 35, item 11: as anyio's streams, a stream nobody waits on belongs to no
+    event loop; one that a task waited on in an earlier ``anyio.run`` works in the next."""
+    if "trio" in (first, second):
+        pytest.importorskip("trio")
+    send, subscribe = create_broadcast_stream[int](0)
+    receive = subscribe()
+
+    async def round_trip(item: int) -> int:
+        got: list[int] = []
+
+        async def receiver() -> None:
+            got.append(await receive.receive())  # waits: the stream is this loop's now
+
+        with fail_after(LIMIT):
+            async with create_task_group() as tg:
+                tg.start_soon(receiver)
+                await wait_all_tasks_blocked()
+                await send.send(item)
+        return got[0]
+
+    assert anyio.run(round_trip, 1, backend=first) == 1
+    assert anyio.run(round_trip, 2, backend=second) == 2
+    send.close()
+    receive.close()
+
+
 def test_repr() -> None:
     send, subscribe = create_broadcast_stream[Any](2)
     receive = subscribe()

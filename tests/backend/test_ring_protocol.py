@@ -411,3 +411,59 @@ def test_coerce_batch() -> None:
     # RecordError is both a TypeError and a ValueError
     assert issubclass(RecordError, TypeError)
     assert issubclass(RecordError, ValueError)
+
+
+# -- the single-record forms: put_one / take_one --------------------------------------------
+
+
+@pytest.mark.parametrize("sequenced", [False, True])
+def test_put_one_and_take_one_go_round_the_ring_in_order(sequenced: bool) -> None:
+    layout = RingLayout(REQ, REP, 3, 2, sequenced_input=sequenced)
+    memory = RingMemory.from_buffer(layout)
+    host, device = RingHost(memory), RingDevice(memory)
+    device.check_header()
+    assert host.take_one() is None  # nothing published
+    for seq in range(10):  # past both rings' ends, several laps
+        as_array = records(seq, 1)
+        x = int(as_array["x"][0])
+        record = (seq, x) if seq % 3 else as_array[0]  # a tuple or a NumPy record
+        assert host.put_one(record)
+        assert memory.load64(Offset.IN_HEAD) == seq + 1
+        if sequenced:
+            assert memory.in_sequences is not None
+            assert int(memory.in_sequences[seq % 3]) == seq + 1  # the slot's word, then IN_HEAD
+            index, count = device.next_sequenced_batch()
+        else:
+            index, count = device.next_batch()
+        assert (index, count) == (seq, 1)
+        device.outputs(index, count)[...] = body(device.inputs(index, count))
+        device.publish(count)
+        reply = host.take_one()
+        assert (int(reply["seq"]), int(reply["y"])) == (seq, x * 3 + 1)
+        assert memory.load64(Offset.OUT_TAIL) == seq + 1  # its slot given back
+        device.outputs(seq + 1, 1)  # the slot may be overwritten now: the reply is a copy
+        assert host.take_one() is None
+
+
+def test_put_one_converts_into_the_slot_and_a_refused_record_publishes_nothing() -> None:
+    memory, host, device = make(2)
+    with pytest.raises(RecordError, match=r"field 'x'.*1\.7 would lose information"):
+        host.put_one((1, 1.7))  # inexact into an integer field: coerce_record's rule
+    with pytest.raises(RecordError, match="cannot make"):
+        host.put_one((1, 2, 3))  # NumPy refused the tuple: coerce_record says why
+    with pytest.raises(RecordError, match="has 2 fields"):
+        host.put_one(5)
+    with pytest.raises(RecordError, match="is text"):
+        host.put_one((1, "2"))  # NumPy would parse it: never a number from text
+    assert host.in_head == memory.load64(Offset.IN_HEAD) == 0
+    assert device.next_batch() == (0, 0)
+    assert host.put_one((1, 2.0))  # exact: converted
+    assert host.put_one({"seq": 2, "x": -3})  # any form coerce_record takes
+    assert memory.in_slots[:2].tolist() == [(1, 2), (2, -3)]
+    assert not host.put_one((3, 4))  # full: nothing converted, nothing written
+    assert host.in_head == 2
+    assert memory.in_slots[0].tolist() == (1, 2)
+    index, count = device.next_batch()
+    device.outputs(index, count)[...] = body(device.inputs(index, count))
+    device.publish(count)
+    assert host.put_one((3, 4))  # IN_TAIL reloaded once the cache says full

@@ -7,12 +7,15 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any, ClassVar
 
 import anyio
 import numpy as np
 import pytest
+from support.host_memory_backend import HostMemoryBackend
 from support.subprocess_support import interrupt_once_running, start_interruptible
 
+from pdc_core import Capability
 from pdc_core._cli import main
 from pdc_core._cli._bench import BenchResult, _no_ratio, run_suite
 
@@ -33,6 +36,88 @@ def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
         assert batched["x_vs_a task per message (cpu), all in flight"] > 0
 
 
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_backend_s_resident_ring_against_its_floor(
+    async_backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--backend NAME``: the resident ring of NAME (awaiting, spinning, an actor's
+    ask), each against the ring's floor: the same kernel driven from Python with no
+    session (``RingHost.put_one``/``take_one``)."""
+    argv = ["bench", "--quick", "--n", "40", "--backend", "cpu", "--async-backend", async_backend]
+    assert main([*argv, "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["settings"]["backend"] == "cpu"
+    latency = payload["latency"]
+    floor = latency[f"{async_backend} / ring floor (cpu)"]
+    assert floor["baseline"] is True
+    assert 0 < floor["p50_us"] <= floor["p99_us"]
+    for path in ("resident ring (cpu)", "resident ring (cpu), spin", "resident actor ask (cpu)"):
+        assert latency[f"{async_backend} / {path}"]["p50_vs_ring floor (cpu)"] > 0
+
+
+class _LaunchingBackend(HostMemoryBackend):
+    """Launches "kernels" that are Python functions over byte arrays, synchronously."""
+
+    name: ClassVar[str] = "launching"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.KERNELS})
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.launches = 0
+
+    def to_device(self, host: Any, out: Any = None, stream: Any = None) -> Any:
+        if out is None:
+            return np.array(host)
+        out[...] = host
+        return out
+
+    def to_host(self, device: Any, out: Any = None, stream: Any = None) -> Any:
+        return self.to_device(device, out)
+
+    def compile_kernel(self, source: str, name: str, options: tuple[str, ...] = ()) -> Any:
+        assert (source, name) == ("double it", "entry")
+
+        def double(request: Any, reply: Any) -> None:
+            reply[:8] = request[:8]
+            reply[8:].view(np.float64)[0] = request[8:].view(np.float64)[0] * 2
+
+        return double
+
+    def launch_kernel(self, kernel: Any, grid: Any, block: Any, args: Any, **_: Any) -> None:
+        self.launches += 1
+        kernel(*args)
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_the_launch_per_message_baseline_checks_every_reply(
+    async_backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pdc bench --backend cuda``'s launch path, through the backend contract: copy
+    in, one launch, copy out, each reply checked (here on a backend whose kernels are
+    Python functions; on a GPU the CUDA C kernel of LAUNCH_SOURCES)."""
+    from pdc_core._cli import _bench_paths
+
+    backend = _LaunchingBackend()
+    monkeypatch.setitem(_bench_paths.LAUNCH_SOURCES, "launching", ("double it", "entry"))
+    sampler = _bench_paths.launch_round_trip(backend)
+    samples = anyio.run(sampler, 30, 5, backend=async_backend)
+    assert len(samples) == 30
+    assert backend.launches == 35
+
+
+@pytest.mark.parametrize("name", ["nope", "cuda"])
+def test_a_backend_that_cannot_be_measured_exits_2_saying_why(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from pdc_core._cli._bench import _refuse_backend
+
+    reason = _refuse_backend(name)
+    if reason is None:
+        pytest.skip(f"the {name} backend runs persistent kernels here")
+    assert main(["bench", "--quick", "--backend", name]) == 2
+    assert f"--backend {name}: " in capsys.readouterr().err
+
+
 def test_without_trio_it_says_it_measures_asyncio_only(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -51,7 +136,11 @@ def test_only_baselines_are_labelled_baseline() -> None:
     latency = result.payload()["latency"]
     assert latency["asyncio / pdc ask"]["baseline"] is False
     assert latency["asyncio / bare"]["baseline"] is True
-    assert _no_ratio(latency["asyncio / pdc ask"]) == "n/a (its baselines did not run)"
+    # Every n/a says which baseline did not run and how to get it.
+    assert latency["asyncio / pdc ask"]["missing_baselines"] == ["PyDotCompute 0.2.0"]
+    assert _no_ratio(latency["asyncio / pdc ask"]) == (
+        "n/a: PyDotCompute 0.2.0 did not run (pip install pydotcompute==0.2.0)"
+    )
     assert _no_ratio(latency["asyncio / bare"]) == "(baseline)"
 
 

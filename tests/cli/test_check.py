@@ -129,6 +129,36 @@ def test_requests_must_be_positive(capsys: pytest.CaptureFixture[str]):
     assert "--requests must be at least 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("backend", "why"),
+    [
+        ("cpu:abc", "must be a device index"),
+        ("cpu:-1", "device index is negative"),
+        ("cpu:", "must be a device index"),
+        ("cpu:7", "the cpu backend has no device 7"),
+    ],
+)
+def test_a_bad_device_index_is_a_usage_error(
+    backend: str, why: str, capsys: pytest.CaptureFixture[str]
+):
+    # Issue 35, item 17: refused before any step runs, as --backend nope is.
+    assert main(["check", "--backend", backend, "--requests", "10"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (error,) = [line for line in captured.err.splitlines() if "error:" in line]
+    assert error.startswith("pdc check: error: argument --backend:")
+    assert why in error
+
+
+def test_requests_has_an_upper_bound(capsys: pytest.CaptureFixture[str]):
+    # Issue 35, item 18: a usage error, never a MemoryError in the timing steps.
+    assert main(["check", "--backend", "cpu", "--requests", "10000001"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "--requests must be at most 10,000,000" in captured.err
+    assert main(["check", "--backend", "cpu", "--requests", str(10**18)]) == 2
+
+
 async def test_a_cancelled_check_leaves_no_kernel_or_thread_behind():
     baseline = thread_count()
     with anyio.CancelScope() as scope:

@@ -50,4 +50,6 @@ def test_demo_on_an_unavailable_backend_says_why(capsys: pytest.CaptureFixture[s
         pytest.skip("needs pdc-cuda installed on a machine where cuda is unavailable")
     assert main(["demo", "--backend", "cuda"]) == 2
     error = capsys.readouterr().err
-    assert f"the cuda backend is unavailable here: {cuda.availability.reason}" in error
+    assert (
+        f"the cuda backend (pdc-cuda) is installed but cannot run here: {cuda.availability.reason}"
+    ) in error

@@ -112,3 +112,54 @@ async def test_configured_bounds_take_inf_for_none() -> None:
     async with open_nursery(shutdown_timeout=math.inf) as nursery:
         ref = await nursery.start_actor(echo)
         assert await ref.ask(1) == 1
+
+
+async def test_an_integer_timeout_too_large_for_a_float_means_no_bound() -> None:
+    """Issue 35, item 12: ``10**400`` cannot be a float (``OverflowError``); it is more
+    than ``inf`` could say, so it means no bound, as ``inf`` does; ``-10**400`` is now."""
+    huge = 10**400
+    with anyio.fail_after(LIMIT):
+        async with open_nursery(shutdown_timeout=huge) as nursery:
+            ref = await nursery.start_actor(echo)
+            assert await ref.ask(1, timeout=huge) == 1
+            assert await ref.ask_many([1, 2], timeout=huge) == [1, 2]
+            mesh = await nursery.start_mesh(echo, shape={"w": 2})
+            assert await mesh.call(3, timeout=huge) == [3, 3]
+            assert [reply async for reply in ref.ask_stream([4, 5], timeout=huge)] == [4, 5]
+            await ref.stop(timeout=huge)
+        mailbox: Mailbox[int] = Mailbox()
+        await mailbox.send(5)
+        assert await mailbox.receive(timeout=huge) == 5
+        with pytest.raises(MessageTimeout):
+            await mailbox.receive(timeout=-huge)
+        with pytest.raises(ValueError, match="shutdown_timeout"):
+            open_nursery(shutdown_timeout=-huge)
+
+
+async def test_bounds_of_kernels_too_large_for_a_float_mean_no_bound() -> None:
+    huge = 10**400
+    dtype = np.dtype([("x", "<f8")])
+    kernel = PersistentKernel("huge", dtype, dtype, bodies={"cpu": lambda r: r.copy()})
+    with anyio.fail_after(LIMIT):
+        async with open_persistent_kernel(
+            kernel, "cpu", launch_timeout=huge, stop_timeout=huge, spin_limit=huge
+        ) as session:
+            assert session.stop_timeout == math.inf
+            assert float((await session.request((1.5,)))["x"]) == 1.5
+            await session.stop(timeout=huge)
+        actor = PersistentKernelActor(kernel, "cpu", launch_timeout=huge, stop_timeout=huge)
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(actor)
+            assert float((await ref.ask((2.5,)))["x"]) == 2.5
+            await ref.stop(timeout=huge)
+        async with RingKernelRuntime(shutdown_timeout=huge) as runtime:
+            await runtime.launch("huge_echo", _echo_kernel)
+            await runtime.activate("huge_echo")
+            assert (await runtime.ask("huge_echo", Request(data=1), timeout=huge)).result == 1
+            await runtime.terminate("huge_echo", timeout=huge)
+
+
+async def _echo_kernel(ctx: Any) -> None:
+    while not ctx.should_terminate:
+        message = await ctx.receive()
+        await ctx.send(message.respond(message.data))

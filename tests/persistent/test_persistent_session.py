@@ -8,6 +8,7 @@ backend is tested in ``plugins/pdc_cpu/tests``.
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import anyio
@@ -264,6 +265,40 @@ async def test_polling_waiter_spins_while_replies_are_due_then_backs_off() -> No
     assert requested == [0.0001]
     with pytest.raises(ValueError, match="min_sleep"):
         PollingWaiter(min_sleep=0)
+
+
+def test_spin_until_progress_spins_without_sleeping_unless_the_device_needs_the_gil(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A device that needs no GIL (a GPU, native threads) is polled in a tight loop:
+    ``time.sleep(0)`` is a timed sleep on Linux (~50 us of timer slack per look). Only
+    a waiter whose device is a Python thread gives the GIL up between looks. Either way
+    the spin is bounded by its limit and returns as soon as a reply is published."""
+    import pdc_core._backend._resident as resident_module
+    from pdc_core.backend import Offset, PollingWaiter, RingHost, RingMemory
+
+    sleeps: list[float] = []
+    real_sleep = time.sleep
+
+    def counting_sleep(delay: float) -> None:
+        sleeps.append(delay)
+        real_sleep(delay)
+
+    monkeypatch.setattr(resident_module.time, "sleep", counting_sleep)
+    memory = RingMemory.from_buffer(make_kernel(capacity=4).layout)
+    ring = RingHost(memory)
+    for needs_gil in (False, True):
+        sleeps.clear()
+        waiter = PollingWaiter(device_needs_gil=needs_gil)
+        started = time.perf_counter()
+        assert waiter.spin_until_progress(ring, 0.002) is False  # nothing published
+        assert time.perf_counter() - started < 1.0  # bounded (generously, for a loaded CI)
+        assert bool(sleeps) is needs_gil
+    ring.write(np.zeros(1, make_kernel().request_dtype))
+    memory.words64[Offset.OUT_HEAD >> 3] = 1  # the device answered
+    sleeps.clear()
+    assert PollingWaiter().spin_until_progress(ring, 10.0) is True
+    assert sleeps == []
 
 
 # -- traffic ----------------------------------------------------------------------------------

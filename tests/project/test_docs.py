@@ -84,3 +84,47 @@ def test_each_readme_example_runs_pasted_alone(tmp_path: Path) -> None:
             [sys.executable, "-c", block], capture_output=True, text=True, cwd=tmp_path, timeout=120
         )
         assert done.returncode == 0, f"{block}\n{done.stderr}"
+
+
+# A file named in prose or code: a path with a slash, or a Markdown document by name.
+FILE_REFERENCE = re.compile(
+    r"(?<![\w/.:*-])((?:\.\./|/)?(?:[\w.-]+/)*[\w.-]+\.(?:md|py|toml|cu|h|cpp|sh|txt|rst|json))\b"
+)
+
+
+def _repository_files() -> list[str]:
+    import subprocess
+
+    listed = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    return listed or [str(path.relative_to(ROOT)) for path in ROOT.rglob("*") if path.is_file()]
+
+
+@pytest.mark.parametrize(
+    "path",
+    [ROOT / "README.pypi.md", *DOCUMENTS],
+    ids=lambda path: str(path.relative_to(ROOT)),
+)
+def test_every_file_a_document_cites_is_in_the_repository(path: Path) -> None:
+    """Users have the repository, nothing beside it: a document that names a file (a
+    ``design.md``, ``../shared/...``) names one they can open."""
+    files = _repository_files()
+    names = {Path(name).name for name in files}
+    text = path.read_text(encoding="utf-8")
+    missing = []
+    for match in FILE_REFERENCE.finditer(text):
+        cited = match.group(1)
+        if "/" not in cited and not cited.endswith(".md"):
+            continue  # a bare file name in an example (out.so, pdc_body.cu): not a citation
+        found = (
+            (path.parent / cited).exists()
+            or (ROOT / cited).exists()
+            or ("/" not in cited and cited in names)
+            or any(name.endswith("/" + cited.removeprefix("./")) for name in files)
+        )
+        if not found:
+            missing.append(cited)
+    assert missing == []
+    assert "../shared" not in text
+    assert "/work/" not in text

@@ -222,6 +222,33 @@ async def test_seed_ring_kernels_and_their_latency(reader) -> None:
                 assert 0 < p50 <= p99 < 1
 
 
+async def test_each_series_is_observed_once_whatever_covers_it(reader) -> None:
+    """Issue 35, item 5: a nursery and one of its actors (or two handles) both observed
+    used to report the actor's counters twice (20 after 10 asks), and a monotonic
+    counter went down when one of them was closed."""
+    memory, provider = reader
+    with anyio.fail_after(LIMIT):
+        async with open_nursery() as nursery:
+            ref = await nursery.start_actor(echo, name="twice")
+            kernel_ref = await nursery.start_actor(KERNEL, name="kernel-twice")
+            both = instrument(nursery, ref, kernel_ref, meter_provider=provider)
+            again = instrument(ref, meter_provider=provider)
+            for i in range(10):
+                await ref.ask(i)
+            await kernel_ref.ask((1, 1.0))
+            actor = {"pdc.actor.id": "twice"}
+            ring = {"pdc.actor.id": "kernel-twice", "pdc.kernel.name": "otel_double"}
+            points = _collect(memory)
+            assert [v for a, v in points["pdc.actor.handled"] if a == actor] == [10]
+            assert [v for a, v in points["pdc.mailbox.sent"] if a == actor] == [10]
+            assert [v for a, v in points["pdc.kernel.ring.sent"] if a == ring] == [1]
+            again.close()
+            assert _value(_collect(memory), "pdc.actor.handled", **actor) == 10
+            both.forget(nursery)
+            assert _value(_collect(memory), "pdc.actor.handled", **actor) == 10
+            both.close()
+
+
 def test_every_metric_is_named_and_documented() -> None:
     names = [metric.name for metric in METRICS]
     assert len(set(names)) == len(names)

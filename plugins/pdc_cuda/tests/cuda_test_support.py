@@ -22,9 +22,10 @@ from pdc_core.backend import Availability
 BENCHMARK = Path(__file__).resolve().parents[3] / "benchmarks" / "cuda_ring.py"
 
 
-def load_benchmark() -> Any:
-    """``benchmarks/cuda_ring.py`` imported as a module (it is not a package)."""
-    spec = importlib.util.spec_from_file_location("pdc_cuda_ring_benchmark", BENCHMARK)
+def load_benchmark(name: str = "cuda_ring") -> Any:
+    """``benchmarks/<name>.py`` imported as a module (it is not a package)."""
+    path = BENCHMARK.with_name(f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"pdc_{name}_benchmark", path)
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -70,6 +71,21 @@ def cuda_availability() -> Availability:
     from pdc_cuda import CudaBackend
 
     return CudaBackend.availability()
+
+
+def host_build_marks() -> list[pytest.MarkDecorator]:
+    """The marks of a host-build test module: ``cuda_host``, and a skip saying why where
+    no host build of the ring kernel can be made (no C++20 compiler, no NVRTC)."""
+    from pdc_cuda.testing import HostCudaBackend
+
+    availability = HostCudaBackend.availability()
+    return [
+        pytest.mark.cuda_host,
+        pytest.mark.skipif(
+            not availability.available,
+            reason=f"no host build of the ring kernel: {availability.reason}",
+        ),
+    ]
 
 
 def requires_gpu() -> pytest.MarkDecorator:

@@ -229,3 +229,18 @@ def test_the_benchmark_refuses_without_a_gpu():
     )
     assert result.returncode == 2
     assert f"the cuda backend is unavailable here: {availability.reason}" in result.stderr
+
+
+def test_probe_asks_the_cheap_questions_before_importing_cupy(monkeypatch):
+    """No driver library: the verdict comes without importing CuPy (a None entry in
+    sys.modules makes any import of it fail, which the probe would report instead)."""
+    from pdc_cuda import _availability
+
+    monkeypatch.setattr(_availability, "_driver_loadable", lambda: False)
+    monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    facts = _availability.probe()
+    assert facts == CudaProbe(driver_found=False)
+    assert diagnose(facts).reason == "no CUDA driver (libcuda.so not found)"
+    monkeypatch.setattr(_availability, "_cupy_installed", lambda: False)
+    assert diagnose(_availability.probe()).reason == "CuPy is not installed: pip install pdc-cuda"

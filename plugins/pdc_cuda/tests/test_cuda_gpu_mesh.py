@@ -195,6 +195,10 @@ async def test_a_member_error_word_without_a_policy_fails_the_whole_mesh(cuda_me
 
 async def test_a_cancelled_call_leaves_no_waiter_in_any_member(cuda_mesh):
     n = len(cuda_mesh.backends)
+    if n < 2:
+        # Member 0 answers while the others hold the call's requests in their rings: with
+        # one member the call has finished before the cancel (the host mesh runs it on 4).
+        pytest.skip(f"needs a mesh of two or more GPUs; this machine has {n}")
     with anyio.fail_after(LIMIT):
         async with open_nursery() as nursery:
             mesh = await nursery.start_mesh(mesh_kernel(), devices=cuda_mesh.spec, name="dbl")

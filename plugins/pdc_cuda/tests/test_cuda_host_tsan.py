@@ -16,20 +16,23 @@ import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_pipeline_support import FRAGILE, FRAGILE_CODE, TWICE, abc
+from cuda_test_support import host_build_marks
 from pdc_cuda._ring_source import ring_template
-from pdc_cuda.testing import HostCudaBackend
+from pdc_cuda.testing._build import BASE_FLAGS, TSAN_FLAGS
 from pdc_cuda.testing._tsan import TsanRun, tsan_pipeline, tsan_single
 
-_availability = HostCudaBackend.availability()
-
 pytestmark = [
-    pytest.mark.cuda_host,
-    pytest.mark.skipif(
-        not _availability.available,
-        reason=f"no host build of the ring kernel: {_availability.reason}",
-    ),
+    *host_build_marks(),
     pytest.mark.usefixtures("host_builds"),  # every kernel and the driver, built up front
 ]
+
+
+def test_the_tsan_builds_are_optimized_as_the_host_builds() -> None:
+    """TSan sees the compiled code at -O1, as every host build is made: at -O0 it would
+    miss a race that only the optimizer's hoisted loads have (issue 33: every thread
+    loaded thread 0's shared command word at -O1 before the kernel kept it in a register)."""
+    flags = (*BASE_FLAGS, *TSAN_FLAGS)
+    assert [flag for flag in flags if flag.startswith("-O")][-1] == "-O1"
 
 
 def _check(run: TsanRun) -> None:
@@ -40,6 +43,14 @@ def _check(run: TsanRun) -> None:
 @pytest.mark.parametrize("threads", [1, 32])
 def test_a_kernel_drains_pauses_and_answers_everything(threads: int) -> None:
     _check(tsan_single(TWICE, threads=threads, scenario="drain", count=200, mul=2, add=0))
+
+
+@pytest.mark.parametrize("threads", [1, 32])
+def test_a_staged_kernel_drains_and_answers_everything(threads: int) -> None:
+    """The block-copy path (the driver's 16-byte records are read in place by default):
+    the body's source defines PDC_STAGE first, as ``-DPDC_STAGE=1`` would."""
+    staged = "#define PDC_STAGE 1\n" + TWICE
+    _check(tsan_single(staged, threads=threads, scenario="drain", count=200, mul=2, add=0))
 
 
 def test_a_kernel_stopped_now() -> None:

@@ -8,6 +8,7 @@ needed). Where numba-cuda is not installed those tests skip, saying so.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import sys
 from typing import Any
@@ -17,7 +18,13 @@ import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_test_support import FakeCupy, fake_backend
-from pdc_cuda._numba import compile_python_kernel_ptx, jit_options, numba_cuda, run_numba_kernel
+from pdc_cuda._numba import (
+    compile_python_kernel_ptx,
+    jit_options,
+    numba_cuda,
+    numba_numpy_mismatch,
+    run_numba_kernel,
+)
 from pdc_cuda._streams import CudaStream
 
 import pdc_core.cuda
@@ -182,3 +189,47 @@ def test_a_body_with_a_type_error_fails_to_compile_naming_it() -> None:
 
     with pytest.raises(Exception, match=r"No implementation of function.*setitem"):
         compile_python_kernel_ptx(broken.py_func, "void(float32[:])")
+
+
+def test_a_numba_cuda_that_needs_an_older_numpy_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """numba-cuda 0.30.4 registers an overload of numpy.row_stack, gone in NumPy 2.5:
+    every compile then failed with an AttributeError from deep inside numba-cuda. Now
+    one ImportError names both versions and the range the extra declares."""
+    import pdc_cuda._numba as numba_module
+
+    real_import = importlib.import_module
+
+    def import_module(name: str, package: str | None = None) -> Any:
+        if name == "numba.cuda.np.arrayobj":
+            raise AttributeError("module 'numpy' has no attribute 'row_stack'")
+        return real_import(name, package)
+
+    monkeypatch.setattr(numba_module, "_numpy_checked", False)
+    monkeypatch.setattr(numba_module.importlib, "import_module", import_module)
+    reason = numba_module.numba_numpy_mismatch()
+    assert reason is not None
+    assert f"NumPy {np.__version__}" in reason
+    assert "numba-cuda " in reason
+    assert "row_stack" in reason
+    assert "numpy<2.5" in reason
+    if HAS_NUMBA_CUDA:
+        with pytest.raises(ImportError, match=r"numpy\.row_stack.*numpy<2\.5"):
+            numba_cuda()
+
+
+@requires_numba_cuda
+def test_the_installed_numba_cuda_and_numpy_agree() -> None:
+    assert numba_numpy_mismatch() is None  # NumPy here still has row_stack
+
+
+def test_the_numba_extra_declares_the_numpy_range() -> None:
+    import tomllib
+    from pathlib import Path
+
+    from pdc_cuda._numba import NUMPY_RANGE
+
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    extra = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"][
+        "optional-dependencies"
+    ]["numba"]
+    assert NUMPY_RANGE in extra

@@ -59,7 +59,7 @@ def test_every_marker_is_filled_and_constants_come_from_the_protocol():
     assert "struct pdc_request {" in source
     assert "struct pdc_reply {" in source
     assert 'extern "C" __global__' in source
-    assert "pdc_body(request, replies[i])" in source
+    assert "pdc_body(request, reply)" in source
 
 
 def test_line_directives_point_at_the_body_and_the_template():
@@ -83,7 +83,7 @@ def test_state_adds_a_third_argument():
         state,
     )
     assert "struct pdc_state {" in source
-    assert "pdc_body(request, replies[i], state)" in source
+    assert "pdc_body(request, reply, state)" in source
 
 
 def test_body_options_reach_the_source():
@@ -98,7 +98,7 @@ def test_body_options_reach_the_source():
     assert "#define PDC_MAX_BATCH 7ull" in source
     assert "#define PDC_BACKOFF_MIN_NS 0u" in source
     assert "#define PDC_BACKOFF_MAX_NS 1024u" in source
-    assert "echo(request, replies[i])" in source
+    assert "echo(request, reply)" in source
 
 
 @pytest.mark.parametrize(

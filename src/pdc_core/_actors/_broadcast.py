@@ -7,27 +7,23 @@ buffer of its own bounded by ``max_buffer_size``. What happens when a subscriber
 buffer is full is the stream's *slow-subscriber policy*:
 
 * ``"wait"`` (the default): ``send`` waits until *every* subscriber has room, then
-  delivers to all of them at once. A send that is cancelled while it waits delivers to
-  none, so no subscriber ever misses a message another one got; ``send_nowait`` raises
-  :class:`anyio.WouldBlock` instead of waiting (and delivers to none).
+  delivers to all of them at once. Waiting sends are served first, in the order they
+  began to wait, as by anyio's streams: the receive that makes room delivers the first
+  waiting send's item then and there, and a ``send_nowait`` raises
+  :class:`anyio.WouldBlock` (delivering to none) while any send waits or a subscriber
+  is full. A send cancelled while it waits delivers to none, unless a receive had
+  delivered its item already (it then raises the cancellation with its item sent, as
+  anyio's); so no subscriber ever misses a message another one got.
 * ``"drop_oldest"``: ``send`` never waits; a full subscriber loses the oldest message
   in its buffer (with ``max_buffer_size=0``, a subscriber not waiting in ``receive``
   loses the new one). Every loss is counted, per subscriber and in total, in
   :meth:`~BroadcastSendStream.statistics`.
 
-Closing follows anyio's memory object streams: ``clone()`` makes another handle on the
-same side (of a subscription, for a receive stream: clones share its buffer and
-compete for its messages; ``subscribe()`` again for a second copy of every message);
-a closed handle raises :class:`anyio.ClosedResourceError`; once every clone of the
-sending side is closed, subscribers receive what is buffered and then
-:class:`anyio.EndOfStream` (which ends ``async for``); once every clone of a
-subscription is closed, it stops receiving and a sender waiting for it goes on. A send
-with no subscriber delivers to nobody (it is not an error: subscribers come and go).
+The rules of closing, cloning and cancellation are documented at the public name,
+:func:`create_broadcast_stream`.
 
 Waiting is done with pdc's per-loop waiters (see :mod:`pdc_core._loop`), under asyncio
-and trio. As with anyio's streams, ``send`` and ``receive`` are checkpoints: each
-yields to the event loop once, so a cancelled one sends or takes nothing;
-``send_nowait`` and ``receive_nowait`` never yield.
+and trio.
 """
 
 from __future__ import annotations
@@ -58,7 +54,7 @@ _T_contra = TypeVar("_T_contra", contravariant=True)
 #: What a waiting receiver or sender is woken with when its wait ends without an item.
 _ENDED: Final = object()  # every send stream closed: end of stream
 _CLOSED: Final = object()  # the waiting task's own handle was closed
-_ROOM: Final = object()  # a subscription may have room now: look again
+_SENT: Final = object()  # a waiting send's item was delivered (by the receive making room)
 
 _SlowSubscriberPolicy = Literal["wait", "drop_oldest"]
 
@@ -92,14 +88,12 @@ class BroadcastStreamStatistics(NamedTuple):
 class _Subscription:
     """One subscriber's buffer and the tasks waiting on it."""
 
-    __slots__ = ("buffer", "clones", "dropped", "receivers", "senders")
+    __slots__ = ("buffer", "clones", "dropped", "receivers")
 
     def __init__(self) -> None:
         self.buffer: deque[Any] = deque()
         #: Waiters of tasks in ``receive`` with nothing buffered, in arrival order.
         self.receivers: deque[Any] = deque()
-        #: Waiters of tasks in ``send`` that wait for this subscription to have room.
-        self.senders: list[Any] = []
         self.clones = 0
         self.dropped = 0
 
@@ -108,19 +102,35 @@ class _Subscription:
             return True
         return any(not waiter.done() for waiter in self.receivers)
 
-    def wake_senders(self) -> None:
-        senders, self.senders = self.senders, []
-        for waiter in senders:
-            wake(waiter, _ROOM)
-
     def waiting_receivers(self) -> int:
         return sum(not waiter.done() for waiter in self.receivers)
+
+
+class _Send:
+    """A ``send`` waiting for room (compared by identity, never by its item)."""
+
+    __slots__ = ("delivered", "item", "waiter")
+
+    def __init__(self, item: Any, waiter: Any) -> None:
+        self.item = item
+        self.waiter = waiter
+        self.delivered = False
 
 
 class _State:
     """What the clones of the send stream and every subscription share."""
 
-    __slots__ = ("drop", "dropped", "kit", "limit", "open_senders", "sent", "subs")
+    __slots__ = (
+        "drop",
+        "dropped",
+        "kit",
+        "limit",
+        "open_senders",
+        "pending",
+        "sent",
+        "subs",
+        "waiting",
+    )
 
     def __init__(self, limit: float, drop: bool) -> None:
         self.limit = limit
@@ -130,17 +140,36 @@ class _State:
         self.sent = 0
         #: Drops of subscriptions since closed (open ones count their own).
         self.dropped = 0
+        #: The event loop of the tasks waiting now (kept when none waits: the next
+        #: waiting task's loop replaces it).
         self.kit: Kit | None = None
+        #: Tasks waiting in ``send`` or ``receive`` now.
+        self.waiting = 0
+        #: Sends waiting for room, in the order they began to wait.
+        self.pending: deque[_Send] = deque()
 
     def bind(self, kit: Kit) -> None:
-        """Bind to the event loop of ``kit`` on first use; any other is an error."""
-        if self.kit is None:
-            self.kit = kit
-        else:
+        """Bind to the event loop of ``kit``: the stream belongs to a loop only while one
+        of its tasks waits on it; a task of another loop then is an error."""
+        if self.waiting and self.kit is not None:
             raise RuntimeError(
-                f"this broadcast stream belongs to the {self.kit.name} event loop that first "
-                "used it; it cannot be used from another event loop"
+                f"this broadcast stream is in use by a task of another ({self.kit.name}) "
+                "event loop, which waits on it; it cannot be used from another event loop "
+                "meanwhile"
             )
+        self.kit = kit
+
+    def serve(self) -> None:
+        """Room may have appeared: deliver the waiting sends' items, first come first,
+        while every subscription has room for the next (each send is woken, done)."""
+        pending = self.pending
+        while pending:
+            send = pending[0]
+            if self.offer(send.item) is not None:
+                return
+            pending.popleft()
+            send.delivered = True
+            wake(send.waiter, _SENT)
 
     def offer(self, item: Any) -> _Subscription | None:
         """Deliver ``item`` to every subscription now, or return one without room (and
@@ -182,7 +211,8 @@ class _State:
             return
         self.dropped += sub.dropped
         sub.buffer.clear()
-        sub.wake_senders()
+        if self.pending:  # the sends that waited for it may go on
+            self.serve()
 
     def end(self) -> None:
         """Every send stream is closed: wake every waiting receiver to end."""
@@ -193,7 +223,7 @@ class _State:
 
     def statistics(self, sub: _Subscription | None) -> BroadcastStreamStatistics:
         subs = self.subs
-        senders = len({id(w) for s in subs for w in s.senders if not w.done()})
+        senders = len(self.pending)
         if sub is None:
             return BroadcastStreamStatistics(
                 max((len(s.buffer) for s in subs), default=0),
@@ -244,7 +274,8 @@ class BroadcastSendStream(ObjectSendStream[_T_contra], Generic[_T_contra]):
         """
         if self._closed:
             raise ClosedResourceError
-        if self._state.offer(item) is not None:
+        state = self._state
+        if state.pending or state.offer(item) is not None:  # waiting sends go first
             raise WouldBlock
 
     async def send(self, item: _T_contra) -> None:
@@ -252,7 +283,10 @@ class BroadcastSendStream(ObjectSendStream[_T_contra], Generic[_T_contra]):
         subscriber has room.
 
         Raises :class:`anyio.ClosedResourceError` if this send stream is (or gets, while
-        waiting) closed. Cancellation while waiting delivers the item to no subscriber.
+        waiting) closed. Waiting sends are served in the order they began to wait.
+        Cancellation while waiting delivers the item to no subscriber, unless a receive
+        delivered it already (then the cancellation is raised all the same, as by
+        anyio's streams).
         """
         if self._closed:
             raise ClosedResourceError
@@ -263,23 +297,22 @@ class BroadcastSendStream(ObjectSendStream[_T_contra], Generic[_T_contra]):
         await kit.checkpoint()  # as anyio's: a cancelled send or receive does nothing
         if self._closed:
             raise ClosedResourceError
-        full = state.offer(item)
-        if full is None:
+        if not state.pending and state.offer(item) is None:
             return
-        while full is not None:
-            waiter = kit.waiter()
-            full.senders.append(waiter)
-            self._waiting.append(waiter)
-            try:
-                result = await waiter
-            finally:
-                self._waiting.remove(waiter)
-                if not waiter.done() or not kit.woken(waiter):
-                    with contextlib.suppress(ValueError):
-                        full.senders.remove(waiter)
-            if result is _CLOSED:
-                raise ClosedResourceError
-            full = state.offer(item)
+        waiter = kit.waiter()
+        entry = _Send(item, waiter)
+        state.pending.append(entry)
+        self._waiting.append(waiter)
+        state.waiting += 1
+        try:
+            result = await waiter
+        finally:
+            state.waiting -= 1
+            self._waiting.remove(waiter)
+            if not entry.delivered:  # closed or cancelled first: it never will be
+                state.pending.remove(entry)
+        if result is _CLOSED:
+            raise ClosedResourceError
 
     def clone(self) -> BroadcastSendStream[_T_contra]:
         """Another handle on the sending side, closed separately: the subscribers see
@@ -365,8 +398,8 @@ class BroadcastReceiveStream(ObjectReceiveStream[_T_co], Generic[_T_co]):
         buffer = sub.buffer
         if buffer:
             item: _T_co = buffer.popleft()
-            if sub.senders:
-                sub.wake_senders()
+            if self._state.pending:  # the first waiting send takes the room at once
+                self._state.serve()
             return item
         if not self._state.open_senders:
             raise EndOfStream
@@ -393,19 +426,21 @@ class BroadcastReceiveStream(ObjectReceiveStream[_T_co], Generic[_T_co]):
         buffer = sub.buffer
         if buffer:
             item: _T_co = buffer.popleft()
-            if sub.senders:
-                sub.wake_senders()
+            if state.pending:  # the first waiting send takes the room at once
+                state.serve()
             return item
         if not state.open_senders:
             raise EndOfStream
         waiter = kit.waiter()
         sub.receivers.append(waiter)
         self._waiting.append(waiter)
-        if sub.senders:  # max_buffer_size=0: a waiting receiver is room
-            sub.wake_senders()
+        if state.pending:  # max_buffer_size=0: a waiting receiver is room
+            state.serve()
+        state.waiting += 1
         try:
             result = await waiter
         except BaseException:
+            state.waiting -= 1
             self._waiting.remove(waiter)
             if kit.woken(waiter):
                 value = woken_value(waiter)
@@ -415,6 +450,7 @@ class BroadcastReceiveStream(ObjectReceiveStream[_T_co], Generic[_T_co]):
                 with contextlib.suppress(ValueError):
                     sub.receivers.remove(waiter)
             raise
+        state.waiting -= 1
         self._waiting.remove(waiter)
         if result is _ENDED:
             raise EndOfStream
@@ -507,14 +543,32 @@ class create_broadcast_stream(
     subscribed, in order, buffering up to ``max_buffer_size`` of them (an int >= 0, or
     ``math.inf``). ``slow_subscriber`` is the policy for a subscriber whose buffer is
     full: ``"wait"`` (``send`` waits until every subscriber has room, then delivers to
-    all at once; a cancelled send delivers to none) or ``"drop_oldest"`` (``send``
+    all at once; a cancelled send delivers to none unless a receive had delivered its
+    item already, as anyio's) or ``"drop_oldest"`` (``send``
     never waits; the subscriber loses its oldest message, counted in ``statistics()``).
     The item type can be given as ``create_broadcast_stream[int](16)``, as with
     :func:`anyio.create_memory_object_stream`.
 
     Raises :class:`ValueError` for a ``max_buffer_size`` that is not an int >= 0 or
-    ``math.inf``, or an unknown policy. See :mod:`pdc_core._actors._broadcast` for the
-    rules of closing, cloning and cancellation.
+    ``math.inf``, or an unknown policy.
+
+    Closing follows anyio's memory object streams: ``clone()`` makes another handle on the
+    same side (of a subscription, for a receive stream: clones share its buffer and
+    compete for its messages; ``subscribe()`` again for a second copy of every message);
+    a closed handle raises :class:`anyio.ClosedResourceError`; once every clone of the
+    sending side is closed, subscribers receive what is buffered and then
+    :class:`anyio.EndOfStream` (which ends ``async for``); once every clone of a
+    subscription is closed, it stops receiving and a sender waiting for it goes on. A send
+    with no subscriber delivers to nobody (it is not an error: subscribers come and go).
+
+    As with anyio's streams, ``send`` and ``receive`` are checkpoints: each yields to
+    the event loop once, so a cancelled one sends or takes nothing; ``send_nowait`` and
+    ``receive_nowait`` never yield. Waiting sends are served first, in the order they
+    began to wait: the receive that makes room delivers the first one's item, and a
+    ``send_nowait`` raises :class:`anyio.WouldBlock` while any send waits. A stream
+    belongs to an event loop only while a task of that loop waits on it: an idle
+    stream works in a later ``anyio.run``, as anyio's do, and a task of another loop
+    meanwhile gets a :class:`RuntimeError`.
     """
 
     def __new__(  # type: ignore[misc]

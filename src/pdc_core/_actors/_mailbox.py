@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import operator
 import time
 from bisect import insort
 from collections import deque
@@ -87,9 +86,11 @@ from .._loop import (
     TURN_CHECK_EVERY,
     Kit,
     Waiter,
+    check_count,
     check_timeout,
     current_kit,
     full_checkpoint,
+    strict_int,
     woken_value,
 )
 from .._loop._cancel import raise_cancelled
@@ -140,18 +141,12 @@ def check_priority(priority: object) -> int:
     """Return ``priority`` as an int after checking it is in 0..255.
 
     Raises :class:`ValueError` naming the value when it is out of range, and
-    :class:`TypeError` when it is not an integer.
+    :class:`TypeError` when it is not an integer (the rule of :func:`strict_int`:
+    NumPy integers are, bools and floats are not).
     """
     if type(priority) is int and 0 <= priority <= 255:
         return priority
-    if isinstance(priority, bool):
-        raise TypeError(f"priority must be an int in 0..255, got {priority!r}")
-    try:
-        value = operator.index(priority)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(
-            f"priority must be an int in 0..255, got {type(priority).__name__} {priority!r}"
-        ) from None
+    value = strict_int(priority, "priority", "an int in 0..255")
     if not 0 <= value <= 255:
         raise ValueError(f"priority must be in 0..255 (higher is served first), got {priority!r}")
     return value
@@ -321,11 +316,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         name: str | None = None,
         on_drop: Callable[[T], object] | None = None,
     ) -> None:
-        if isinstance(capacity, bool) or not isinstance(capacity, int):
-            raise TypeError(f"capacity must be a positive int, got {capacity!r}")
-        if capacity < 1:
-            raise ValueError(f"capacity must be at least 1, got {capacity}")
-        self._capacity = capacity
+        self._capacity = check_count(capacity, "capacity")
         self._backpressure = Backpressure.coerce(backpressure)
         self._name = name
         self._on_drop = on_drop

@@ -48,6 +48,7 @@ from ._refs import (
     StartOptions,
     cancellation_first,
     runner_for,
+    running_actor,
 )
 
 __all__ = [
@@ -631,6 +632,7 @@ class MailboxActor(ActorRunner):
         that can wait, so a handler actor that never gets a message never needs one.
         """
         self._task = self._kit.current_task()
+        running_actor.set(self._ref)  # this task's context, and its handler's child tasks'
         scope = self.cancel_scope
         assert scope is not None
         if self._make is not _FunctionActor and self._make is not _same:

@@ -1,41 +1,6 @@
 """Actor meshes: many actors, laid out on named dimensions, addressed as one handle.
 
-``mesh = await nursery.start_mesh(Scorer, shape={"host": 2, "gpu": 4})`` starts one
-actor per point of the shape (8 here), each an ordinary actor of the nursery, and
-returns an :class:`ActorMesh` over them:
-
-* ``await mesh.call(message)`` asks every member and returns the replies in mesh
-  order (row-major over the dimensions, last one fastest);
-* ``await mesh.scatter(messages)`` asks each member its own message (one per member,
-  mesh order) and returns the replies the same way;
-* ``await mesh.broadcast(message)`` tells every member, all or nothing (it waits
-  for room in every member before it tells any);
-* ``mesh.choose()`` is the least loaded member (fewest messages queued or in hand),
-  ``await mesh.call_one(message)`` asks it;
-* ``mesh.stream(message)`` yields ``(coordinates, reply)`` as the replies arrive;
-* ``mesh.slice(gpu=slice(0, 2))`` is the sub-mesh of those members (an int picks one
-  coordinate and drops the dimension, as NumPy indexing does), ``mesh.shape`` its
-  dimensions and ``len(mesh)`` its size.
-
-Priorities and timeouts follow the rules of single handles (see
-:class:`~pdc_core.ActorRef`), checked once for the whole mesh before anything is
-sent; ``timeout`` bounds the whole operation. **When some members fail**, the others
-still answer and the operation raises :class:`MeshError`, an :class:`ExceptionGroup`
-of the members' errors that carries ``failures`` (coordinates -> error) and
-``replies`` (coordinates -> reply of every member that answered): nothing is lost and
-nothing waits. A member that did not reply within ``timeout`` fails with
-:class:`~pdc_core.MessageTimeout`. A cancelled ``call`` leaves no waiter in any
-member: the requests not yet handled are skipped, as a cancelled ``ask``'s are. A
-member's handler that calls ``call``, ``scatter`` or ``stream`` on its own mesh (or
-broadcasts into its own full mailbox) would wait for itself forever: it gets a
-:class:`~pdc_core.LifecycleError` naming it, before anything is sent; ``choose`` and
-``call_one`` from a member pick another member.
-
-Members are supervised together by the nursery: with ``restart=RestartPolicy(...)``
-a crashed member is restarted in place (same handle, same coordinates); without one,
-or once the policy gives up, the crash fails the whole nursery (and so the mesh) with
-:class:`~pdc_core.ActorCrashed` naming the member. ``mesh.stop()`` stops every
-member; leaving the nursery stops them with the rest.
+The rules users rely on are documented at the public name, :class:`ActorMesh`.
 
 The requests to mailbox actors are posted straight into their mailboxes with one reply
 slot each, gathered by one waiter (see :mod:`._mesh_mailbox`); a handle that posts
@@ -65,16 +30,16 @@ from .._exceptions import (
     MessageTimeout,
     PdcError,
 )
-from .._loop import TIMED_OUT, Kit, current_kit, full_checkpoint, wake
+from .._loop import TIMED_OUT, Kit, current_kit, full_checkpoint, strict_int, wake
 from ._refs import (
     ActorRef,
     ActorState,
     Placement,
     cancel_called,
     check_timeout,
-    current_task,
     message_priority,
     raise_cancelled,
+    running_actor,
 )
 
 if TYPE_CHECKING:
@@ -96,6 +61,16 @@ R = TypeVar("R")
 
 #: A member's place in a mesh: one index per dimension, in the order of ``mesh.shape``.
 Coordinates = tuple[int, ...]
+
+
+def _coordinate(value: object, dim: str, size: int, expected: str = "an int") -> int:
+    """The one indexing rule of meshes (``mesh[...]`` and :meth:`ActorMesh.slice`): an
+    int by the rule of priorities (NumPy integers too, never a bool), negative counting
+    from the end as in NumPy; :class:`IndexError` outside the dimension."""
+    index = strict_int(value, f"{dim}=", expected)
+    if not -size <= index < size:
+        raise IndexError(f"{dim}={value!r} is outside 0..{size - 1}")
+    return index + size if index < 0 else index
 
 
 def _rules(
@@ -337,10 +312,6 @@ class _Port:
         or :data:`_LATER` when only its handle's ``tell`` can (it may wait)."""
         return _LATER
 
-    def runs_in(self, task: object) -> bool:
-        """Whether ``task`` is the member's own task (its handler is the caller)."""
-        return False
-
     def load(self) -> int:
         """Messages queued for the member or in hand (for :meth:`ActorMesh.choose`)."""
         stats = self.ref.statistics()
@@ -481,9 +452,49 @@ class ActorMesh(Generic[M, R]):
 
     Made by :meth:`ActorNursery.start_mesh`; typed like :class:`~pdc_core.ActorRef`
     (``ActorMesh[M, R]``: ``call`` returns ``list[R]``, ``broadcast`` takes an ``M``).
-    See :mod:`pdc_core._actors._mesh` for the rules; in short, an operation on a mesh
-    applies the rules of single handles once, and when some members fail it raises
-    :class:`MeshError` carrying their coordinates and the other members' replies.
+
+    ``mesh = await nursery.start_mesh(Scorer, shape={"host": 2, "gpu": 4})`` starts one
+    actor per point of the shape (8 here), each an ordinary actor of the nursery, and
+    returns an :class:`ActorMesh` over them:
+
+    * ``await mesh.call(message)`` asks every member and returns the replies in mesh
+      order (row-major over the dimensions, last one fastest);
+    * ``await mesh.scatter(messages)`` asks each member its own message (one per member,
+      mesh order) and returns the replies the same way;
+    * ``await mesh.broadcast(message)`` tells every member, all or nothing (it waits
+      for room in every member before it tells any);
+    * ``mesh.choose()`` is the least loaded member (fewest messages queued or in hand),
+      ``await mesh.call_one(message)`` asks it;
+    * ``mesh.stream(message)`` yields ``(coordinates, reply)`` as the replies arrive;
+    * ``mesh.slice(gpu=slice(0, 2))`` is the sub-mesh of those members (an int picks one
+      coordinate and drops the dimension, as NumPy indexing does), ``mesh.shape`` its
+      dimensions and ``len(mesh)`` its size.
+
+    Priorities and timeouts follow the rules of single handles (see
+    :class:`~pdc_core.ActorRef`), checked once for the whole mesh before anything is
+    sent; ``timeout`` bounds the whole operation. **When some members fail**, the others
+    still answer and the operation raises :class:`MeshError`, an :class:`ExceptionGroup`
+    of the members' errors that carries ``failures`` (coordinates -> error) and
+    ``replies`` (coordinates -> reply of every member that answered): nothing is lost and
+    nothing waits. A member that did not reply within ``timeout`` fails with
+    :class:`~pdc_core.MessageTimeout`. A cancelled ``call`` leaves no waiter in any
+    member: the requests not yet handled are skipped, as a cancelled ``ask``'s are; a
+    member whose mailbox is full under ``backpressure="raise"`` fails with its
+    :class:`~pdc_core.MailboxFull`. A member's handler that calls ``call``,
+    ``scatter`` or ``stream`` on its own mesh (or broadcasts into its own full
+    mailbox), itself or from a child task of its own task group, would wait for itself
+    forever: it gets a :class:`~pdc_core.LifecycleError` naming it, before anything is
+    sent; ``choose`` and ``call_one`` from a member pick another member.
+
+    Coordinates follow one rule in ``mesh[...]`` and :meth:`slice`: an int or a NumPy
+    integer (never a bool or a float), a negative one counting from the end of its
+    dimension, as in NumPy (``mesh[-1]``, ``grid[0, -1]``).
+
+    Members are supervised together by the nursery: with ``restart=RestartPolicy(...)``
+    a crashed member is restarted in place (same handle, same coordinates); without one,
+    or once the policy gives up, the crash fails the whole nursery (and so the mesh) with
+    :class:`~pdc_core.ActorCrashed` naming the member. ``mesh.stop()`` stops every
+    member; leaving the nursery stops them with the rest.
     """
 
     __slots__ = ("_coords", "_group", "_ports", "_shape")
@@ -525,19 +536,18 @@ class ActorMesh(Generic[M, R]):
         """The members' coordinates, in mesh order."""
         return list(self._coords)
 
-    def __getitem__(self, coordinates: Coordinates | int) -> ActorRef[M, R]:
-        """The member at ``coordinates`` (an int for a one-dimensional mesh)."""
-        point = (coordinates,) if isinstance(coordinates, int) else tuple(coordinates)
-        return self.members[self._index(point)]
+    def __getitem__(self, coordinates: Coordinates | SupportsIndex) -> ActorRef[M, R]:
+        """The member at ``coordinates`` (an int for a one-dimensional mesh); a negative
+        coordinate counts from the end of its dimension, as in :meth:`slice` and NumPy."""
+        point = tuple(coordinates) if isinstance(coordinates, tuple | list) else (coordinates,)
+        return cast("ActorRef[M, R]", self._ports[self._index(point)].ref)
 
-    def _index(self, point: Coordinates) -> int:
+    def _index(self, point: tuple[object, ...]) -> int:
         if len(point) != len(self._shape):
             raise IndexError(f"{point} has {len(point)} coordinates; the mesh has {self._shape}")
         index = 0
         for value, (dim, size) in zip(point, self._shape.items(), strict=True):
-            if not 0 <= value < size:
-                raise IndexError(f"{dim}={value} is outside 0..{size - 1}")
-            index = index * size + value
+            index = index * size + _coordinate(value, dim, size)
         return index
 
     def slice(self, **dims: int | slice) -> ActorMesh[M, R]:
@@ -558,13 +568,8 @@ class ActorMesh(Generic[M, R]):
                 if not chosen:
                     raise ValueError(f"{dim}={sel} selects no member")
                 shape[dim] = len(chosen)
-            elif isinstance(sel, int) and not isinstance(sel, bool):
-                value = sel + size if sel < 0 else sel
-                if not 0 <= value < size:
-                    raise IndexError(f"{dim}={sel} is outside 0..{size - 1}")
-                chosen = [value]
             else:
-                raise TypeError(f"{dim}= takes an int or a slice, not {sel!r}")
+                chosen = [_coordinate(sel, dim, size, "an int or a slice")]
             picks.append(chosen)
         ports: list[_Port] = []
         for point in itertools.product(*picks):
@@ -813,26 +818,25 @@ class ActorMesh(Generic[M, R]):
         return cast("ActorRef[M, R]", best.ref)
 
     def _caller_port(self) -> _Port | None:
-        """The member whose own task is running this (its handler uses its mesh)."""
-        tasks = self._group.nursery._tasks
-        if not tasks:
-            return None
-        task = current_task()
-        if task not in tasks:  # not an actor of the mesh's nursery: not a member
+        """The member whose handler is running this, in its own task or in a child task
+        of it (see :data:`running_actor`): its handler uses its own mesh."""
+        actor = running_actor.get()
+        if actor is None:  # not in an actor
             return None
         for port in self._ports:
-            if port.runs_in(task):
+            if port.ref is actor:
                 return port
         return None
 
     def _check_caller(self, operation: str, port: _Port | None = None) -> None:
         """Refuse an operation that would have a member wait for itself: from its own
-        handler, ``port``'s member (default: any member of this mesh)."""
+        handler (or a child task of it), ``port``'s member (default: any member of
+        this mesh)."""
         if port is None:
             caller = self._caller_port()
             if caller is not None:
                 raise self._self_call(operation, caller)
-        elif port.runs_in(current_task()):
+        elif port.ref is running_actor.get():
             raise self._self_call(operation, port)
 
     def _self_call(self, operation: str, port: _Port) -> LifecycleError:
@@ -842,8 +846,8 @@ class ActorMesh(Generic[M, R]):
             why = "it would wait forever for its own reply"
         return LifecycleError(
             f"member {port.ref.actor_id!r} of mesh {self.name!r} called mesh.{operation}() "
-            f"from its own handler: {why} (ask the others through a slice without it, "
-            f"or tell)"
+            f"from its own handler (or a child task of it): {why} (ask the others through "
+            "a slice without it, or tell)"
         )
 
     async def call_one(
@@ -914,7 +918,17 @@ class MeshReplies(AsyncIterator[tuple[Coordinates, R]]):
     """What :meth:`ActorMesh.stream` returns: an async iterator of ``(coordinates,
     reply)`` in arrival order, and an async context manager that closes it."""
 
-    __slots__ = ("_deadline", "_gather", "_kit", "_mesh", "_message", "_priority", "_timeout")
+    __slots__ = (
+        "_deadline",
+        "_done",
+        "_gather",
+        "_kit",
+        "_mesh",
+        "_message",
+        "_priority",
+        "_running",
+        "_timeout",
+    )
 
     def __init__(
         self, mesh: ActorMesh[Any, R], message: Any, priority: int, timeout: float | None
@@ -926,11 +940,31 @@ class MeshReplies(AsyncIterator[tuple[Coordinates, R]]):
         self._gather: _Gather | None = None
         self._kit: Kit | None = None
         self._deadline: float | None = None
+        #: Ended (the last reply, an error, a cancellation, aclose): nothing more comes.
+        self._done = False
+        #: A task is in __anext__ (a second one is refused, as by an async generator).
+        self._running = False
 
     async def __anext__(self) -> tuple[Coordinates, R]:
         """The next reply to arrive, waiting for it; ``StopAsyncIteration`` after the last,
-        or :class:`MeshError` then if a member failed. Cancelled, it closes the stream
-        (the requests not yet handled are skipped)."""
+        or :class:`MeshError` then if a member failed, and at every call once the stream
+        has ended or been closed (as an async generator). Cancelled, it closes the
+        stream (the requests not yet handled are skipped). A second task calling it
+        while one waits gets a :class:`RuntimeError` at once."""
+        if self._done:
+            raise StopAsyncIteration
+        if self._running:
+            raise RuntimeError("anext(): this mesh stream is already being iterated by a task")
+        self._running = True
+        try:
+            return await self._next()
+        except BaseException:
+            self._done = True  # the last reply, an error, a cancellation: ended
+            raise
+        finally:
+            self._running = False
+
+    async def _next(self) -> tuple[Coordinates, R]:
         mesh = self._mesh
         gather = self._gather
         if gather is None:
@@ -952,7 +986,7 @@ class MeshReplies(AsyncIterator[tuple[Coordinates, R]]):
                     if index not in gather.errors:
                         return mesh._coords[index], cast(R, gather.replies[index])
                     continue
-                if not gather.remaining or gather.closed:
+                if not gather.remaining or gather.closed or self._done:
                     break
                 waiter = gather.waiter = kit.waiter()
                 if self._deadline is not None:
@@ -964,16 +998,21 @@ class MeshReplies(AsyncIterator[tuple[Coordinates, R]]):
             gather.close()
             raise
         gather.close()
-        if gather.errors:
+        if gather.errors and not self._done:  # closed by another task: it ends quietly
             errors = gather.errors
             gather.errors = {}
             raise mesh._error(gather, "stream", errors)
         raise StopAsyncIteration
 
     async def aclose(self) -> None:
-        """Stop: the requests the members have not handled are skipped; never waits."""
-        if self._gather is not None:
-            self._gather.close()
+        """Stop: the requests the members have not handled are skipped, and the stream
+        yields nothing more (``StopAsyncIteration``); never waits."""
+        self._done = True
+        gather = self._gather
+        if gather is not None:
+            gather.close()
+            if gather.waiter is not None:  # a task waits in __anext__: it ends now
+                wake(gather.waiter)
 
     async def __aenter__(self) -> MeshReplies[R]:
         return self
@@ -1017,9 +1056,13 @@ def _check_shape(shape: Mapping[str, int] | None, n: int | None) -> dict[str, in
     for dim, size in shape.items():
         if not isinstance(dim, str) or not dim.isidentifier():
             raise ValueError(f"dimension names must be identifiers, not {dim!r}")
-        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        try:
+            count = strict_int(size, f"dimension {dim!r}'s size")  # NumPy integers too
+        except TypeError:
+            count = 0
+        if count < 1:
             raise ValueError(f"dimension {dim!r} must have an int size >= 1, not {size!r}")
-        out[dim] = size
+        out[dim] = count
     if n is not None and math.prod(out.values()) != n:
         raise ValueError(f"shape {out} has {math.prod(out.values())} members; devices= gives {n}")
     return out

@@ -36,7 +36,7 @@ class _MailboxPort(_Port):
         assert isinstance(ref, MailboxActorRef)
         try:
             await ref.enqueue_request(message, priority, slot)
-        except ActorStopped as error:
+        except (ActorStopped, MailboxFull) as error:  # the member's failure, in its slot
             if not slot.done():
                 slot.set_exception(error)
 
@@ -68,12 +68,6 @@ class _MailboxPort(_Port):
                 return _LATER
             return ref._stopped_error()
         return None
-
-    def runs_in(self, task: object) -> bool:
-        ref = self.ref
-        assert isinstance(ref, MailboxActorRef)
-        runner = ref._runner
-        return runner is not None and runner._task is task
 
     def load(self) -> int:
         mailbox = self.mailbox

@@ -73,9 +73,11 @@ from .._loop import (
     Kit,
     TaskHost,
     Waiter,
+    check_count,
     check_duration,
     current_kit,
     full_checkpoint,
+    strict_int,
     wake,
 )
 from ._mailbox import DEFAULT_CAPACITY, Backpressure
@@ -118,8 +120,8 @@ class RestartPolicy:
     max_backoff: float = 1.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_restarts, bool) or not isinstance(self.max_restarts, int):
-            raise TypeError(f"max_restarts must be an int, not {self.max_restarts!r}")
+        # NumPy integers too, by the one integer rule (kept as an int)
+        object.__setattr__(self, "max_restarts", strict_int(self.max_restarts, "max_restarts"))
         if self.max_restarts < 0:
             raise ValueError(f"max_restarts must be >= 0, got {self.max_restarts}")
         for name in ("within", "backoff", "backoff_factor", "max_backoff"):
@@ -522,8 +524,7 @@ class ActorNursery:
             raise LifecycleError("cannot start an actor: the nursery is not open")
         if self._cancelling:  # a task shielded from the nursery's cancellation
             raise LifecycleError("cannot start an actor: the nursery is being cancelled")
-        if max_batch < 1:
-            raise ValueError(f"max_batch must be at least 1, got {max_batch}")
+        max_batch = check_count(max_batch, "max_batch")
         if restart is not None and not isinstance(restart, RestartPolicy):
             raise TypeError(f"restart must be a RestartPolicy or None, not {restart!r}")
         options = StartOptions(name, capacity, backpressure, max_batch, paused)

@@ -25,6 +25,7 @@ from collections.abc import (
     Iterable,
     Sequence,
 )
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, SupportsIndex, TypeVar, cast, runtime_checkable
 
@@ -32,7 +33,7 @@ import anyio
 from anyio.abc import ObjectSendStream
 
 from .._exceptions import ActorStopped, MessageTimeout
-from .._loop import TIMED_OUT, IncarnationScope, check_timeout, current_kit
+from .._loop import TIMED_OUT, IncarnationScope, check_count, check_timeout, current_kit
 from .._loop._cancel import raise_cancelled
 from ._mailbox import DEFAULT_PRIORITY, Backpressure, MailboxStatistics, check_priority
 
@@ -56,6 +57,7 @@ __all__ = [
     "message_priority",
     "raise_cancelled",
     "runner_for",
+    "running_actor",
 ]
 
 M = TypeVar("M")
@@ -272,15 +274,16 @@ class ActorRef(ABC, Generic[M, R]):
     ) -> AsyncIterator[R]:
         """Yield the replies to ``messages`` in order, with up to ``window`` in flight.
 
-        ``messages`` may be an async iterable. ``timeout`` bounds each window; a
-        ``window`` below 1 is a :class:`ValueError`; errors are those of
+        ``messages`` may be an async iterable. ``timeout`` bounds each window;
+        ``window`` is an int (NumPy integers too) by the rule of priorities: anything
+        else (``2.0``, ``True``) is a :class:`TypeError`, below 1 a :class:`ValueError`;
+        errors are those of
         :meth:`ask_many`. Cancelling it abandons the window in flight as a cancelled
         :meth:`ask_many` does; the replies already yielded stand.
         """
         if self._cancel_called():
             await raise_cancelled()
-        if window < 1:
-            raise ValueError(f"window must be at least 1, got {window}")
+        window = check_count(window, "window")
         if timeout is not None:
             timeout = check_timeout(timeout)
         if priority is not None:
@@ -624,6 +627,13 @@ def cancel_called() -> bool:
     shielded from it), so that its next checkpoint raises the cancellation. A
     per-message call checks it on entry and then ``await raise_cancelled()``."""
     return current_kit().cancel_called()
+
+
+#: The handle of the actor whose own task runs the code reading it: set by an actor's
+#: runner in its task, and inherited (as every context variable, on both loops) by the
+#: child tasks its handler starts, so "a member calls its own mesh" is seen from those
+#: too. ``None`` outside actors.
+running_actor: ContextVar[object] = ContextVar("pdc_running_actor", default=None)
 
 
 def current_task() -> object:

@@ -62,7 +62,15 @@ from .._exceptions import RecordError, RingProtocolError
 from ._contract import MemoryKind
 from ._persistent_kernel import PersistentKernel
 from ._resident import HostWaiter, PollingWaiter, ResidentKernel
-from ._ring import ErrorCode, RingDevice, RingHost, RingMemory, StopMode, copy_records
+from ._ring import (
+    ErrorCode,
+    RingDevice,
+    RingHost,
+    RingMemory,
+    StopMode,
+    copy_records,
+    describe_dtype,
+)
 
 if TYPE_CHECKING:
     from ._contract import Backend
@@ -271,7 +279,7 @@ class HostWorkerKernel(ResidentKernel):
             # Only here: formatting a structured dtype costs microseconds, and this
             # runs for every batch a body answers.
             if array is not None:
-                reason = f"dtype {array.dtype}"
+                reason = f"dtype {describe_dtype(array.dtype)}"
             if isinstance(result, tuple):  # most likely (replies, new_state)
                 # First, and short: the error word keeps 256 bytes of the message.
                 raise RecordError(
@@ -283,7 +291,7 @@ class HostWorkerKernel(ResidentKernel):
             got = "None" if reason is None else f"{_result_kind(result)} ({reason})"
             raise RecordError(
                 f"the body returned {got} for {count} request(s); it must return "
-                f"{count} replies of dtype {reply_dtype}"
+                f"{count} replies of dtype {describe_dtype(reply_dtype)}"
             )
         if array.shape != (count,):
             raise RecordError(
@@ -312,7 +320,7 @@ class HostWorkerKernel(ResidentKernel):
 
     def host_waiter(self) -> HostWaiter:
         if self._host_wait == "poll":
-            return PollingWaiter()
+            return PollingWaiter(device_needs_gil=True)
         return _NotifyWaiter(self)
 
     def joint_host_waiter(self, first: HostWorkerKernel) -> HostWaiter:
@@ -321,7 +329,7 @@ class HostWorkerKernel(ResidentKernel):
         both signal through this kernel's socket, and the waiter watches both progress
         counters, so a signal of either is never lost."""
         if self._host_wait == "poll":
-            return PollingWaiter()
+            return PollingWaiter(device_needs_gil=True)
         return _NotifyWaiter(self, first)
 
     def read_state(self) -> npt.NDArray[Any] | None:

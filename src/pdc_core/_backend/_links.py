@@ -51,7 +51,16 @@ import numpy.typing as npt
 from .._exceptions import CapabilityError, PersistentKernelError
 from ._persistent_kernel import PersistentKernel
 from ._resident import HostWaiter, ResidentKernel
-from ._ring import Offset, RingDevice, RingHost, RingLayout, RingMemory, StopMode
+from ._ring import (
+    Offset,
+    RingDevice,
+    RingHost,
+    RingLayout,
+    RingMemory,
+    StopMode,
+    describe_dtype,
+    describe_dtypes,
+)
 
 if TYPE_CHECKING:
     from ._contract import Backend
@@ -105,10 +114,11 @@ class PersistentPipeline:
                 )
         for index, (producer, consumer) in enumerate(itertools.pairwise(stages)):
             if producer.reply_dtype != consumer.request_dtype:
+                replies, requests = describe_dtypes(producer.reply_dtype, consumer.request_dtype)
                 raise TypeError(
                     f"link {index} joins stage {index} ({producer.name!r}), whose replies "
-                    f"are {producer.reply_dtype}, to stage {index + 1} ({consumer.name!r}), "
-                    f"whose requests are {consumer.request_dtype}: they must be equal"
+                    f"are {replies}, to stage {index + 1} ({consumer.name!r}), "
+                    f"whose requests are {requests}: they must be equal"
                 )
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"a pipeline name must be a non-empty str, not {name!r}")
@@ -291,8 +301,8 @@ class StageLink:
         ):
             raise TypeError(
                 f"the input region of stage {self.index} ({kernel.name!r}) must be a "
-                f"RingMemory whose input ring holds {kernel.capacity} {kernel.request_dtype} "
-                "records"
+                f"RingMemory whose input ring holds {kernel.capacity} "
+                f"{describe_dtype(kernel.request_dtype)} records"
             )
 
     def signal_to(self, worker: HostWorkerKernel) -> HostWorkerKernel | None:

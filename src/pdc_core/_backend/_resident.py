@@ -67,24 +67,40 @@ class HostWaiter(abc.ABC):
         usable.
         """
 
+    #: Whether the device side is a thread of this interpreter that needs the GIL to
+    #: answer (a host worker): :meth:`spin_until_progress` then gives the GIL up between
+    #: looks. A GPU, or a device in native threads, needs no GIL.
+    device_needs_gil: bool = False
+
     def spin_until_progress(self, ring: RingHost, limit: float) -> bool:
         """Wait up to ``limit`` seconds *without* the event loop for the device side to
         publish a reply or finish; return whether it did (a session's ``wait="spin"``).
 
         It holds the event loop, so it must return within ``limit``. The default
-        polls ``OUT_HEAD`` and the done word, with ``time.sleep(0)`` between looks so
-        that other threads get the GIL (a device that is a host thread needs it to
-        answer). A backend whose device signals the host can block on that signal
+        polls ``OUT_HEAD`` and the done word in a tight loop bounded by ``limit``: no
+        sleep, no yield (``time.sleep(0)`` is a timed sleep on Linux that costs the
+        timer slack, ~50 us, and ``os.sched_yield()`` measured no better on the host
+        build; docs/benchmarks.md). Only when :attr:`device_needs_gil` does it call
+        ``time.sleep(0)`` between looks, the one call that lets another Python thread
+        run. A backend whose device signals the host can block on that signal
         instead, with a timeout: no CPU burnt while it waits.
         """
+        load = ring.load_out_head
+        tail = ring.out_tail  # the host's own index: it cannot move while this spins
         clock = time.perf_counter
         deadline = clock() + limit
+        if self.device_needs_gil:
+            while True:
+                if load() != tail or ring.done:
+                    return True
+                if clock() >= deadline:
+                    return False
+                time.sleep(0)  # give the GIL to the device's thread
         while True:
-            if ring.load_out_head() != ring.out_tail or ring.done:
+            if load() != tail or ring.done:
                 return True
             if clock() >= deadline:
                 return False
-            time.sleep(0)
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the waiter holds (called once, in the event loop, at the end)."""
@@ -97,14 +113,21 @@ class PollingWaiter(HostWaiter):
     after the last progress (a device answers in microseconds; a selector's
     resolution is a millisecond), then sleeps ``min_sleep`` doubling up to
     ``max_sleep``. With nothing outstanding it goes straight to the growing sleeps.
-    It never blocks the event loop and runs no thread.
+    It never blocks the event loop and runs no thread. ``device_needs_gil``: see
+    :attr:`HostWaiter.device_needs_gil`.
     """
 
     def __init__(
-        self, *, spin: float = 0.001, min_sleep: float = 0.0001, max_sleep: float = 0.001
+        self,
+        *,
+        spin: float = 0.001,
+        min_sleep: float = 0.0001,
+        max_sleep: float = 0.001,
+        device_needs_gil: bool = False,
     ) -> None:
         if not (spin >= 0 and 0 < min_sleep <= max_sleep):
             raise ValueError("need spin >= 0 and 0 < min_sleep <= max_sleep")
+        self.device_needs_gil = device_needs_gil
         self.spin = spin
         self.min_sleep = min_sleep
         self.max_sleep = max_sleep

@@ -29,7 +29,6 @@ Neither endpoint blocks or waits: they report what is possible now, and the call
 from __future__ import annotations
 
 import enum
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -38,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._exceptions import RecordError, RingProtocolError
+from .._loop import check_count
 
 if TYPE_CHECKING:
     from ._contract import Backend
@@ -60,6 +60,8 @@ __all__ = [
     "coerce_batch",
     "coerce_record",
     "copy_records",
+    "describe_dtype",
+    "describe_dtypes",
     "record_dtype",
     "records_copy",
     "record_from_mapping",
@@ -195,8 +197,13 @@ def record_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
 
     A record dtype must have a fixed, non-zero size and hold no Python objects (the
     device reads its bytes). Structured dtypes are the norm; a plain dtype such as
-    ``float64`` is a one-field record.
+    ``float64`` is a one-field record. Raises :class:`TypeError` for ``None`` (which
+    NumPy would read as ``float64``), anything that is not a dtype, a dtype holding
+    objects and a subarray dtype; :class:`~pdc_core.RecordError` for a dtype of no size
+    (``np.dtype([])``, ``V0``, ``S0``, ``U0``).
     """
+    if dtype is None:  # np.dtype(None) is float64: a forgotten dtype, not a layout
+        raise TypeError(f"the {what} dtype is None; give the record layout (a NumPy dtype)")
     try:
         canonical = np.dtype(dtype)
     except TypeError as exc:
@@ -205,8 +212,8 @@ def record_dtype(dtype: npt.DTypeLike, what: str) -> np.dtype[Any]:
         raise TypeError(
             f"the {what} dtype {canonical} holds Python objects, which a device cannot read"
         )
-    if canonical.itemsize == 0:
-        raise TypeError(f"the {what} dtype {canonical} has no size; a slot needs a fixed size")
+    if canonical.itemsize == 0:  # np.dtype([]), V0, S0, U0: no record fits no bytes
+        raise RecordError(f"the {what} dtype {canonical} has no size; a slot needs a fixed size")
     if canonical.subdtype is not None:
         raise TypeError(
             f"the {what} dtype {canonical} is a subarray dtype; wrap it in a structured dtype "
@@ -230,13 +237,10 @@ def sequenced_slot_size(itemsize: int) -> int:
 
 
 def _capacity(value: int, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"the {what} capacity must be an int, not {value!r}")
-    if value < 1:
-        raise ValueError(f"the {what} capacity must be at least 1, not {value}")
+    value = check_count(value, f"the {what} capacity")
     if value >= 2**32:
         raise ValueError(f"the {what} capacity {value} is too large (at most 2**32 - 1 slots)")
-    return int(value)
+    return value
 
 
 @dataclass(frozen=True)
@@ -504,13 +508,55 @@ class RingMemory:
 # -- records ---------------------------------------------------------------------------
 
 
+def _short_type(dtype: np.dtype[Any]) -> str:
+    if dtype.names is not None:
+        return describe_dtype(dtype)
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return f"{_short_type(base)}{list(shape)}"
+    return dtype.str.lstrip("<|=")  # '<f8' -> 'f8'; a big-endian '>f8' keeps its mark
+
+
+def describe_dtype(dtype: np.dtype[Any]) -> str:
+    """A record dtype as messages print it: a short field list, ``[id: u8, x: f8[3]]``.
+
+    NumPy's own ``str`` of an aligned structured dtype is a dict of names, formats,
+    offsets and item size; this says what a reader needs to fix a record. Padding shows
+    only where it is the difference: see :func:`describe_dtypes`.
+    """
+    if dtype.names is None:
+        return _short_type(dtype)
+    fields = dtype.fields
+    assert fields is not None
+    return "[" + ", ".join(f"{name}: {_short_type(fields[name][0])}" for name in dtype.names) + "]"
+
+
+def describe_dtypes(first: np.dtype[Any], second: np.dtype[Any]) -> tuple[str, str]:
+    """Two dtypes that differ, for one message: short field lists, each followed by its
+    layout (item size and field offsets) when the field lists alone are the same (one
+    built with ``align=True``, the other without, say)."""
+    texts = describe_dtype(first), describe_dtype(second)
+    if texts[0] != texts[1]:
+        return texts
+    return _with_layout(first), _with_layout(second)
+
+
+def _with_layout(dtype: np.dtype[Any]) -> str:
+    fields = dtype.fields
+    offsets = [fields[name][1] for name in dtype.names or ()] if fields else []
+    return f"{describe_dtype(dtype)} ({dtype.itemsize} bytes, offsets {offsets})"
+
+
 def _dtype_mismatch(got: np.dtype[Any], want: np.dtype[Any], what: str) -> RecordError:
+    got_text, want_text = describe_dtypes(got, want)
     if got.itemsize > want.itemsize:
         return RecordError(
-            f"a {what} record of {got.itemsize} bytes (dtype {got}) is larger than a "
-            f"{want.itemsize}-byte slot (the ring's record dtype is {want})"
+            f"a {what} record of {got.itemsize} bytes (dtype {got_text}) is larger "
+            f"than a {want.itemsize}-byte slot (the ring's record dtype is {want_text})"
         )
-    return RecordError(f"a {what} record has dtype {got}, but the ring's record dtype is {want}")
+    return RecordError(
+        f"a {what} record has dtype {got_text}, but the ring's record dtype is {want_text}"
+    )
 
 
 def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> npt.NDArray[Any]:
@@ -545,7 +591,7 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         if payload.nbytes > dtype.itemsize:
             raise RecordError(
                 f"a {what} payload of {payload.nbytes} bytes is larger than a "
-                f"{dtype.itemsize}-byte slot (record dtype {dtype})"
+                f"{dtype.itemsize}-byte slot (record dtype {describe_dtype(dtype)})"
             )
         raw = np.zeros(dtype.itemsize, dtype=_BYTE)
         raw[: payload.nbytes] = np.frombuffer(payload, dtype=_BYTE)
@@ -558,19 +604,27 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         names = dtype.names
         assert names is not None
         raise RecordError(
-            f"{value!r} is not a {what} record of dtype {dtype}: it has {len(names)} fields "
+            f"{value!r} is not a {what} record of dtype {describe_dtype(dtype)}: it has "
+            f"{len(names)} fields "
             f"({', '.join(names)}); give a tuple of field values or a mapping of field "
             "names (a scalar is a record only of a one-field dtype)"
         )
+    if is_tuple or isinstance(value, list):
+        for item in value:
+            if type(item) not in _PLAIN_NUMBERS:  # the common case costs one look per field
+                _refuse_text(value, dtype, dtype, None, what)
+                break
+    elif type(value) not in _PLAIN_NUMBERS:
+        _refuse_text(value, dtype, dtype, None, what)
     try:
         array = np.array([value], dtype=dtype)
     except (TypeError, ValueError, OverflowError) as exc:
         raise RecordError(
-            f"cannot make a {what} record of dtype {dtype} from {value!r}: {exc}"
+            f"cannot make a {what} record of dtype {describe_dtype(dtype)} from {value!r}: {exc}"
         ) from None
     if array.shape != (1,):
         raise RecordError(
-            f"{value!r} is not one {what} record of dtype {dtype} "
+            f"{value!r} is not one {what} record of dtype {describe_dtype(dtype)} "
             f"(it converts to shape {array.shape[1:]})"
         )
     integer_fields = plan[2]
@@ -583,6 +637,43 @@ def coerce_record(value: Any, dtype: np.dtype[Any], what: str = "request") -> np
         else:
             _check_exact(value, array, dtype, integer_fields, what)
     return array
+
+
+#: Values that are numbers and nothing else: no text to look for in them.
+_PLAIN_NUMBERS: Final = frozenset({int, float, bool, complex})
+
+
+def _refuse_text(
+    value: Any, field: np.dtype[Any], dtype: np.dtype[Any], name: str | None, what: str
+) -> None:
+    """Refuse text (``str``, ``bytes``) bound for a number of ``field`` (the record's
+    ``dtype`` or a field ``name`` of it, nested fields and subarrays included): NumPy
+    would parse ``"2.0"`` into a float field, and a record is never guessed at."""
+    if field.names is not None:
+        fields = field.fields
+        assert fields is not None
+        if isinstance(value, tuple | list):
+            for key, item in zip(field.names, value, strict=False):
+                _refuse_text(item, fields[key][0], dtype, key, what)
+        elif len(field.names) == 1:  # a scalar is the record of a one-field dtype
+            key = field.names[0]
+            _refuse_text(value, fields[key][0], dtype, key, what)
+        return
+    if isinstance(value, tuple | list):  # a subarray field's elements
+        for item in value:
+            _refuse_text(item, field.base, dtype, name, what)
+        return
+    is_text = isinstance(value, str | bytes) or (
+        isinstance(value, np.ndarray) and value.dtype.kind in "SU"
+    )
+    if is_text and field.base.kind in "biufc":
+        where = f"a {what} record of dtype {describe_dtype(dtype)}"
+        if name is not None:
+            where = f"field {name!r} ({field}) of {where}"
+        raise RecordError(
+            f"{where}: {value!r} is text, and text is never parsed into a number; "
+            "give the number itself"
+        )
 
 
 _IntegerFields = tuple[tuple[int, str | None], ...]
@@ -645,11 +736,14 @@ def _check_exact(
             exact = original.shape == np.shape(converted) and bool(np.all(original == converted))
         if not exact:
             if name is None:
-                where = f"a {what} record of dtype {dtype}"
+                where = f"a {what} record of dtype {describe_dtype(dtype)}"
             else:
                 fields = dtype.fields
                 assert fields is not None
-                where = f"field {name!r} ({fields[name][0]}) of a {what} record of dtype {dtype}"
+                where = (
+                    f"field {name!r} ({fields[name][0]}) of a {what} record "
+                    f"of dtype {describe_dtype(dtype)}"
+                )
             raise RecordError(
                 f"{where}: {item!r} would lose information cast into it (it would become "
                 f"{converted!r}); round it yourself if that is meant"
@@ -665,7 +759,9 @@ def record_from_mapping(
     """
     names = dtype.names
     if names is None:
-        raise RecordError(f"a mapping cannot be a {what} record of the unstructured dtype {dtype}")
+        raise RecordError(
+            f"a mapping cannot be a {what} record of the unstructured dtype {describe_dtype(dtype)}"
+        )
     missing = [name for name in names if name not in value]
     extra = [name for name in value if name not in names]
     if missing or extra:
@@ -674,7 +770,7 @@ def record_from_mapping(
             parts.append(f"missing field(s) {', '.join(missing)}")
         if extra:
             parts.append(f"unknown field(s) {', '.join(map(str, extra))}")
-        raise RecordError(f"a {what} record of dtype {dtype}: {'; '.join(parts)}")
+        raise RecordError(f"a {what} record of dtype {describe_dtype(dtype)}: {'; '.join(parts)}")
     return tuple(value[name] for name in names)
 
 
@@ -695,8 +791,8 @@ def coerce_batch(values: Any, dtype: np.dtype[Any], what: str = "request") -> np
         return values
     if isinstance(values, bytes | bytearray | memoryview | str) or not isinstance(values, Sequence):
         raise RecordError(
-            f"a batch of {what} records must be a 1-D array of dtype {dtype} or a sequence "
-            f"of records, not {type(values).__name__}"
+            f"a batch of {what} records must be a 1-D array of dtype {describe_dtype(dtype)} "
+            f"or a sequence of records, not {type(values).__name__}"
         )
     out = np.empty(len(values), dtype=dtype)
     for index, value in enumerate(values):
@@ -774,6 +870,15 @@ class RingHost:
 
     def _cache_views(self) -> None:
         memory = self.memory
+        dtype = memory.layout.request_dtype
+        self._request_dtype = dtype
+        #: Positions of the request dtype's integer fields when it is structured (a
+        #: tuple of plain ints stored there needs no exactness check), else ``None``.
+        self._integer_positions: tuple[int, ...] | None = (
+            None
+            if dtype.names is None
+            else tuple(position for position, _ in (_plans.get(id(dtype)) or _plan(dtype))[2])
+        )
         self._in_slots = memory.in_slots
         self._in_payloads = memory.in_payloads
         self._in_sequences = memory.in_sequences
@@ -867,6 +972,54 @@ class RingHost:
         self._w64[Offset.IN_HEAD >> 3] = head  # release: slots above are written first
         return count
 
+    def put_one(self, record: Any) -> bool:
+        """Convert ``record`` into the next input slot and publish it; ``False`` (nothing
+        converted, nothing written) when the ring is full.
+
+        The host owns slot ``in_head % capacity`` until it stores ``IN_HEAD``, so the
+        record is converted straight into it: a tuple of field values whose integer
+        fields hold plain ints is stored as it is, anything else goes through
+        :func:`coerce_record` (its rules, its :class:`RecordError`). A record refused
+        publishes nothing. Then its sequence word (sequenced slots), then ``IN_HEAD``:
+        the single-record form of :meth:`write`, in a few calls.
+        """
+        head = self.in_head
+        cap = self._in_cap
+        if head - self._in_tail >= cap and head - self.load_in_tail() >= cap:
+            return False
+        slot = head % cap
+        slots = self._in_slots
+        positions = self._integer_positions
+        # The records coerce_record would take as they are (its fast case): a tuple of
+        # plain numbers (no text to refuse), plain ints in the integer fields (no
+        # inexact cast to refuse). Anything else goes through coerce_record's rules.
+        stored = False
+        if positions is not None and type(record) is tuple:
+            stored = True
+            for item in record:
+                if type(item) not in _PLAIN_NUMBERS:
+                    stored = False
+                    break
+            else:
+                for position in positions:
+                    if type(record[position]) is not int:
+                        stored = False
+                        break
+        if stored:
+            try:
+                slots[slot] = record
+            except (TypeError, ValueError, OverflowError):
+                stored = False  # coerce_record says why, in its words
+        if not stored:
+            slots[slot] = coerce_record(record, self._request_dtype)[0]
+        sequences = self._in_sequences
+        head += 1
+        if sequences is not None:
+            sequences[slot] = head  # release: after the record's stores above
+        self.in_head = head
+        self._w64[Offset.IN_HEAD >> 3] = head  # release: the slot above is written first
+        return True
+
     def _write_sequenced(
         self, records: npt.NDArray[Any], head: int, start: int, first: int, count: int
     ) -> None:
@@ -934,6 +1087,19 @@ class RingHost:
             replies = records_copy(pieces[0] if pieces else self._out_slots[:0])
         self.release(len(replies))
         return replies
+
+    def take_one(self) -> Any:
+        """Copy out the next published reply and give its slot back (one ``OUT_TAIL``
+        store); ``None`` when none is published (reloads ``OUT_HEAD``). The
+        single-record form of :meth:`read`."""
+        tail = self.out_tail
+        if self.load_out_head() == tail:
+            return None
+        reply = self._out_slots[tail % self._out_cap].copy()  # a scalar, not a view
+        tail += 1
+        self.out_tail = tail
+        self._w64[Offset.OUT_TAIL >> 3] = tail  # release: the copy out is complete
+        return reply
 
     def published(self, limit: int | None = None) -> list[npt.NDArray[Any]]:
         """Views of up to ``limit`` published, unread replies (per the last ``OUT_HEAD``

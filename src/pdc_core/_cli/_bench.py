@@ -44,10 +44,12 @@ import numpy as np
 from . import _bench_paths as paths
 from ._bench_stats import environment
 from ._bench_stats import summarize as _summary
+from ._options import error
 from ._running import announce_once, only_interrupts
 
 __all__ = [
     "BARE",
+    "BASELINE_INSTALL",
     "PERSISTENT",
     "PER_MESSAGE_BATCHED",
     "PLOT_HINT",
@@ -60,6 +62,8 @@ __all__ = [
     "figure",
     "latency_paths",
     "plot",
+    "resident_paths",
+    "ring_floor",
     "run",
     "run_suite",
     "steps",
@@ -115,11 +119,60 @@ def _has_cpu_kernels() -> bool:
     )
 
 
-def latency_paths(async_backends: tuple[str, ...] = ("asyncio", "trio")) -> list[LatencyPath]:
-    """Every latency path that can run here (PyDotCompute only if installed)."""
+def ring_floor(backend: str) -> str:
+    """The label of ``backend``'s ring floor (see :func:`_bench_paths.ring_floor_round_trip`)."""
+    return f"ring floor ({backend})"
+
+
+def _launches(backend: str) -> bool:
+    """Whether ``backend`` launches kernels and the bench has a launch kernel for it."""
+    from .._plugins import resolve_backend
+    from ..backend import Capability
+
+    return backend.partition(":")[0] in paths.LAUNCH_SOURCES and resolve_backend(backend).has(
+        Capability.KERNELS
+    )
+
+
+def resident_paths(async_backend: str, backend: str) -> list[LatencyPath]:
+    """``pdc bench --backend NAME``: the resident ring of ``backend`` (a session's
+    request, awaiting and spinning, and a kernel actor's ask) against its floor and,
+    where the backend launches kernels, a launch per message."""
+    floor = ring_floor(backend)
+    out = [LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend))]
+    baselines: tuple[str, ...] = (floor,)
+    if _launches(backend):
+        launch = f"launch per message ({backend})"
+        out.append(LatencyPath(async_backend, launch, paths.launch_round_trip(backend)))
+        baselines = (floor, launch)
+    return [
+        *out,
+        LatencyPath(
+            async_backend, f"resident ring ({backend})", paths.persistent_round_trip(backend),
+            baselines,
+        ),
+        LatencyPath(
+            async_backend, f"resident ring ({backend}), spin",
+            paths.persistent_round_trip(backend, wait="spin"), baselines,
+        ),
+        LatencyPath(
+            async_backend, f"resident actor ask ({backend})",
+            paths.persistent_actor_round_trip(backend), baselines,
+        ),
+    ]  # fmt: skip
+
+
+def latency_paths(
+    async_backends: tuple[str, ...] = ("asyncio", "trio"), backend: str | None = None
+) -> list[LatencyPath]:
+    """Every latency path that can run here (PyDotCompute only if installed), and with
+    ``backend`` that backend's resident ring (:func:`resident_paths`)."""
     theirs = paths.pydotcompute_round_trip()
     kernels = _has_cpu_kernels()
     out: list[LatencyPath] = []
+    for library in async_backends:
+        if backend is not None:
+            out += resident_paths(library, backend)
     for backend in async_backends:
         baselines = (BARE, PYDOTCOMPUTE) if theirs is not None else (BARE,)
         out += [
@@ -215,6 +268,8 @@ class BenchResult:
                 ref = _baseline(self.latency_samples, key, baseline)
                 if ref:
                     entry[f"p50_vs_{baseline}"] = entry["p50_us"] / summarize(ref)["p50_us"]
+                else:
+                    entry.setdefault("missing_baselines", []).append(baseline)
             latency[key] = entry
         throughput: dict[str, Any] = {}
         for key, values in self.throughput.items():
@@ -227,6 +282,8 @@ class BenchResult:
                 ref = _baseline(self.throughput, key, baseline)
                 if ref:
                     entry[f"x_vs_{baseline}"] = rate / float(np.median(ref))
+                else:
+                    entry.setdefault("missing_baselines", []).append(baseline)
             throughput[key] = entry
         return {
             "environment": environment(["pdc-core", "anyio", "trio", "numpy", "pydotcompute"]),
@@ -246,13 +303,14 @@ def run_suite(
     throughput_n: int,
     async_backends: tuple[str, ...] = ("asyncio", "trio"),
     on_step: Callable[[str], None] | None = None,
+    backend: str | None = None,
 ) -> BenchResult:
     """Run every path ``rounds`` times (rotating order, fresh event loop each time).
 
     Results accumulate into ``result`` as they come, so a ``KeyboardInterrupt``
     leaves everything measured so far in it.
     """
-    lat = latency_paths(async_backends)
+    lat = latency_paths(async_backends, backend)
     thr = throughput_paths(async_backends)
     result.settings = {
         "n": n,
@@ -260,6 +318,7 @@ def run_suite(
         "warmup": warmup,
         "throughput_n": throughput_n,
         "async_backends": list(async_backends),
+        "backend": backend,
     }
     for path in lat:
         result.latency_samples.setdefault(path.key, [])
@@ -281,9 +340,11 @@ def run_suite(
     return result
 
 
-def steps(rounds: int, async_backends: tuple[str, ...]) -> int:
+def steps(rounds: int, async_backends: tuple[str, ...], backend: str | None = None) -> int:
     """How many steps :func:`run_suite` reports through ``on_step``."""
-    return rounds * (len(latency_paths(async_backends)) + len(throughput_paths(async_backends)))
+    return rounds * (
+        len(latency_paths(async_backends, backend)) + len(throughput_paths(async_backends))
+    )
 
 
 # -- the plot ---------------------------------------------------------------------------------
@@ -487,15 +548,56 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="both",
         help="event loop(s) to measure (default both)",
     )
+    parser.add_argument(
+        "--backend",
+        metavar="NAME",
+        help="also the resident ring of this backend (one with persistent kernels): a "
+        "session's request, awaiting and spinning, and a kernel actor's ask, against "
+        "the ring's floor (the kernel driven from Python without a session)",
+    )
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument(
         "--plot", metavar="FILE.png", help="draw latency and throughput, path by path"
     )
 
 
+def _refuse_backend(name: str) -> str | None:
+    """Why ``--backend name`` cannot be measured here, or ``None``."""
+    from .._plugins import resolve_backend
+    from ..backend import Capability
+
+    try:
+        backend = resolve_backend(name)
+    except Exception as exc:  # unknown or unavailable: its own words
+        return f"--backend {name}: {exc}"
+    if not backend.has(Capability.PERSISTENT_KERNELS):
+        return f"--backend {name}: the {backend.name} backend runs no persistent kernels"
+    if backend.name.partition(":")[0] not in paths.BODIES:
+        return f"--backend {name}: the benchmark has no kernel body for the {backend.name} backend"
+    return None
+
+
+#: How to get a baseline that runs only when something optional is installed.
+BASELINE_INSTALL: Final = {
+    PYDOTCOMPUTE: "pip install pydotcompute==0.2.0",
+    PYDOTCOMPUTE_STREAMING: "pip install pydotcompute==0.2.0",
+}
+
+
+def _missing(baselines: list[str]) -> str:
+    """``n/a``, saying which baselines did not run and how to get each."""
+    parts = []
+    for name in baselines:
+        hint = BASELINE_INSTALL.get(name)
+        parts.append(f"{name} did not run ({hint})" if hint else f"{name} did not run")
+    return "n/a: " + "; ".join(parts)
+
+
 def _no_ratio(entry: dict[str, Any]) -> str:
-    """What a row without ratios says: a baseline, or a path whose baselines did not run."""
-    return "(baseline)" if entry.get("baseline") else "n/a (its baselines did not run)"
+    """What a row without ratios says: a baseline, or which baselines did not run."""
+    if entry.get("baseline"):
+        return "(baseline)"
+    return _missing(entry.get("missing_baselines") or ["its baselines"])
 
 
 def _table(payload: dict[str, Any]) -> None:
@@ -540,8 +642,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            print(f"pdc bench: error: {PLOT_HINT}", file=sys.stderr)
-            return 2
+            return error("bench", PLOT_HINT)
     backends: tuple[str, ...] = (
         ("asyncio", "trio") if args.async_backend == "both" else (args.async_backend,)
     )
@@ -550,19 +651,22 @@ def run(args: argparse.Namespace) -> int:
             import trio  # noqa: F401
         except ImportError:
             if args.async_backend == "trio":
-                print("pdc bench: error: trio is not installed: pip install trio", file=sys.stderr)
-                return 2
+                return error("bench", "trio is not installed: pip install trio")
             print(
                 "pdc bench: trio is not installed (pip install trio): measuring asyncio only",
                 file=sys.stderr,
             )
             backends = ("asyncio",)
+    if args.backend is not None:
+        refusal = _refuse_backend(args.backend)
+        if refusal is not None:
+            print(f"pdc bench: error: {refusal}", file=sys.stderr)
+            return 2
     n = args.n if args.n is not None else (300 if args.quick else 5000)
     rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
     for name, value in (("--n", n), ("--rounds", rounds)):
         if value < 1:
-            print(f"pdc bench: error: {name} must be at least 1, got {value}", file=sys.stderr)
-            return 2
+            return error("bench", f"{name} must be at least 1, got {value}")
     warmup = min(500, max(50, n // 10))
     throughput_n = 2000 if args.quick else 50_000
 
@@ -577,7 +681,7 @@ def run(args: argparse.Namespace) -> int:
         TimeElapsedColumn(),
         console=Console(stderr=True),
     )
-    task = progress.add_task("benchmarking", total=steps(rounds, backends))
+    task = progress.add_task("benchmarking", total=steps(rounds, backends, args.backend))
 
     announce = announce_once("bench", f"({', '.join(backends)})")
 
@@ -595,6 +699,7 @@ def run(args: argparse.Namespace) -> int:
                 throughput_n=throughput_n,
                 async_backends=backends,
                 on_step=on_step,
+                backend=args.backend,
             )
         except KeyboardInterrupt:
             result.interrupted = True

@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
+import anyio.lowlevel
 import numpy as np
 import numpy.typing as npt
 
@@ -36,7 +37,7 @@ from .._actors import Actor, open_nursery
 from .._loop import current_library
 from .._persistent import PersistentKernelActor, open_persistent_kernel
 from .._seed import Request, RingKernelRuntime, ring_kernel
-from ..backend import PersistentKernel
+from ..backend import Backend, PersistentKernel
 
 __all__ = [
     "BODIES",
@@ -44,6 +45,7 @@ __all__ = [
     "DOUBLER",
     "ECHO",
     "ECHO_NO_TIMEOUT",
+    "LAUNCH_SOURCES",
     "PER_MESSAGE",
     "QUEUE",
     "REP",
@@ -58,6 +60,7 @@ __all__ = [
     "facade_round_trip",
     "facade_streaming",
     "floor_handoff",
+    "launch_round_trip",
     "pdc_ask",
     "persistent_actor_round_trip",
     "persistent_batched",
@@ -66,6 +69,7 @@ __all__ = [
     "pydotcompute",
     "pydotcompute_round_trip",
     "pydotcompute_streaming",
+    "ring_floor_round_trip",
     "rotated",
     "run_fresh",
     "task_per_message_batched",
@@ -473,6 +477,107 @@ def persistent_round_trip(backend: str = "cpu", **options: Any) -> LatencySample
 
     async def sample(n: int, warmup: int) -> list[int]:
         samples, _ = await persistent_round_trips_and_idle(backend, n, warmup, **options)
+        return samples
+
+    return sample
+
+
+#: Per-message launch kernels by backend name, ``(source, entry)``, for ``pdc bench
+#: --backend``: the request's bytes copied in, one launch of one thread doubling ``x``
+#: as the persistent kernel's body does, the reply's bytes copied out (:data:`REQ`,
+#: :data:`REP`: ``id`` at byte 0, the double at byte 8).
+LAUNCH_SOURCES: Final[dict[str, tuple[str, str]]] = {
+    "cuda": (
+        'extern "C" __global__ void pdc_bench_double(const unsigned char* q, unsigned char* r) {\n'
+        "    *reinterpret_cast<unsigned long long*>(r) =\n"
+        "        *reinterpret_cast<const unsigned long long*>(q);\n"
+        "    *reinterpret_cast<double*>(r + 8) = *reinterpret_cast<const double*>(q + 8) * 2.0;\n"
+        "}\n",
+        "pdc_bench_double",
+    ),
+}
+
+
+def launch_round_trip(backend: Backend | str) -> LatencySampler:
+    """One record per launch through the backend contract: ``to_device`` into a device
+    buffer, ``launch_kernel`` (which returns once the kernel is done), ``to_host`` of
+    the reply; the kernel of :data:`LAUNCH_SOURCES`. Synchronous, as a launching
+    program waits: its best case."""
+
+    async def sample(n: int, warmup: int) -> list[int]:
+        from .._plugins import resolve_backend
+
+        target = resolve_backend(backend)
+        source, entry = LAUNCH_SOURCES[target.name.partition(":")[0]]
+        kernel = target.compile_kernel(source, entry)
+        one = _records(1)
+        reply = np.zeros(1, REP)
+        request_bytes, reply_bytes = one.view(np.uint8), reply.view(np.uint8)
+        on_device = target.to_device(request_bytes)
+        answer = target.to_device(reply_bytes)
+        samples: list[int] = []
+        clock = time.perf_counter_ns
+        for i in range(warmup + n):
+            one["id"] = i
+            t0 = clock()
+            target.to_device(request_bytes, out=on_device)
+            target.launch_kernel(kernel, (1, 1, 1), (1, 1, 1), (on_device, answer))
+            target.to_host(answer, out=reply_bytes)
+            if i >= warmup:
+                samples.append(clock() - t0)
+            if int(reply["id"][0]) != i or float(reply["y"][0]) != float(one["x"][0]) * 2:
+                raise RuntimeError(f"launch per message: reply {reply[0]} for request {one[0]}")
+            if not i % 256:
+                await anyio.lowlevel.checkpoint()  # Ctrl-C and cancellation reach it
+        return samples
+
+    return sample
+
+
+def ring_floor_round_trip(backend: str) -> LatencySampler:
+    """The ring protocol's own round trip from Python, no session and no event loop:
+    the resident kernel driven through :class:`~pdc_core.backend.RingHost` (put one
+    record, wake, spin with the kernel's host waiter, take the reply). What the
+    session's paths are held against: the least pdc's host side can cost."""
+
+    async def sample(n: int, warmup: int) -> list[int]:
+        from .._plugins import resolve_backend
+        from ..backend import RingHost, RingMemory
+
+        target = resolve_backend(backend)
+        kernel = double_kernel(backend)
+        memory = RingMemory.allocate(target, kernel.layout)
+        resident = target.launch_persistent_kernel(kernel, memory)
+        waiter = resident.host_waiter()
+        samples: list[int] = []
+        try:
+            ring = RingHost(memory)
+            for _ in range(30_000):  # up to 30 s for the launch
+                if ring.started:
+                    break
+                await anyio.sleep(0.001)
+            else:
+                raise RuntimeError(f"ring floor: the kernel did not start: {resident.error}")
+            one = _records(1)[0]
+            clock = time.perf_counter_ns
+            for i in range(warmup + n):
+                t0 = clock()
+                if not ring.put_one(one):
+                    raise RuntimeError("ring floor: the ring is full with nothing in flight")
+                resident.wake()
+                reply = ring.take_one()
+                while reply is None:
+                    if ring.done:
+                        raise RuntimeError(f"ring floor: the kernel stopped: {resident.error}")
+                    waiter.spin_until_progress(ring, 0.001)
+                    reply = ring.take_one()
+                if i >= warmup:
+                    samples.append(clock() - t0)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await resident.stop(5.0)
+            waiter.close()
+            resident.release()
         return samples
 
     return sample

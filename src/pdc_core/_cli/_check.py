@@ -52,6 +52,9 @@ _COPY_BYTES: Final = 1 << 20
 _STEP_DEADLINE: Final = 30.0
 #: Seconds the released step waits for threads and memory to go back.
 _SETTLE: Final = 5.0
+#: The most round trips ``--requests`` may ask for: their timings (8 bytes each, per
+#: wait mode) must fit any machine's memory; more is a usage error.
+_MAX_REQUESTS: Final = 10_000_000
 
 _REQUEST: Final = np.dtype([("id", "<u8"), ("value", "<f8")], align=True)
 _REPLY: Final = _REQUEST
@@ -389,7 +392,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=2000,
         metavar="N",
-        help="round trips timed per wait mode (default 2000)",
+        help=f"round trips timed per wait mode (default 2000, at most {_MAX_REQUESTS:,})",
     )
     parser.add_argument(
         "--async-backend",
@@ -403,6 +406,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.requests < 1:
         return usage_error("check", "--requests must be at least 1")
+    if args.requests > _MAX_REQUESTS:
+        return usage_error("check", f"--requests must be at most {_MAX_REQUESTS:,}")
     status = check_backend(args.backend, "check") or check_async_backend(
         args.async_backend, "check"
     )

@@ -17,11 +17,12 @@ import traceback
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import _plugins
 from .._exceptions import BackendError, BackendUnavailable, EnvironmentSettingError
 from .._version import __version__
+from . import _options
 
 __all__ = [
     "COMMANDS",
@@ -103,7 +104,7 @@ def _run_plugins(args: argparse.Namespace) -> int:
     if not payload:
         print(f"No pdc plugins installed (entry-point group {_plugins.ENTRY_POINT_GROUP!r}).")
         if selection is None:
-            print("Install one, for example: pip install pdc-cpu")
+            print(f"Install one, for example: {_plugins.CPU_INSTALL_HINT}")
         else:
             print(selection)
         return 0
@@ -256,7 +257,7 @@ def _run_info(args: argparse.Namespace) -> int:
     print()
     print("Backends:")
     if not payload["backends"]:
-        print("  none installed (pip install pdc-cpu)")
+        print(f"  none installed ({_plugins.CPU_INSTALL_HINT})")
     for backend in payload["backends"]:
         state = "available" if backend["available"] else "unavailable"
         reason = f": {backend['reason']}" if backend["reason"] else ""
@@ -344,10 +345,16 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose usage errors are JSON on stdout too under ``--json``."""
+
+    def error(self, message: str) -> NoReturn:
+        _options.json_error(f"{self.prog}: error: {message}")  # main looked for --json
+        super().error(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pdc", description="pdc: structured concurrency for GPU actors"
-    )
+    parser = _Parser(prog="pdc", description="pdc: structured concurrency for GPU actors")
     parser.add_argument("--version", action="version", version=f"pdc-core {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, command in COMMANDS.items():
@@ -363,7 +370,7 @@ _REPORTS = frozenset({"info", "plugins"})
 
 
 def _print_error(command: str, error: BaseException) -> None:
-    print(f"pdc {command}: error: {error}", file=sys.stderr)
+    _options.error(command, str(error))
 
 
 def _environment_error(args: argparse.Namespace) -> EnvironmentSettingError | None:
@@ -392,7 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     others run nothing. A backend that cannot be used is an error message, never a
     traceback.
     """
+    _options.set_json_errors("--json" in (sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
+    _options.set_json_errors(bool(getattr(args, "json", False)))
     try:
         environment = _environment_error(args)
         if environment is not None and args.command not in _REPORTS:
@@ -401,6 +410,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         status: int = args.run(args)
         sys.stdout.flush()
         if environment is not None:
+            _options.set_json_errors(False)  # the report printed is the JSON document
             _print_error(args.command, environment)
             return 2
     except BackendUnavailable as exc:  # EnvironmentSettingError included

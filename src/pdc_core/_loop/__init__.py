@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import numbers
+import operator
 import sys
 import threading
 import weakref
@@ -46,14 +47,18 @@ __all__ = [
     "Kit",
     "TaskHost",
     "Waiter",
+    "check_count",
     "check_duration",
     "check_timeout",
     "current_kit",
     "current_library",
     "current_loop",
+    "loop_getter",
     "full_checkpoint",
     "current_sleep",
+    "seconds_or_inf",
     "fail",
+    "strict_int",
     "thread_count",
     "wake",
     "woken_value",
@@ -113,6 +118,19 @@ def current_kit() -> Kit:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def loop_getter() -> Callable[[], object]:
+    """The cheapest call that returns :func:`current_loop`'s value while the loop
+    running now runs (one C call under asyncio, trio's token getter under trio), for a
+    hot path that checks it is still on its loop. Under another loop the call returns
+    something else (asyncio: ``None``) or raises :class:`RuntimeError` (trio's, outside
+    trio). Raises :class:`RuntimeError` outside of both, as :func:`current_loop` does."""
+    if asyncio._get_running_loop() is not None:
+        return asyncio._get_running_loop
+    current_loop()  # trio is running, or this raises
+    getter: Callable[[], object] = sys.modules["trio"].lowlevel.current_trio_token
+    return getter
+
+
 def current_loop() -> object:
     """An object that identifies the running event loop, cheaply (tens of ns).
 
@@ -166,7 +184,7 @@ def woken_value(waiter: Waiter) -> Any:
     return _trio_woken_value(waiter)
 
 
-# -- timeout arguments, checked in one place ------------------------------------------------
+# -- timeout and count arguments, checked in one place -------------------------------------
 #
 # A NaN deadline in a timer heap breaks every later timeout of the loop (asyncio) or the
 # loop itself (trio), so every timeout of the public API comes through here first.
@@ -176,10 +194,13 @@ def _seconds(value: object, name: str) -> float:
     # numbers.Real takes NumPy's scalars (numpy.float32(0.5), numpy.int64(2)) as well.
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a number of seconds or None, not {value!r}")
-    value = float(value)
-    if math.isnan(value):
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond any float (10**400): no bound, as inf
+        return math.inf if value > 0 else -math.inf  # type: ignore[operator]
+    if math.isnan(seconds):
         raise ValueError(f"{name} is NaN; give a number of seconds, or None for no timeout")
-    return float(value)
+    return seconds
 
 
 def check_timeout(value: float | None, name: str = "timeout") -> float | None:
@@ -205,3 +226,35 @@ def check_duration(value: float | None, name: str) -> float | None:
     if seconds <= 0:
         raise ValueError(f"{name} must be > 0 seconds (or None for no bound), not {value!r}")
     return None if seconds == math.inf else seconds
+
+
+def seconds_or_inf(seconds: float | None) -> float:
+    """A checked timeout or bound (what :func:`check_timeout` or :func:`check_duration`
+    returned) as seconds to add to a clock: ``None``, no bound, is ``inf``. So a bound
+    given as ``10**400`` (no float holds it) is never added to a clock as an int."""
+    return math.inf if seconds is None else seconds
+
+
+def strict_int(value: object, name: str, expected: str = "an int") -> int:
+    """``value`` as an ``int``, by the one integer rule of pdc's API (counts, indices,
+    coordinates, priorities): an ``int`` or anything with ``__index__`` (NumPy's
+    integers); never a bool, a float (not even ``2.0``) or a string. Anything else is a
+    :class:`TypeError` saying that ``name`` must be ``expected``."""
+    if type(value) is int:
+        return value
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            pass
+    raise TypeError(f"{name} must be {expected}, got {type(value).__name__} {value!r}")
+
+
+def check_count(value: object, name: str, minimum: int = 1) -> int:
+    """A count argument (a capacity, a window, a batch size): an int by
+    :func:`strict_int`'s rule, at least ``minimum``; a :class:`ValueError` naming
+    ``name`` below it."""
+    count = strict_int(value, name)
+    if count < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value!r}")
+    return count

@@ -61,7 +61,13 @@ from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
 from .._backend._ring import StopMode
 from .._exceptions import ActorCrashed, ActorStopped
-from .._loop import check_duration, check_timeout, current_kit, full_checkpoint
+from .._loop import (
+    check_duration,
+    check_timeout,
+    current_kit,
+    full_checkpoint,
+    seconds_or_inf,
+)
 from ._session import (
     PersistentKernelSession,
     RecordLike,
@@ -347,8 +353,8 @@ class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
     ) -> None:
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"an actor name must be a non-empty str, not {name!r}")
-        check_duration(launch_timeout, "launch_timeout")
-        check_duration(stop_timeout, "stop_timeout")
+        launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
+        stop_timeout = seconds_or_inf(check_duration(stop_timeout, "stop_timeout"))
         self._backend = backend_for(kernel, backend)
         self.kernel = kernel
         self.actor_id = name if name is not None else kernel.name

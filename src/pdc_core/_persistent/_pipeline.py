@@ -34,7 +34,7 @@ from .._actors import StartOptions, runner_for
 from .._backend._links import PersistentPipeline, launch_pipeline
 from .._backend._persistent_kernel import PersistentKernel
 from .._backend._ring import RingMemory
-from .._loop import check_duration, current_kit, full_checkpoint
+from .._loop import check_duration, current_kit, full_checkpoint, seconds_or_inf
 from ._actor import PersistentKernelActor
 from ._session import _DEFAULT_SPIN_LIMIT, PersistentKernelSession, _ReplyWait, backend_for
 
@@ -91,7 +91,7 @@ class PipelineSession(PersistentKernelSession):
         A caller already cancelled on entry launches nothing; cancelled while it waits,
         every stage is stopped (shielded) before the cancellation propagates.
         """
-        check_duration(launch_timeout, "launch_timeout")
+        launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
         check_duration(stop_timeout, "stop_timeout")
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         pipeline = _pipeline_of(kernel)

@@ -55,6 +55,8 @@ from .._loop import (
     current_library,
     current_loop,
     full_checkpoint,
+    loop_getter,
+    seconds_or_inf,
     wake,
 )
 from .._loop._cancel import raise_cancelled
@@ -135,7 +137,11 @@ class SessionState(enum.Enum):
 class SessionStatistics:
     """Counters of a session. ``unprocessed`` counts requests that were published but
     never answered because the kernel stopped or crashed first (each one failed its
-    caller with an error, or was reported by ``receive``)."""
+    caller with an error, or was reported by ``receive``). Every reply is counted once:
+    ``replied`` is those returned by ``request``/``request_batch``, plus ``received``,
+    plus ``discarded`` (replies to ``reply=False`` sends, and those that reached a
+    request whose caller was cancelled or failed first); ``sent == replied +
+    unprocessed`` once the kernel has stopped."""
 
     sent: int
     replied: int
@@ -229,6 +235,10 @@ def _never() -> bool:
     return False
 
 
+def _no_loop() -> object:
+    return None
+
+
 def _interrupt_again(interrupt: BaseException, error: PersistentKernelError) -> BaseException:
     """A fresh ``KeyboardInterrupt``/``SystemExit`` like the body's, chained from
     ``error`` (whose cause is the body's own, with its traceback on the worker)."""
@@ -272,7 +282,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     Waiting for replies: with ``wait="sleep"`` (the default) the caller sleeps in the
     event loop until the kernel signals, costing nothing while it waits. With
     ``wait="spin"`` a caller whose replies are due first spins on the reply index for
-    up to ``spin_limit`` seconds (default 100 us), releasing the GIL between looks,
+    up to ``spin_limit`` seconds (default 100 us) in a tight loop (giving the GIL up
+    between looks only to a device that is a Python thread and needs it),
     and sleeps only if none came: a round trip saves the event loop's wake-up
     (CPU-backend figures in docs/benchmarks.md) at the price of a busy host thread
     while it spins. Spinning holds the event loop: other tasks wait up to 1 ms at
@@ -304,10 +315,10 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         wait: _ReplyWait = "sleep",
         spin_limit: float = _DEFAULT_SPIN_LIMIT,
     ) -> None:
-        check_duration(stop_timeout, "stop_timeout")
+        stop_timeout = seconds_or_inf(check_duration(stop_timeout, "stop_timeout"))
         if wait not in ("sleep", "spin"):
             raise ValueError(f"wait must be 'sleep' or 'spin', not {wait!r}")
-        check_duration(spin_limit, "spin_limit")
+        spin_limit = seconds_or_inf(check_duration(spin_limit, "spin_limit"))
         self.kernel = kernel
         #: How a caller waits for replies: ``"sleep"`` in the event loop, or ``"spin"``
         #: on the reply index for up to :attr:`spin_limit` seconds first.
@@ -334,6 +345,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         #: The loop's check for a cancelled scope: the per-message calls raise such a
         #: cancellation on entry instead of completing (bound with the loop).
         self._cancel_called: Callable[[], bool] = _never
+        #: The loop's cheapest :func:`current_loop` (bound with the loop): ``request``'s
+        #: lean path checks the loop with it.
+        self._loop_now: Callable[[], object] = _no_loop
         self._routes: collections.deque[_Route] = collections.deque()
         self._inbox: collections.deque[npt.NDArray[Any]] = collections.deque()
         self._inbox_count = 0
@@ -388,7 +402,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         for ``STARTED``, the kernel is stopped (shielded) before the cancellation
         propagates.
         """
-        check_duration(launch_timeout, "launch_timeout")
+        launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
         check_duration(stop_timeout, "stop_timeout")
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         backend = backend_for(kernel, backend)
@@ -527,6 +541,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
             self._loop = loop
             self._loop_name = current_library()
             self._cancel_called = current_kit().cancel_called
+            self._loop_now = loop_getter()
             return
         raise RuntimeError(
             f"persistent kernel {self.kernel.name!r} belongs to the {self._loop_name} event "
@@ -649,12 +664,12 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
                 return ActorStopped(f"persistent kernel {name!r} is stopped{detail}", actor_id=name)
 
             self._terminal = stopped
+        # Requests still routed were never answered: they are ``unprocessed`` (never
+        # ``discarded``, which counts replies).
         for route in self._routes:
             sink = route.sink
             if isinstance(sink, _Pending) and sink.error is None:
                 sink.error = self._terminal()
-            elif sink is _DISCARD:
-                self._discarded += route.end - route.start
         self._routes.clear()
         self.notify_changed()  # whoever waits, leader or follower, must look again
 
@@ -830,10 +845,12 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         :meth:`~pdc_core.backend.HostWaiter.spin_until_progress`) for up to
         :attr:`spin_limit`, but no longer than :data:`_SPIN_YIELD_EVERY` after the leader
         last let the loop run (it then lets it run before it spins again, so other
-        tasks wait no longer than that). Whether a reply came or the kernel finished.
+        tasks wait no longer than that). Past that it looks once (a zero budget): the
+        lean ``request`` then finds a reply already published without a detour.
+        Whether a reply came or the kernel finished.
         """
         budget = min(self.spin_limit, self._yielded_at + _SPIN_YIELD_EVERY - time.perf_counter())
-        return budget > 0 and self._waiter.spin_until_progress(self._ring, budget)
+        return self._waiter.spin_until_progress(self._ring, budget if budget > 0 else 0.0)
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -923,8 +940,38 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         first. A caller already cancelled on entry sends nothing; cancelled after
         sending, its reply is discarded when it comes.
         """
-        batch = coerce_record(record, self.kernel.request_dtype)
-        reply: RepT = (await self._request(batch))[0]
+        ring = self._ring
+        try:  # on the session's loop? (the general path's _check_loop says what is wrong)
+            on_loop = self._loop_now() is self._loop
+        except RuntimeError:  # trio's token getter outside trio
+            on_loop = False
+        if (
+            not on_loop
+            or self._routes  # replies in flight: only the general path routes them
+            or self._leader
+            or self._writers
+            or self._terminal is not None
+            or (self._state is not SessionState.RUNNING and self._state is not SessionState.PAUSED)
+        ):
+            reply: RepT = (await self._request(coerce_record(record, self.kernel.request_dtype)))[0]
+            return reply
+        # The lean path: this task is the only one using the ring (nothing in flight, no
+        # leader, no writer waiting), and nothing below awaits until the general wait,
+        # so no other task can interleave: put the record, spin, take the reply.
+        if self._cancel_called():  # a per-message call: raised on entry
+            await raise_cancelled()
+        if not ring.put_one(record):  # the ring is still full of answered requests
+            reply = (await self._request(coerce_record(record, self.kernel.request_dtype)))[0]
+            return reply
+        self._wake()
+        if self.wait == "spin" and self._spin():
+            reply = ring.take_one()
+            if reply is not None:
+                self._replied += 1
+                return reply
+        # Not answered yet: route its reply as the general path does, and wait there
+        # (no local names the pending: a raised error's traceback holds this frame).
+        reply = (await self._wait_for(self._route_last()))[0]
         return reply
 
     async def request_batch(self, records: RecordBatch[ReqT]) -> npt.NDArray[RepT]:
@@ -948,6 +995,22 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         pending = _Pending(total)
         try:
             await self._write_all(batch, pending, pending)
+        except BaseException:
+            self._abandon(pending)
+            raise
+        return await self._wait_for(pending)
+
+    def _route_last(self) -> _Pending:
+        """Route the reply to the request just published by :meth:`RingHost.put_one`."""
+        head = self._ring.in_head
+        pending = _Pending(1)
+        self._routes.append(_Route(head - 1, head, pending))
+        return pending
+
+    async def _wait_for(self, pending: _Pending) -> npt.NDArray[RepT]:
+        """Wait for ``pending``'s replies (its records are written and routed to it)."""
+        total = pending.count
+        try:
             if pending.filled < total and pending.error is None:
                 await self.wait_until(lambda: pending.filled == total or pending.error is not None)
         except BaseException:
@@ -958,6 +1021,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
                 self._check_open()
             error = pending.error
             assert error is not None
+            self._discarded += pending.filled  # replies that came before the failure
             if self._error is not None:
                 self._error_reported = True
             # The error's traceback holds this frame: drop the frame's references to the
@@ -972,6 +1036,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         return pending.replies
 
     def _abandon(self, pending: _Pending) -> None:
+        """The caller of ``pending`` is gone: the replies it already holds are discarded
+        (``replied == returned + received + discarded`` holds), and so will the rest be."""
+        self._discarded += pending.filled
         for route in self._routes:
             if route.sink is pending:
                 route.sink = _DISCARD
@@ -1082,10 +1149,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if self._released:
             return
         self._check_loop()
-        if timeout is None:
-            timeout = self.stop_timeout
-        else:
-            check_timeout(timeout)
+        timeout = self.stop_timeout if timeout is None else seconds_or_inf(check_timeout(timeout))
         deadline = time.monotonic() + timeout
         with anyio.CancelScope(shield=True):
             if not self._final:

@@ -16,17 +16,21 @@ from ._loader import (
     registered_placements,
 )
 from ._registry import (
+    CPU_INSTALL_HINT,
     BackendInfo,
     available_backends,
     backend_devices,
     check_environment,
     default_backend_name,
     get_backend,
+    no_backend_line,
+    parse_backend_name,
     reload_plugins,
     resolve_backend,
 )
 
 __all__ = [
+    "CPU_INSTALL_HINT",
     "ENTRY_POINT_GROUP",
     "BackendInfo",
     "PluginInfo",
@@ -38,8 +42,10 @@ __all__ = [
     "default_backend_name",
     "failed_plugins",
     "get_backend",
+    "no_backend_line",
     "hookimpl",
     "list_plugins",
+    "parse_backend_name",
     "plugin_of_backend",
     "plugin_selection",
     "registered_backends",

@@ -3,6 +3,11 @@
 Names are ``"<backend>"`` or ``"<backend>:<device index>"`` (``"cpu"``, ``"cuda"``,
 ``"cuda:1"``, ``"metal"``). Without a name, ``PDC_BACKEND`` decides; otherwise the
 available backend with the highest priority wins (cuda > metal > cpu).
+
+Choosing the default probes backends best first and stops at the first that can run,
+so a backend ranked below it is never probed: a plugin whose probe imports a heavy
+library (MLX, CuPy) costs nothing unless it could win. Priorities must therefore be
+cheap to read (a class attribute, or a platform check); availability may cost more.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from . import _loader
 from ._loader import KNOWN_DISTRIBUTIONS
 
 __all__ = [
+    "CPU_INSTALL_HINT",
     "KNOWN_DISTRIBUTIONS",
     "BackendInfo",
     "available_backends",
@@ -24,9 +30,15 @@ __all__ = [
     "check_environment",
     "default_backend_name",
     "get_backend",
+    "no_backend_line",
+    "parse_backend_name",
     "reload_plugins",
     "resolve_backend",
 ]
+
+
+#: What to install where no backend can run (one line, true today and once released).
+CPU_INSTALL_HINT = "pip install pdc-cpu (from a clone of pdc: pip install ./plugins/pdc_cpu)"
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,17 @@ def available_backends() -> list[BackendInfo]:
     return infos
 
 
+def _first_available() -> str | None:
+    """The name of the best backend that can run here, probing best first; ``None`` if none."""
+    ranked = sorted(
+        _loader.registered_backends().values(), key=lambda cls: (-cls.priority, cls.name)
+    )
+    for cls in ranked:
+        if _probe(cls).available:
+            return cls.name
+    return None
+
+
 def check_environment(*, backend: bool = True) -> None:
     """Check ``PDC_PLUGINS`` and (with ``backend``) ``PDC_BACKEND``; raise if either is unusable.
 
@@ -153,11 +176,9 @@ def _check_plugins_setting(raw: str, *, need_backend: bool) -> None:
     selection = _loader.plugin_selection()
     if selection.problem is not None:
         raise EnvironmentSettingError("PDC_PLUGINS", raw, selection.problem, selection.choices)
-    if not need_backend:
+    if not need_backend or _first_available() is not None:
         return
     infos = available_backends()
-    if any(info.availability.available for info in infos):
-        return
     if infos:
         why = ", ".join(f"{info.name}: {info.availability.reason}" for info in infos)
         reason = f"no backend it loads can run here ({why})"
@@ -178,7 +199,7 @@ def _check_backend_setting(raw: str) -> None:
     if "," in text:
         raise fail("it takes one backend name (PDC_PLUGINS takes a list)")
     try:
-        base, index = _parse(text)
+        base, index = parse_backend_name(text)
     except BackendUnavailable as exc:
         raise fail(str(exc).replace(f"invalid backend name {text!r}: ", "")) from None
     cls = _loader.registered_backends().get(base)
@@ -217,13 +238,16 @@ def default_backend_name() -> str:
     chosen = os.environ.get("PDC_BACKEND", "").strip()
     if chosen:
         return chosen.lower()
-    for info in available_backends():
-        if info.availability.available:
-            return info.name
-    raise BackendUnavailable(_no_backend_message())
+    best = _first_available()
+    if best is None:
+        raise BackendUnavailable(_no_backend_message())
+    return best
 
 
-def _parse(name: str) -> tuple[str, int]:
+def parse_backend_name(name: str) -> tuple[str, int]:
+    """``"cuda:1"`` -> ``("cuda", 1)`` (device 0 without an index). Raises
+    :class:`~pdc_core.BackendUnavailable` (one line) for a blank name or an index that
+    is not a non-negative int (``"cpu:"``, ``"cpu:abc"``, ``"cpu:-1"``)."""
     if not isinstance(name, str) or not name.strip():
         raise BackendUnavailable(f"a backend name must be a non-empty string, not {name!r}")
     base, sep, index_text = name.strip().lower().partition(":")
@@ -258,7 +282,7 @@ def get_backend(name: str | None = None) -> Backend:
         chosen = os.environ.get("PDC_BACKEND", "").strip()
         if chosen:
             return get_backend(chosen.lower())
-    base, index = _parse(name if name is not None else default_backend_name())
+    base, index = parse_backend_name(name if name is not None else default_backend_name())
     key = (base, index)
     instance = _instances.get(key)
     if instance is not None:
@@ -406,4 +430,13 @@ def _no_backend_message() -> str:
             f"no pdc backend is available with PDC_PLUGINS={selection.raw!r}: add an "
             f"installed backend's plugin to PDC_PLUGINS, or unset PDC_PLUGINS.\n{details}"
         )
-    return f"no pdc backend is available. Install one, for example: pip install pdc-cpu\n{details}"
+    return f"{no_backend_line()}\n{details}"
+
+
+def no_backend_line() -> str:
+    """One line for a machine where no installed backend can run: which cannot and why,
+    and exactly what to install (the cpu backend runs everywhere)."""
+    infos = available_backends()
+    why = "; ".join(f"{i.name} ({i.distribution}): {i.availability.reason}" for i in infos)
+    where = f" ({why})" if why else " (none is installed)"
+    return f"no pdc backend can run here{where}. Install the cpu backend: {CPU_INSTALL_HINT}"

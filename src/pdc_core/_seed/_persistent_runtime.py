@@ -47,7 +47,7 @@ import anyio
 from .._actors import ActorRunner, ActorState, cancellation_first, check_priority
 from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._exceptions import ActorStopped, KernelStateError, MessageTimeout
-from .._loop import check_timeout, current_kit, full_checkpoint
+from .._loop import check_timeout, current_kit, full_checkpoint, seconds_or_inf
 from .._persistent import KernelActorRef, PersistentKernelActor
 from ._lifecycle import RECEIVE_STATES, KernelState, terminate_within
 from ._telemetry import KernelTelemetry, Telemetry
@@ -207,7 +207,7 @@ class PersistentRingKernel(KernelActorRef):
         waits, the stop it requested goes on.
         """
         await full_checkpoint(current_kit())  # a checkpoint on every path
-        check_timeout(timeout)
+        timeout = seconds_or_inf(check_timeout(timeout))  # 10**400: inf
         await terminate_within(self, timeout)
 
     # -- messages -----------------------------------------------------------------------

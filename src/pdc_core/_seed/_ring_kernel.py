@@ -95,6 +95,7 @@ from .._loop import (
     current_kit,
     fail,
     full_checkpoint,
+    seconds_or_inf,
     wake,
 )
 from ._lifecycle import AS_ACTOR_STATE, RECEIVE_STATES, KernelState, terminate_within
@@ -771,7 +772,7 @@ class RingKernel(ActorRef[Any, Any]):
         returns at once.
         """
         await full_checkpoint(current_kit())  # a checkpoint on every path
-        check_timeout(timeout)
+        timeout = seconds_or_inf(check_timeout(timeout))  # 10**400: inf
         if self._finished:
             return
         if self._task is not None and self._task is self._kit.current_task():

@@ -26,7 +26,7 @@ from .._exceptions import (
     KernelNotFoundError,
     LifecycleError,
 )
-from .._loop import check_duration, check_timeout, current_kit, full_checkpoint
+from .._loop import check_duration, check_timeout, current_kit, full_checkpoint, seconds_or_inf
 from ._lifecycle import FINAL_STATES, KernelState
 from ._persistent_runtime import PersistentRingKernel, launch_persistent
 from ._ring_kernel import KernelFunction, RingKernel, RingKernelDefinition, get_ring_kernel
@@ -383,7 +383,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
 
     async def _terminate_all(self, timeout: float) -> None:
         await full_checkpoint(current_kit())  # a checkpoint on every path
-        check_timeout(timeout)
+        timeout = seconds_or_inf(check_timeout(timeout))  # 10**400: inf
         live = [kernel for kernel in self._kernels.values() if not kernel._finished]
         for kernel in live:
             kernel._request_terminate(timeout)

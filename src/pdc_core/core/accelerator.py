@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from .._backend._contract import DeviceInfo
+from .._backend._contract import Backend, DeviceInfo
 from .._plugins import available_backends, get_backend
 from ..backends.base import BackendType
 
@@ -153,13 +153,17 @@ class Accelerator:
         """Make device ``device_id`` the current one; ``ValueError`` when out of range."""
         self._current_device_id = self._check(device_id)
 
+    def _backend(self) -> Backend:
+        """pdc's backend of the current device."""
+        return get_backend(self._backends[self._current_device_id])
+
     def synchronize(self) -> None:
         """Wait for the current device's queued work (its backend's ``synchronize``)."""
-        get_backend(self._backends[self._current_device_id]).synchronize()
+        self._backend().synchronize()
 
     def get_memory_info(self) -> dict[str, int]:
         """``free``, ``total`` and ``used`` bytes of the current device's memory pool."""
-        stats = get_backend(self._backends[self._current_device_id]).memory_statistics()
+        stats = self._backend().memory_statistics()
         total = stats.limit or 0
         return {
             "free": max(total - stats.bytes_in_use, 0),

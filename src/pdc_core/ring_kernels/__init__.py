@@ -1,10 +1,12 @@
 """PyDotCompute's import path ``pydotcompute.ring_kernels``: the ring-kernel API.
 
 Only the names pdc has an equivalent for are here: ``MessageQueue`` is a thin layer
-over pdc's :class:`~pdc_core.Mailbox`; the other queues, the threaded and Cython
-kernels, the buffer registry, ``ArrayMessage``, ``GPUMonitor`` and the event-loop
-helpers are not provided (docs/migrating-from-pydotcompute.md says what to use
-instead). Unlike PyDotCompute's, importing it does not install uvloop.
+over pdc's :class:`~pdc_core.Mailbox`, ``RingKernelTelemetry`` and ``GPUMonitor`` are
+PyDotCompute's recorder and NVML monitor (see :mod:`pdc_core.ring_kernels.telemetry`);
+the other queues, the threaded and Cython kernels, the buffer registry,
+``ArrayMessage`` and the event-loop helpers are not provided
+(docs/migrating-from-pydotcompute.md says what to use instead). Unlike PyDotCompute's,
+importing it does not install uvloop.
 """
 
 # From the submodules, so that ``message`` here is the decorator rather than the
@@ -13,9 +15,10 @@ from .lifecycle import KernelState, RingKernel
 from .message import RingKernelMessage, message
 from .queue import MessageQueue
 from .runtime import RingKernelRuntime
-from .telemetry import RingKernelTelemetry
+from .telemetry import GPUMonitor, RingKernelTelemetry
 
 __all__ = [
+    "GPUMonitor",
     "KernelState",
     "MessageQueue",
     "RingKernel",

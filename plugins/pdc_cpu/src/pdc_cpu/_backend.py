@@ -241,10 +241,15 @@ class CpuBackend(Backend):
     def launch_persistent_kernel(
         self, kernel: PersistentKernel, rings: RingMemory, **options: Any
     ) -> ResidentKernel:
-        """Run ``kernel`` in a worker thread on ``rings`` (see :mod:`pdc_cpu._persistent`).
+        """Run ``kernel`` in a worker thread on ``rings``.
 
-        Options: ``worker_wait`` (``"doorbell"``/``"spin"``), ``host_wait``
-        (``"notify"``/``"poll"``), ``idle_timeout`` (seconds).
+        The worker (:class:`~pdc_core.backend.HostWorkerKernel`) calls the kernel's
+        ``cpu`` body once per contiguous run of requests with a read-only NumPy record
+        array, and writes the record array of replies it returns; state is a NumPy
+        array the body updates in place. Worker and host sleep while idle (a doorbell,
+        the event loop's selector), so neither burns the GIL. Options: ``worker_wait``
+        (``"doorbell"``; ``"spin"`` for measurement only), ``host_wait`` (``"notify"``;
+        ``"poll"`` for measurement only), ``idle_timeout`` (seconds).
         """
         from ._persistent import launch
 

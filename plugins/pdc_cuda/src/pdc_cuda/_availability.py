@@ -1,14 +1,20 @@
 """Whether the CUDA backend can run here, and if not, the precise reason.
 
 Probing is split in two so every branch can be tested on a machine without a GPU:
-:func:`probe` gathers facts (is CuPy importable, can the driver library be loaded,
+:func:`probe` gathers facts (is CuPy installed, can the driver library be loaded,
 what do the driver and runtime report) and never raises; :func:`diagnose` turns those
 facts into an :class:`~pdc_core.backend.Availability` with a message a user can act on.
+
+The probe asks the cheap questions first and imports CuPy only when they all say yes:
+whether CuPy is installed (``importlib.util.find_spec``, no import) and whether the
+driver library loads. On a machine without an NVIDIA driver, choosing pdc's default
+backend therefore never imports CuPy (tens of milliseconds and a large module tree).
 """
 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import sys
 from dataclasses import dataclass
@@ -73,6 +79,13 @@ def _driver_loadable() -> bool:
     return False
 
 
+def _cupy_installed() -> bool:
+    try:
+        return importlib.util.find_spec("cupy") is not None
+    except (ImportError, ValueError):  # a broken parent package or a half-removed module
+        return False
+
+
 def prefer_eager_module_loading() -> None:
     """Set ``CUDA_MODULE_LOADING=EAGER`` unless the user chose a mode.
 
@@ -89,13 +102,15 @@ def prefer_eager_module_loading() -> None:
 def probe() -> CudaProbe:
     """Gather the facts :func:`diagnose` needs. Never raises."""
     prefer_eager_module_loading()
+    if not _cupy_installed():
+        return CudaProbe(cupy_error=ModuleNotFoundError("No module named 'cupy'", name="cupy"))
+    if not _driver_loadable():  # no driver, no GPU: not worth importing CuPy to say so
+        return CudaProbe(driver_found=False)
     try:
         import cupy
     except Exception as exc:  # ImportError, or CuPy failing while it loads its libraries
         return CudaProbe(cupy_error=exc)
     version = str(getattr(cupy, "__version__", "unknown"))
-    if not _driver_loadable():
-        return CudaProbe(cupy_version=version, driver_found=False)
     runtime = cupy.cuda.runtime
     driver_version: int | None
     runtime_version: int | None

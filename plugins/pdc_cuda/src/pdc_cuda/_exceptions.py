@@ -37,3 +37,9 @@ class NvrtcUnavailable(BackendError, RuntimeError):
     Install it with ``pip install 'pdc-cuda[nvrtc]'`` (the ``nvidia-cuda-nvrtc-cu12``
     wheel) or a CUDA 12 toolkit.
     """
+
+
+# Raised to users: tracebacks and reprs name pdc_cuda.CudaCompileError, not this module
+# (as trio and anyio do for theirs).
+for _error in (CudaCompileError, NvrtcUnavailable):
+    _error.__module__ = "pdc_cuda"

@@ -13,6 +13,8 @@ which is how CI checks that a body compiles.
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,10 +33,15 @@ __all__ = [
     "compile_python_kernel_ptx",
     "jit_options",
     "numba_cuda",
+    "numba_numpy_mismatch",
     "run_numba_kernel",
 ]
 
 INSTALL_HINT = "pip install 'pdc-cuda[numba]'"
+
+#: The NumPy range the ``numba`` extra declares beside numba-cuda: numba-cuda up to at
+#: least 0.30.4 calls ``numpy.row_stack``, which NumPy 2.5 removed.
+NUMPY_RANGE = "numpy<2.5"
 
 #: ``numba.cuda.jit`` keywords taken from ``@kernel(options={...})``; other keys
 #: (``cpu_mode`` of the cpu backend, ...) are for other backends and ignored here.
@@ -55,7 +62,8 @@ JIT_OPTIONS = frozenset(
 
 
 def numba_cuda() -> Any:
-    """``numba.cuda``, or ``ImportError`` naming the extra to install."""
+    """``numba.cuda``, or ``ImportError`` naming the extra to install, or naming both
+    versions when the installed numba-cuda cannot run with the installed NumPy."""
     try:
         from numba import cuda
     except ImportError as exc:
@@ -63,7 +71,52 @@ def numba_cuda() -> Any:
             "running Python kernel bodies on the cuda backend needs numba-cuda: "
             f"{INSTALL_HINT} (or write the kernel in CUDA C with kernel.source(...))"
         ) from exc
+    mismatch = numba_numpy_mismatch()
+    if mismatch is not None:
+        raise ImportError(mismatch)
     return cuda
+
+
+_numpy_checked = False
+
+
+def numba_numpy_mismatch() -> str | None:
+    """Why the installed numba-cuda cannot compile kernels with the installed NumPy, or
+    ``None`` when it can (or numba-cuda is not installed).
+
+    numba-cuda registers its NumPy overloads when it first compiles; 0.30.4 registers one
+    for ``numpy.row_stack``, which NumPy 2.5 removed, so every compile then fails with an
+    ``AttributeError`` from deep inside it. This imports that module up front (once) and
+    turns the failure into one sentence naming both versions and the range that works.
+    """
+    global _numpy_checked
+    if _numpy_checked:
+        return None
+    try:
+        importlib.import_module("numba.cuda.np.arrayobj")
+    except ImportError:
+        return None  # no numba-cuda: numba_cuda() names the extra
+    except AttributeError as exc:
+        if "row_stack" not in str(exc):
+            raise
+        import numpy
+
+        return (
+            f"numba-cuda {_version('numba-cuda')} calls numpy.row_stack, which NumPy "
+            f"{numpy.__version__} no longer has (NumPy 2.5 removed it): Python kernel bodies "
+            f"on the cuda backend need {NUMPY_RANGE} with this numba-cuda, the range the "
+            f"pdc-cuda[numba] extra declares (pip install '{NUMPY_RANGE}'), or a numba-cuda "
+            "that no longer calls it"
+        )
+    _numpy_checked = True
+    return None
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "(version unknown)"
 
 
 def jit_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -10,7 +10,8 @@
 // link: this kernel is that ring's host) or the host region's output ring (the last
 // stage). Thread 0 polls the words of the other side with acquire loads, backing off
 // with __nanosleep while idle; the block processes a run of requests in parallel (one
-// request per thread, strided); the block meets at a barrier, and thread 0 publishes
+// request per thread, strided; larger records staged by the whole block, see "staging");
+// the block meets at a barrier, and thread 0 publishes
 // the replies' head, then the input ring's IN_TAIL, with release stores. The scope of
 // every ordered access is the scope of the region it touches: system for regions in
 // mapped host memory (the host, or a stage on another device, is the other side),
@@ -140,6 +141,53 @@ typedef Words<PDC_OUT_SCOPE> OutWords;
 static_assert(PDC_IN_SLOT_SIZE >= sizeof(pdc_request), "an input slot holds a request");
 
 __device__ __forceinline__ pdc_u64 min64(pdc_u64 a, pdc_u64 b) { return a < b ? a : b; }
+
+// ---- staging: the block copies a run's records together -------------------------------
+// A thread reading its own record from mapped memory pays a bus round trip per load, so a
+// large record costs what one thread's serial loads cost. Staged, the block copies the
+// run's requests (whole slots, contiguous: a run never wraps) into a stage with every
+// thread and 16-byte loads, runs the bodies on the copies, and copies the replies out the
+// same way, all before barrier 2 (so before thread 0 publishes the heads). The stage is
+// shared memory, or for a record too large for it a device-heap buffer taken at start-up
+// (in place if that allocation fails). A slot and a reply of at most 16 bytes each are
+// read and written in place by default: one load per thread, already coalesced across a
+// warp. -DPDC_STAGE=0 or =1 (a compile option) forces either way.
+#ifndef PDC_STAGE
+#define PDC_STAGE (PDC_IN_SLOT_SIZE > 16 || sizeof(pdc_reply) > 16)
+#endif
+#define PDC_STAGE_SHARED_BYTES 32768ull
+// Room a stage needs beyond its records: each of the two areas starts on the 16-byte
+// phase of the ring address it copies (so the records keep their alignment).
+#define PDC_STAGE_SLACK 64ull
+#define PDC_STAGE_RECORD (PDC_IN_SLOT_SIZE + sizeof(pdc_reply))
+// A record that does not fit the shared stage gets a heap stage of up to 1 MiB (or one
+// record, if larger), no more records than a run holds.
+#define PDC_STAGE_HEAP_RECORDS \
+    (PDC_STAGE_RECORD >= (1ull << 20) ? 1ull : min64(PDC_MAX_BATCH, (1ull << 20) / PDC_STAGE_RECORD))
+
+struct alignas(16) pdc_u128 {
+    pdc_u64 lo, hi;
+};
+
+// Copy n bytes from src to dst with every thread of the block, 16 bytes per load where
+// both are 16-byte aligned; dst and src must have the same address modulo 16. Plain
+// loads and stores: the caller's barriers order them (see the top of the file).
+__device__ void block_copy(unsigned char* dst, const unsigned char* src, pdc_u64 n) {
+    const pdc_u64 misaligned = reinterpret_cast<pdc_u64>(src) & 15ull;
+    const pdc_u64 head = min64(n, misaligned ? 16ull - misaligned : 0ull);
+    const pdc_u64 wide = (n - head) / 16ull;
+    for (pdc_u64 i = threadIdx.x; i < head; i += blockDim.x) dst[i] = src[i];
+    const pdc_u128* from = reinterpret_cast<const pdc_u128*>(src + head);
+    pdc_u128* to = reinterpret_cast<pdc_u128*>(dst + head);
+    for (pdc_u64 i = threadIdx.x; i < wide; i += blockDim.x) to[i] = from[i];
+    for (pdc_u64 i = head + wide * 16ull + threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+}
+
+// Where an area of the stage starts: after `from`, on the 16-byte phase of `ring`.
+__device__ __forceinline__ unsigned char* stage_area(unsigned char* from, const unsigned char* ring) {
+    unsigned char* base = from + ((16ull - (reinterpret_cast<pdc_u64>(from) & 15ull)) & 15ull);
+    return base + (reinterpret_cast<pdc_u64>(ring) & 15ull);
+}
 
 // Offset of request `index`'s slot, and of its sequence word, from the region's start.
 __device__ __forceinline__ pdc_u64 in_slot(pdc_u64 ring, pdc_u64 capacity, pdc_u64 index) {
@@ -288,10 +336,19 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
     __shared__ pdc_u64 s_count;     // requests in the run
     __shared__ pdc_u64 s_out;       // head of the output ring when the run started
     __shared__ pdc_u64 s_in_cap, s_out_cap, s_in_ring, s_out_ring;  // the headers
+    // Thread 0's decision, handed to the block: thread 0 stores it just before barrier
+    // 1 only, and every thread loads it between barriers 1 and 2 only (racecheck: no
+    // other access, whatever the compiler hoists). Thread 0 decides from `command`, its
+    // own register copy, never from this word.
     __shared__ pdc_u32 s_command;   // WORK or EXIT
     __shared__ pdc_u32 s_error;     // first error code of the run (0: none)
     __shared__ pdc_u64 s_error_at;  // request index of that error
     __shared__ pdc_u32 s_sequence_error;  // that error is a bad sequence word, not the body's
+    // The stage (see "staging" above): the shared buffer, a heap buffer, or null (in
+    // place); and how many records it holds. Set by thread 0 before the first barrier.
+    __shared__ pdc_u128 s_stage_words[PDC_STAGE ? PDC_STAGE_SHARED_BYTES / 16 : 1];  // aligned
+    __shared__ unsigned char* s_stage;
+    __shared__ pdc_u64 s_stage_records;
 #if PDC_IN_SEQUENCED
     __shared__ pdc_u32 s_first_acquired;  // thread 0 acquired the first request's sequence word
 #endif
@@ -303,11 +360,24 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
 #endif
     pdc_u32 backoff = PDC_BACKOFF_MIN_NS;
     bool paused = false;
+    pdc_u32 command = WORK;  // thread 0's: WORK until it decides to leave
 
     if (threadIdx.x == 0) {
-        s_command = WORK;
+        s_stage = nullptr;
+        s_stage_records = 0;
+        if (PDC_STAGE) {
+            if (PDC_STAGE_RECORD + PDC_STAGE_SLACK <= PDC_STAGE_SHARED_BYTES) {
+                s_stage = reinterpret_cast<unsigned char*>(s_stage_words);
+                s_stage_records = (PDC_STAGE_SHARED_BYTES - PDC_STAGE_SLACK) / PDC_STAGE_RECORD;
+            } else {
+                const pdc_u64 records = PDC_STAGE_HEAP_RECORDS;
+                s_stage = static_cast<unsigned char*>(
+                    malloc(records * PDC_STAGE_RECORD + PDC_STAGE_SLACK));
+                s_stage_records = s_stage ? records : 0;  // null: in place
+            }
+        }
         if (!check_headers(in, out)) {
-            s_command = EXIT;
+            command = EXIT;
         } else {
             // Plain: header words, written before the launch and never after.
             s_in_cap = in.word64(PDC_OFF_IN_CAPACITY);
@@ -347,13 +417,17 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
     }
 
     for (;;) {
-        if (threadIdx.x == 0 && s_command == WORK) {
+        // Only thread 0 enters (an outer test of threadIdx.x alone, so that no compiled
+        // form loads a word of thread 0's in the other threads).
+        if (threadIdx.x == 0) {
             // Wait for work, a stop or a pause; only thread 0 touches the control words.
             // STOP and PAUSE (and the next stage's DONE) are loaded relaxed *before* the
             // acquire load of IN_HEAD -- or, with sequenced slots, of the next request's
             // sequence word, IN_HEAD then loaded relaxed too -- so the loads are in
             // flight together: one round trip per poll.
-            for (;;) {
+            // Not at all when it decided to leave (a failed header check, or the last
+            // run's error); a decided run breaks out with `command` still WORK.
+            while (command == WORK) {
                 const pdc_u32 stop = in.load_relaxed32(PDC_OFF_STOP);
                 const pdc_u32 pause_word = in.load_relaxed32(PDC_OFF_PAUSE);
 #if PDC_OUT_LINK
@@ -373,18 +447,18 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 const pdc_u64 in_head = in.load_acquire64(PDC_OFF_IN_HEAD);
 #endif
                 if (stop == PDC_STOP_NOW) {
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
 #if PDC_OUT_LINK
                 if (next_done != 0u) {  // the next stage finished unasked: a broken link
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
 #endif
                 if (stop != PDC_STOP_RUN && stop != PDC_STOP_DRAIN) {
                     report_error(in, PDC_ERROR_PROTOCOL, "the STOP word holds ", 0, stop, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 const bool pause = stop == PDC_STOP_RUN && pause_word != 0u;
@@ -418,7 +492,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 if (in_head < in_head_seen || (in_head > in_tail && in_head - in_tail > s_in_cap)) {
                     report_error(in, PDC_ERROR_PROTOCOL, "in_head moved to ",
                                  " (backwards, or past in_tail + capacity)", in_head, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 in_head_seen = in_head;
@@ -427,7 +501,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                     report_error(in, PDC_ERROR_PROTOCOL, "the sequence word of the next request's "
                                  "slot is ", " (neither this request's nor the previous lap's)",
                                  sequence, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 pdc_u64 count = in_head > in_tail ? in_head - in_tail : 0;
@@ -436,7 +510,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 if (in_head < in_tail || in_head - in_tail > s_in_cap) {
                     report_error(in, PDC_ERROR_PROTOCOL, "in_head moved to ",
                                  " outside [in_tail, in_tail + capacity]", in_head, true);
-                    s_command = EXIT;
+                    command = EXIT;
                     break;
                 }
                 pdc_u64 count = in_head - in_tail;
@@ -449,7 +523,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                     if (out_tail > out_head || out_head - out_tail > s_out_cap) {
                         report_error(in, PDC_ERROR_PROTOCOL, "the output ring's tail moved to ",
                                      " outside [head - capacity, head]", out_tail, true);
-                        s_command = EXIT;
+                        command = EXIT;
                         break;
                     }
                     space = s_out_cap - (out_head - out_tail);
@@ -464,7 +538,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                         // requests, the next poll acquires them as any other.
                         cuda::atomic_thread_fence(cuda::memory_order_acquire, PDC_IN_SCOPE);
                         if (in.load_relaxed64(PDC_OFF_IN_HEAD) == in_tail) {
-                            s_command = EXIT;  // every published request answered
+                            command = EXIT;  // every published request answered
                             break;
                         }
                         continue;
@@ -486,6 +560,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 backoff = PDC_BACKOFF_MIN_NS;
                 break;
             }
+            s_command = command;  // plain: the other threads load it after barrier 1
         }
         __syncthreads();  // barrier 1: the run (or EXIT) is decided
         if (s_command != WORK) break;
@@ -493,40 +568,83 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         // No fence here: barrier 1 orders this thread's request loads after thread 0's
         // acquire load (see the top of the file).
         const pdc_u64 first = s_first, count = s_count;
-        pdc_reply* replies =
-            reinterpret_cast<pdc_reply*>(out_region + s_out_ring) + s_out % s_out_cap;
-        for (pdc_u64 i = threadIdx.x; i < count; i += blockDim.x) {
-            const pdc_u64 slot = in_slot(s_in_ring, s_in_cap, first + i);
+        unsigned char* const requests = in_region + in_slot(s_in_ring, s_in_cap, first);
+        unsigned char* const replies =
+            out_region + s_out_ring + (s_out % s_out_cap) * sizeof(pdc_reply);
+        // Request i of the run may be read (by any thread, after a barrier): with
+        // sequenced slots, acquire its sequence word first, until it shows the request
+        // (the acquire orders the request's loads after the host's stores of it; barrier
+        // 1 does for the first request when thread 0 acquired it). False, and the run's
+        // error recorded, if the word is neither this request's nor the last lap's.
+        auto acquire = [&](pdc_u64 i) -> bool {
 #if PDC_IN_SEQUENCED
-            if (i != 0 || s_first_acquired == 0u) {
-                // Published per the IN_HEAD thread 0 loaded relaxed: acquire this slot's own
-                // sequence word, which the host stored before that IN_HEAD, until it shows
-                // this request; only then read the request (the acquire is what orders
-                // the request's loads after the host's stores of it).
-                const pdc_u64 want = first + i + 1;
-                const pdc_u64 before = previous_sequence(s_in_cap, first + i);
-                pdc_u64 sequence;
-                while ((sequence = in.load_acquire64(slot + PDC_IN_SEQUENCE_OFFSET)) != want) {
-                    if (sequence != before) break;
-                }
-                if (sequence != want) {
-                    // Shared-memory CAS (block scope): never on a region.
-                    if (atomicCAS(&s_error, 0u, PDC_ERROR_PROTOCOL) == 0u) {
-                        s_error_at = first + i;
-                        s_sequence_error = 1u;
-                    }
-                    continue;
-                }
+            if (i == 0 && s_first_acquired != 0u) return true;
+            // Published per the IN_HEAD thread 0 loaded relaxed: acquire this slot's own
+            // sequence word, which the host stored before that IN_HEAD.
+            const pdc_u64 want = first + i + 1;
+            const pdc_u64 before = previous_sequence(s_in_cap, first + i);
+            const pdc_u64 word = in_slot(s_in_ring, s_in_cap, first + i) + PDC_IN_SEQUENCE_OFFSET;
+            pdc_u64 sequence;
+            while ((sequence = in.load_acquire64(word)) != want) {
+                if (sequence != before) break;
             }
+            if (sequence != want) {
+                // Shared-memory CAS (block scope): never on a region.
+                if (atomicCAS(&s_error, 0u, PDC_ERROR_PROTOCOL) == 0u) {
+                    s_error_at = first + i;
+                    s_sequence_error = 1u;
+                }
+                return false;
+            }
+#else
+            (void)i;
 #endif
-            const pdc_request& request = *reinterpret_cast<const pdc_request*>(in_region + slot);
-            const int code = @@BODY@@(request, replies[i]@@STATE_ARG@@);
+            return true;
+        };
+        // Run the body on request i at `request`, its reply at `reply`.
+        auto run = [&](pdc_u64 i, const unsigned char* request_bytes, unsigned char* reply_bytes) {
+            const pdc_request& request = *reinterpret_cast<const pdc_request*>(request_bytes);
+            pdc_reply& reply = *reinterpret_cast<pdc_reply*>(reply_bytes);
+            const int code = @@BODY@@(request, reply@@STATE_ARG@@);
             if (code != 0) {
                 // Shared-memory CAS (block scope): never on a region.
                 if (atomicCAS(&s_error, 0u, static_cast<pdc_u32>(code)) == 0u) {
                     s_error_at = first + i;
                     s_sequence_error = 0u;
                 }
+            }
+        };
+        unsigned char* const stage = s_stage;
+        if (stage == nullptr) {  // in place: each thread reads its requests from the ring
+            for (pdc_u64 i = threadIdx.x; i < count; i += blockDim.x) {
+                if (acquire(i)) run(i, requests + i * PDC_IN_SLOT_SIZE, replies + i * sizeof(pdc_reply));
+            }
+        } else {
+#if PDC_IN_SEQUENCED
+            for (pdc_u64 i = threadIdx.x; i < count; i += blockDim.x) acquire(i);
+            __syncthreads();  // every request of the run acquired (or the run failed)
+            // s_error: CAS-ed before the barrier, stored by thread 0 only after barrier 2.
+            const bool go = s_error == 0u;
+#else
+            const bool go = true;
+#endif
+            const pdc_u64 per = s_stage_records;
+            for (pdc_u64 done = 0; go && done < count; done += per) {
+                const pdc_u64 n = min64(per, count - done);
+                const unsigned char* from = requests + done * PDC_IN_SLOT_SIZE;
+                unsigned char* to = replies + done * sizeof(pdc_reply);
+                unsigned char* staged_requests = stage_area(stage, from);
+                unsigned char* staged_replies =
+                    stage_area(staged_requests + n * PDC_IN_SLOT_SIZE, to);
+                if (done != 0) __syncthreads();  // the last chunk's replies are copied out
+                block_copy(staged_requests, from, n * PDC_IN_SLOT_SIZE);
+                __syncthreads();  // the chunk's requests are staged
+                for (pdc_u64 i = threadIdx.x; i < n; i += blockDim.x) {
+                    run(done + i, staged_requests + i * PDC_IN_SLOT_SIZE,
+                        staged_replies + i * sizeof(pdc_reply));
+                }
+                __syncthreads();  // the chunk's replies are staged
+                block_copy(to, staged_replies, n * sizeof(pdc_reply));
             }
         }
         // No fence here: barrier 2 orders this thread's reply stores (and request loads)
@@ -538,11 +656,11 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
                 report_error(in, s_error, "the sequence word of request #",
                              "'s slot is neither its own nor the previous lap's", s_error_at,
                              true);
-                s_command = EXIT;  // seen by everyone after the next barrier 1
+                command = EXIT;  // handed to the block at the next barrier 1
             } else if (s_error != 0u) {
                 report_error(in, s_error, "the kernel body returned an error for request #", 0,
                              s_error_at, true);
-                s_command = EXIT;  // seen by everyone after the next barrier 1
+                command = EXIT;  // handed to the block at the next barrier 1
             } else {
                 out_head += count;
                 in_tail += count;
@@ -587,6 +705,7 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
         }
         if (in.word32(PDC_OFF_ERROR_CODE) == 0u) adopt_error(in, out);  // plain: ours
 #endif
+        if (s_stage != reinterpret_cast<unsigned char*>(s_stage_words)) free(s_stage);  // heap
         // Relaxed: DONE below is the release that covers it.
         if (paused) in.store_relaxed32(PDC_OFF_PAUSED, 0u);
         // Release: every store of this kernel (replies, heads, error words) is visible

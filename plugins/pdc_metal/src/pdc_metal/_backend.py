@@ -81,11 +81,16 @@ def _host_memory() -> int | None:
 
 
 def _priority() -> int:
+    # Read when pdc ranks backends to pick the default: off Apple silicon no Metal GPU can
+    # exist, so the rank is known without importing MLX (which then is never imported
+    # unless the metal backend is asked for).
+    if not _mlx.metal_possible():
+        return _mlx.CPU_DEVICE_PRIORITY
     return _mlx.METAL_PRIORITY if _mlx.probe().metal else _mlx.CPU_DEVICE_PRIORITY
 
 
 def _capabilities() -> frozenset[Capability]:
-    if _mlx.probe().metal:
+    if _mlx.metal_possible() and _mlx.probe().metal:
         return _BASE_CAPABILITIES | {Capability.KERNELS}
     return _BASE_CAPABILITIES
 
@@ -618,9 +623,35 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         """Emulate ``kernel`` resident on ``rings``: a worker thread runs the ring
         protocol and the kernel's ``metal`` body on a dedicated MLX stream.
 
-        The body's calling convention (request fields in as MLX arrays, reply fields
-        out) is documented in :mod:`pdc_metal._persistent`. Options: ``worker_wait``,
-        ``host_wait``, ``idle_timeout``, as for :class:`~pdc_core.backend.HostWorkerKernel`.
+        Options: ``worker_wait``, ``host_wait``, ``idle_timeout``, as for
+        :class:`~pdc_core.backend.HostWorkerKernel`.
+
+        The ``metal`` body's calling convention (MLX has no structured dtypes):
+
+        * ``body(requests) -> replies``, or ``body(requests, state) -> replies`` (or
+          ``-> (replies, new_state)``) when the kernel has device-resident state.
+        * ``requests``: a ``dict`` mapping each field name of the request dtype to an MLX
+          array with one row per request (shape ``(n,)``, or ``(n, *subshape)`` for a
+          sub-array field), of the field's exact dtype (``f8`` stays ``float64``: MLX's CPU
+          device computes in it, the Metal GPU does not). A request dtype without fields
+          (``float32``, say) gives one MLX array of shape ``(n,)`` instead of a dict.
+        * ``replies``: a mapping with exactly the reply dtype's field names, each value an MLX
+          (or NumPy) array of shape ``(n,)`` / ``(n, *subshape)`` whose dtype casts to the
+          field's within its kind (``float32`` -> ``f8`` is fine, ``float`` -> ``int`` is not).
+          A reply dtype without fields takes one array of shape ``(n,)``. Anything else --
+          missing or unknown fields, a wrong shape or dtype kind -- is reported through the
+          error word as ``ErrorCode.BAD_REPLY`` naming the field, so the session raises
+          :class:`~pdc_core.ActorCrashed`.
+        * ``state``: an evaluated MLX array, a copy of ``PersistentKernel(state=...)``. Update
+          it with item assignment (``state[0] += n``, which MLX applies to the same array
+          object) or return ``(replies, new_state)`` with an array of the same shape and dtype
+          to replace it. It is evaluated after every batch, so
+          :meth:`~pdc_core.PersistentKernelSession.read_state` (while paused or after the
+          stop) sees it.
+
+        Every field and the state must have a dtype MLX holds exactly (the launch raises a
+        ``TypeError`` naming the field otherwise: nested structured fields, ``complex128``,
+        strings ...).
         """
         from ._persistent import launch
 

@@ -24,6 +24,7 @@ __all__ = [
     "MlxProbe",
     "from_mlx_dtype",
     "load",
+    "metal_possible",
     "probe",
     "reset_probe",
     "to_mlx_dtype",
@@ -89,6 +90,11 @@ def _run_probe() -> MlxProbe:
         False,
         version,
     )
+
+
+def metal_possible() -> bool:
+    """Whether this machine could have a Metal GPU (macOS on Apple silicon); no import."""
+    return platform.system() == "Darwin" and platform.machine() == "arm64"
 
 
 def probe() -> MlxProbe:

@@ -9,32 +9,8 @@ Per contiguous run of requests it converts the request fields to MLX arrays, cal
 kernel's ``metal`` body once, evaluates the result (``mx.eval``) on its stream, checks
 it and writes it into the reply slots.
 
-The ``metal`` body's calling convention (MLX has no structured dtypes):
-
-* ``body(requests) -> replies``, or ``body(requests, state) -> replies`` (or
-  ``-> (replies, new_state)``) when the kernel has device-resident state.
-* ``requests``: a ``dict`` mapping each field name of the request dtype to an MLX
-  array with one row per request (shape ``(n,)``, or ``(n, *subshape)`` for a
-  sub-array field), of the field's exact dtype (``f8`` stays ``float64``: MLX's CPU
-  device computes in it, the Metal GPU does not). A request dtype without fields
-  (``float32``, say) gives one MLX array of shape ``(n,)`` instead of a dict.
-* ``replies``: a mapping with exactly the reply dtype's field names, each value an MLX
-  (or NumPy) array of shape ``(n,)`` / ``(n, *subshape)`` whose dtype casts to the
-  field's within its kind (``float32`` -> ``f8`` is fine, ``float`` -> ``int`` is not).
-  A reply dtype without fields takes one array of shape ``(n,)``. Anything else --
-  missing or unknown fields, a wrong shape or dtype kind -- is reported through the
-  error word as ``ErrorCode.BAD_REPLY`` naming the field, so the session raises
-  :class:`~pdc_core.ActorCrashed`.
-* ``state``: an evaluated MLX array, a copy of ``PersistentKernel(state=...)``. Update
-  it with item assignment (``state[0] += n``, which MLX applies to the same array
-  object) or return ``(replies, new_state)`` with an array of the same shape and dtype
-  to replace it. It is evaluated after every batch, so
-  :meth:`~pdc_core.PersistentKernelSession.read_state` (while paused or after the
-  stop) sees it.
-
-Every field and the state must have a dtype MLX holds exactly (the launch raises a
-``TypeError`` naming the field otherwise: nested structured fields, ``complex128``,
-strings ...).
+The ``metal`` body's calling convention is documented at the public name,
+:meth:`pdc_metal.MetalBackend.launch_persistent_kernel`.
 """
 
 from __future__ import annotations

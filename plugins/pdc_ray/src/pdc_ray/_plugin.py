@@ -16,12 +16,12 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pdc_core.backend import hookimpl
 
-from ._connect import connect
-from ._placement import RayPlacement, on
+if TYPE_CHECKING:
+    from ._placement import RayPlacement
 
 __all__ = [
     "address_file",
@@ -132,14 +132,16 @@ async def open_demo_placement() -> AsyncIterator[RayPlacement]:
     cluster :func:`find_cluster` finds (if it answers), else starts a local Ray
     (no dashboard) for the block and shuts it down after: :func:`pdc_ray.connect`.
     """
+    import pdc_ray  # its names load on first use: only when this placement is used
+
     address = find_cluster()
     options: dict[str, Any]
     if address is not None and _probe(address) is None:
         options = {"address": address}
     else:
         options = {"address": "local", "include_dashboard": False}
-    async with connect(log_to_driver=False, logging_level=logging.ERROR, **options):
-        yield on(num_cpus=1)
+    async with pdc_ray.connect(log_to_driver=False, logging_level=logging.ERROR, **options):
+        yield pdc_ray.on(num_cpus=1)
 
 
 @hookimpl

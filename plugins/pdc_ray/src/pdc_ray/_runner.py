@@ -19,32 +19,7 @@ itself, one task switch less on each way (it still counts in the window, and in 
 mailbox's ``sent`` and ``received`` as a hand-off does). Control calls (stop, pause,
 statistics, ping, cancel) go in their own concurrency group.
 
-Guarantees:
-
-* **Start is a handshake.** ``start_actor`` returns once the remote ``on_start`` has
-  run. A failure raises ``ActorCrashed(... while starting)`` with the original
-  cause; a placement not satisfied within ``start_timeout`` fails with a
-  :class:`~pdc_ray.PlacementTimeout` cause. Either way the host process is killed
-  and confirmed dead before ``start_actor`` raises.
-* **The remote actor lives no longer than its nursery.** On a normal exit it drains
-  and stops; on every exit (clean, crash, cancellation) the host process is killed
-  and the runner waits until the engine reports it dead, at most ``kill_timeout``
-  seconds (then it logs a warning and gives up waiting).
-* **Crashes and losses surface.** A remote exception is the ``cause`` of the
-  nursery's :class:`~pdc_core.ActorCrashed`, with its original type and the remote
-  traceback in its notes (:class:`~pdc_ray.RemoteError` when it cannot be rebuilt
-  here). A dead process, or one that misses its heartbeat (``heartbeat`` seconds,
-  3 by default), is a crash caused by :class:`~pdc_ray.RemoteActorLost`.
-* **No request is left hanging.** Every ``ask`` ends with its reply,
-  :class:`~pdc_core.MessageTimeout`, or an error: ``ActorCrashed`` for requests in
-  flight when the actor crashed or was lost (they may or may not have been handled:
-  delivery is at most once), ``ActorStopped`` when it stopped first,
-  :class:`~pdc_core.MessageDropped` when a ``"drop_oldest"`` mailbox evicted it.
-  Under a :class:`~pdc_core.RestartPolicy` the requests still queued here are handled
-  by the next incarnation.
-* **Cancellation leaves nothing behind.** A cancelled (or timed-out) ``ask`` whose
-  request was shipped is cancelled remotely: the host skips it if the actor has not
-  got it yet. No task or callback outlives the runner.
+The guarantees are documented at the public name, :class:`pdc_ray.RemoteRunner`.
 """
 
 # ruff: noqa: ASYNC109
@@ -338,7 +313,35 @@ class RemoteActorRef(ActorRef[M, R]):
 
 
 class RemoteRunner(ActorRunner):
-    """Runs one remote actor for its nursery (see the module documentation)."""
+    """Runs one remote actor for its nursery: the caller's side of it.
+
+    Guarantees:
+
+    * **Start is a handshake.** ``start_actor`` returns once the remote ``on_start`` has
+      run. A failure raises ``ActorCrashed(... while starting)`` with the original
+      cause; a placement not satisfied within ``start_timeout`` fails with a
+      :class:`~pdc_ray.PlacementTimeout` cause. Either way the host process is killed
+      and confirmed dead before ``start_actor`` raises.
+    * **The remote actor lives no longer than its nursery.** On a normal exit it drains
+      and stops; on every exit (clean, crash, cancellation) the host process is killed
+      and the runner waits until the engine reports it dead, at most ``kill_timeout``
+      seconds (then it logs a warning and gives up waiting).
+    * **Crashes and losses surface.** A remote exception is the ``cause`` of the
+      nursery's :class:`~pdc_core.ActorCrashed`, with its original type and the remote
+      traceback in its notes (:class:`~pdc_ray.RemoteError` when it cannot be rebuilt
+      here). A dead process, or one that misses its heartbeat (``heartbeat`` seconds,
+      3 by default), is a crash caused by :class:`~pdc_ray.RemoteActorLost`.
+    * **No request is left hanging.** Every ``ask`` ends with its reply,
+      :class:`~pdc_core.MessageTimeout`, or an error: ``ActorCrashed`` for requests in
+      flight when the actor crashed or was lost (they may or may not have been handled:
+      delivery is at most once), ``ActorStopped`` when it stopped first,
+      :class:`~pdc_core.MessageDropped` when a ``"drop_oldest"`` mailbox evicted it.
+      Under a :class:`~pdc_core.RestartPolicy` the requests still queued here are handled
+      by the next incarnation.
+    * **Cancellation leaves nothing behind.** A cancelled (or timed-out) ``ask`` whose
+      request was shipped is cancelled remotely: the host skips it if the actor has not
+      got it yet. No task or callback outlives the runner.
+    """
 
     #: The handle class :attr:`ref` is made from.
     ref_type: type[RemoteActorRef[Any, Any]] = RemoteActorRef

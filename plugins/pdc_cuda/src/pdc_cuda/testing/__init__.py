@@ -23,6 +23,8 @@ from ._build import (
     build_ring_kernel,
     build_ring_kernels,
     cache_dir,
+    cache_size,
+    clear_cache,
     compiler_missing,
 )
 from ._plan import PlannedBuild, kernel_builds, pipeline_builds, prebuild
@@ -40,8 +42,14 @@ __all__ = [
     "build_ring_kernel",
     "build_ring_kernels",
     "cache_dir",
+    "cache_size",
+    "clear_cache",
     "compiler_missing",
     "kernel_builds",
     "pipeline_builds",
     "prebuild",
 ]
+
+# Errors a test author sees in tracebacks name this module, not its private parts.
+for _error in (HostBuildError, HostKernelFault):
+    _error.__module__ = __name__

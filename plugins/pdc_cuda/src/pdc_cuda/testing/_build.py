@@ -42,6 +42,8 @@ __all__ = [
     "build_ring_kernel",
     "build_ring_kernels",
     "cache_dir",
+    "cache_size",
+    "clear_cache",
     "compiler",
     "compiler_missing",
     "load_instance",
@@ -55,7 +57,7 @@ BASE_FLAGS = (
     "-std=c++20", "-O1", "-g", "-fPIC", "-shared", "-pthread", "-fno-strict-aliasing",
     "-fvisibility=hidden",
 )  # fmt: skip
-TSAN_FLAGS = ("-fsanitize=thread", "-Wno-tsan", "-O0")
+TSAN_FLAGS = ("-fsanitize=thread", "-Wno-tsan")
 
 
 class HostBuildError(RuntimeError):
@@ -103,6 +105,52 @@ def cache_dir() -> Path:
     return path
 
 
+#: What the host build keeps in :func:`cache_dir` (``build-*`` are builds in progress,
+#: removed by the process making them, so never cleared from outside).
+CACHED_PREFIXES = ("nvrtc-", "pch-", "ring-", "tsan-driver-")
+
+
+def _cached_entries() -> list[Path]:
+    return [path for path in cache_dir().iterdir() if path.name.startswith(CACHED_PREFIXES)]
+
+
+def _size(path: Path) -> int:
+    try:
+        if path.is_dir() and not path.is_symlink():
+            return sum(entry.stat().st_size for entry in path.rglob("*") if entry.is_file())
+        return path.stat().st_size
+    except FileNotFoundError:  # removed meanwhile (a clear or a build elsewhere)
+        return 0
+
+
+def cache_size() -> int:
+    """Bytes the host build keeps in :func:`cache_dir` (its builds, precompiled headers
+    and NVRTC verdicts); every distinct kernel source adds a build."""
+    return sum(_size(path) for path in _cached_entries())
+
+
+def clear_cache() -> int:
+    """Remove what the host build keeps in :func:`cache_dir`; returns the bytes freed.
+
+    Only the host build's own entries go (the directory may be one you chose with
+    ``$PDC_CUDA_HOST_CACHE``); the next run rebuilds what it needs. From a shell:
+    ``python -m pdc_cuda.testing --clear-cache``. Builds already loaded by a running
+    process stay valid (their files are unlinked, not overwritten).
+    """
+    freed = 0
+    for path in _cached_entries():
+        size = _size(path)
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        except FileNotFoundError:  # another process cleared it first
+            continue
+        freed += size
+    return freed
+
+
 @dataclass(frozen=True)
 class HostBuild:
     """One host build: the shared object ``path`` of ``source`` (``sanitize``: TSan)."""
@@ -146,9 +194,19 @@ def _nvrtc_gate(source: str, options: tuple[str, ...]) -> None:
 
 
 @functools.cache
+def _nvrtc_has_pch() -> bool:
+    return find_nvrtc().version >= (12, 4)
+
+
 def _pch_option() -> tuple[str, ...]:
-    """``-pch`` where NVRTC has it (12.4 and newer), else nothing."""
-    return ("-pch",) if find_nvrtc().version >= (12, 4) else ()
+    """``-pch`` where NVRTC has it (12.4 and newer), else nothing; with ``-pch-dir`` in
+    the cache, since NVRTC otherwise writes its header image (tens of MB, named after the
+    source file) into the current working directory."""
+    if not _nvrtc_has_pch():
+        return ()
+    directory = cache_dir() / "nvrtc-pch"
+    directory.mkdir(exist_ok=True)
+    return ("-pch", f"-pch-dir={directory}")
 
 
 _build_locks: dict[str, threading.Lock] = {}

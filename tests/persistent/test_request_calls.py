@@ -1,0 +1,114 @@
+"""The lean single-record path: how many Python calls one ``session.request`` costs.
+
+A request whose session has nothing else in flight takes a short path (issue 33): the
+record is converted straight into its slot and published (``RingHost.put_one``), the
+caller spins, and the reply is copied out (``RingHost.take_one``). cProfile counts every
+Python and C function call of that path; the bound is 16. The device here answers
+inside ``wake`` with NumPy stores only, so the count is the host's own path, the same on
+every run. The same path on the cpu backend, whose device is a worker thread, is
+checked too (its fastest request: a loaded machine may make others wait past the spin).
+``benchmarks/cuda_floor.py`` prints the count beside the round trips.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+from typing import Any, ClassVar
+
+import numpy as np
+from support.host_memory_backend import HostMemoryBackend
+
+from pdc_core import Capability, PersistentKernel, open_persistent_kernel
+from pdc_core.backend import Backend, Offset, ResidentKernel, RingMemory, StopMode
+
+REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
+
+_RUN = int(StopMode.RUN)
+# Word indices as plain ints (an enum member's attribute lookup is a Python call).
+_STOP, _DONE = int(Offset.STOP) >> 2, int(Offset.DONE) >> 2
+_IN_HEAD, _IN_TAIL, _OUT_HEAD = (
+    int(o) >> 3 for o in (Offset.IN_HEAD, Offset.IN_TAIL, Offset.OUT_HEAD)
+)
+
+#: The issue's bound on Python calls per single-record request.
+MOST_CALLS = 16
+
+
+class InlineEcho(ResidentKernel):
+    """A device that echoes every published request inside ``wake``, with NumPy stores
+    only (no Python call of its own), and stops when asked."""
+
+    def __init__(self, backend: Backend, kernel: PersistentKernel, memory: RingMemory) -> None:
+        super().__init__(backend, kernel, memory)
+        self._done = False
+        self._capacity = memory.layout.in_capacity
+        memory.words32[Offset.STARTED >> 2] = 1
+
+    def wake(self) -> None:
+        memory = self.memory
+        w64 = memory.words64
+        if memory.words32[_STOP] != _RUN:
+            memory.words32[_DONE] = 1
+            self._done = True
+            return
+        head = int(w64[_IN_HEAD])
+        tail = int(w64[_IN_TAIL])
+        capacity = self._capacity
+        while tail < head:
+            memory.out_slots[tail % capacity] = memory.in_slots[tail % capacity]
+            tail += 1
+        w64[_IN_TAIL] = tail
+        w64[_OUT_HEAD] = tail
+
+    @property
+    def exited(self) -> bool:
+        return self._done
+
+
+class InlineBackend(HostMemoryBackend):
+    name: ClassVar[str] = "inline"
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.PERSISTENT_KERNELS})
+
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> ResidentKernel:
+        return InlineEcho(self, kernel, rings)
+
+
+def _echo(requests: Any) -> Any:
+    return requests.copy()
+
+
+def _calls(profile: cProfile.Profile) -> int:
+    """The calls ``profile`` counted, less its own ``disable()``."""
+    return int(pstats.Stats(profile).total_calls) - 1  # type: ignore[attr-defined]
+
+
+async def _calls_per_request(backend: Backend | str, count: int) -> list[int]:
+    kernel = PersistentKernel("echo", REQ, REQ, capacity=8)
+    kernel.add_body(backend if isinstance(backend, str) else backend.name, _echo)
+    calls = []
+    async with open_persistent_kernel(kernel, backend, wait="spin") as session:
+        for index in range(20):  # warm: caches, the loop binding
+            await session.request((index, 0.5))
+        for index in range(count):
+            profile = cProfile.Profile()
+            profile.enable()
+            reply = await session.request((index, 0.5))
+            profile.disable()
+            assert (int(reply["id"]), float(reply["x"])) == (index, 0.5)
+            calls.append(_calls(profile))
+        stats = session.statistics()
+        assert stats.sent == stats.replied == count + 20
+    return calls
+
+
+async def test_a_single_record_request_costs_at_most_16_python_calls() -> None:
+    calls = await _calls_per_request(InlineBackend(), 50)
+    assert max(calls) <= MOST_CALLS, calls
+
+
+async def test_the_lean_path_on_the_cpu_backend() -> None:
+    calls = await _calls_per_request("cpu", 200)
+    assert min(calls) <= MOST_CALLS, sorted(calls)[:20]
