@@ -43,6 +43,7 @@ FACES: tuple[str, ...] = (
     # thin layers defined on those paths
     "pdc_core.core",
     "pdc_core.core.accelerator",
+    "pdc_core.core.memory_pool",
     "pdc_core.core.orchestrator",
     "pdc_core.decorators",
     "pdc_core.decorators.kernel",
@@ -50,6 +51,7 @@ FACES: tuple[str, ...] = (
     "pdc_core.decorators.validators",
     "pdc_core.ring_kernels",
     "pdc_core.ring_kernels.lifecycle",
+    "pdc_core.ring_kernels.message",
     "pdc_core.ring_kernels.queue",
     "pdc_core.ring_kernels.telemetry",
     "pdc_core.backends",

@@ -1,7 +1,15 @@
 """``UnifiedBuffer``: one array with a host view and a device view, synchronized lazily.
 
+A buffer takes memory on first use: ``UnifiedBuffer(shape)`` only checks the shape and
+dtype, and the first access to its data (``buf.host``, ``buf.device``, ``buf[i]``,
+``fill``, ...) or :meth:`UnifiedBuffer.allocate` allocates zero-filled host memory.
+:meth:`UnifiedBuffer.free` gives the memory back and the buffer starts over (the next
+use allocates afresh); :meth:`UnifiedBuffer.close` gives it back for good.
+
 The state machine (``BufferState``)::
 
+    UNINITIALIZED no memory yet (or freed); marking a copy dirty raises
+                  BufferNotAllocatedError, any access to the data allocates
     HOST_ONLY     host memory only; the device copy is made on first device access
     DEVICE_ONLY   device memory only (a buffer built from a device array)
     SYNCHRONIZED  both copies hold the same data (always the case on backends with
@@ -29,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ._backend._contract import Backend, Capability, MemoryKind, wait_shielded_on_cancel
-from ._exceptions import BackendUnavailable
+from ._exceptions import BackendUnavailable, BufferNotAllocatedError
 from ._loop import current_kit, full_checkpoint
 from ._plugins import get_backend, registered_backends, resolve_backend
 
@@ -153,6 +161,7 @@ def _normalize_shape_dtype(
 class BufferState(enum.Enum):
     """Which copies of a :class:`UnifiedBuffer` hold current data."""
 
+    UNINITIALIZED = "uninitialized"
     HOST_ONLY = "host_only"
     DEVICE_ONLY = "device_only"
     SYNCHRONIZED = "synchronized"
@@ -163,10 +172,11 @@ class BufferState(enum.Enum):
 class UnifiedBuffer:
     """An n-dimensional array with host and device views and lazy synchronization.
 
-    ``UnifiedBuffer(shape, dtype=np.float32, pinned=False, backend=None)`` allocates
-    zero-filled host memory (page-locked when ``pinned``) on ``backend`` (a name such
-    as ``"cuda:1"``, a backend instance, or ``None`` for the default). Device memory
-    is allocated on first use. Thread-safe: state changes happen under a lock.
+    ``UnifiedBuffer(shape, dtype=np.float32, pinned=False, backend=None)`` is a buffer
+    on ``backend`` (a name such as ``"cuda:1"``, a backend instance, or ``None`` for the
+    default) whose zero-filled host memory (page-locked when ``pinned``) is allocated
+    on first use or by :meth:`allocate`; device memory on first device use. An integer
+    ``shape`` is one dimension. Thread-safe: state changes happen under a lock.
 
     It speaks NumPy (``np.asarray(buf)`` is the host view, without a copy), DLPack
     (the device view on a discrete GPU, the host view otherwise), the Python buffer
@@ -182,10 +192,7 @@ class UnifiedBuffer:
         backend: Backend | str | None = None,
     ) -> None:
         shape, dtype = normalize_shape_dtype(shape, dtype)
-        self._init(resolve_backend(backend), pinned)
-        self._host = self._allocate_host(shape, dtype)
-        self._host.fill(0)
-        self._attach_host()
+        self._init(resolve_backend(backend), pinned, shape, dtype)
 
     @classmethod
     def from_array(
@@ -200,18 +207,23 @@ class UnifiedBuffer:
         """
         host = np.asarray(array)
         self = cls.__new__(cls)
-        self._init(resolve_backend(backend), pinned)
-        normalize_shape_dtype(host.shape, host.dtype)
+        self._init(resolve_backend(backend), pinned, *normalize_shape_dtype(host.shape, host.dtype))
         viewable = not self._unified or self._backend.can_view(host)
         if pinned or not (host.flags.c_contiguous and host.flags.writeable and viewable):
             copy = self._allocate_host(host.shape, host.dtype)
             np.copyto(copy, host)
             host = copy
-        self._host = host
-        self._attach_host()
+        self._attach_host(host)
         return self
 
-    def _init(self, backend: Backend, pinned: bool) -> None:
+    def _init(
+        self, backend: Backend, pinned: bool, shape: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> None:
+        self._shape: tuple[int, ...] = shape
+        self._dtype = dtype
+        self._host: npt.NDArray[Any] | None = None
+        self._state = BufferState.UNINITIALIZED
+        self._closed = False
         self._backend = backend
         self._pinned = bool(pinned)
         self._unified = backend.has(Capability.UNIFIED_MEMORY)
@@ -232,14 +244,64 @@ class UnifiedBuffer:
             raise
         return host
 
-    def _attach_host(self) -> None:
-        self._shape: tuple[int, ...] = self._host.shape
-        self._closed = False
-        if self._unified:
-            self._device = self._backend.device_view(self._host)
+    def _attach_host(self, host: npt.NDArray[Any], view: bool = True) -> None:
+        """Take the new host memory in; on a unified-memory backend with ``view``, its
+        device view too (the device copy of a discrete backend is made on first use)."""
+        self._host = host
+        self._state = BufferState.HOST_ONLY
+        if view and self._unified:
+            self._device = self._backend.device_view(host)
             self._state = BufferState.SYNCHRONIZED
-        else:
-            self._state = BufferState.HOST_ONLY
+
+    def _allocated_host(self, view: bool = True) -> npt.NDArray[Any]:
+        """The host memory, allocated (zero-filled) on first use. Hold the lock."""
+        self._check_open()
+        if self._host is None:
+            host = self._allocate_host(self._shape, self._dtype)
+            host.fill(0)
+            self._attach_host(host, view)
+            return host
+        return self._host
+
+    # -- memory -----------------------------------------------------------------------
+
+    @property
+    def is_allocated(self) -> bool:
+        """Whether the buffer holds memory (false before first use, after free or close)."""
+        return self._host is not None
+
+    def allocate(self, *, host: bool = True, device: bool = True) -> UnifiedBuffer:
+        """Allocate the memory now rather than on first use; returns the buffer.
+
+        The host memory is zero-filled; with ``device`` the device copy is made too
+        (on a unified-memory backend: the device view), so the state is
+        ``SYNCHRONIZED``, else ``HOST_ONLY``. On a buffer that has memory already it
+        keeps the data and only adds the device copy if asked. ``host=False`` is a
+        ``ValueError``: a UnifiedBuffer's data always has a host copy.
+        """
+        if not host:
+            raise ValueError(
+                "allocate(host=False): a UnifiedBuffer always has host memory; "
+                "allocate(device=False) leaves the device copy for its first use"
+            )
+        with self._lock:
+            self._allocated_host(view=device)
+            if device:
+                self._push()
+        return self
+
+    def free(self) -> None:
+        """Give the memory back; the buffer is ``UNINITIALIZED`` and can be used again.
+
+        Unlike :meth:`close`, the buffer stays usable: its next use allocates fresh,
+        zero-filled memory. The memory goes back once no array taken from :attr:`host`
+        or :attr:`device` is still alive. Raises ``ValueError`` on a closed buffer.
+        """
+        with self._lock:
+            self._check_open()
+            self._host = None
+            self._device = None
+            self._state = BufferState.UNINITIALIZED
 
     # -- description ---------------------------------------------------------------
 
@@ -251,7 +313,7 @@ class UnifiedBuffer:
     @property
     def dtype(self) -> np.dtype[Any]:
         """The NumPy dtype of its elements."""
-        return self._host.dtype
+        return self._dtype
 
     @property
     def size(self) -> int:
@@ -261,7 +323,7 @@ class UnifiedBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes of one copy of the data (host or device)."""
-        return math.prod(self._shape) * self._host.dtype.itemsize
+        return math.prod(self._shape) * self._dtype.itemsize
 
     @property
     def ndim(self) -> int:
@@ -284,7 +346,9 @@ class UnifiedBuffer:
         return self._state
 
     def __len__(self) -> int:
-        return self._shape[0] if self._shape else len(self._host)
+        if not self._shape:
+            raise TypeError("len() of a 0-dimensional UnifiedBuffer")
+        return self._shape[0]
 
     def __repr__(self) -> str:
         pinned = ", pinned" if self._pinned else ""
@@ -299,18 +363,18 @@ class UnifiedBuffer:
     def host(self) -> npt.NDArray[Any]:
         """The host array, current; marks the host copy dirty (you may write to it)."""
         with self._lock:
-            self._check_open()
+            host = self._allocated_host()
             self._pull()
             if self._device is not None and not self._unified:
                 self._state = BufferState.HOST_DIRTY
-            return self._host
+            return host
 
     def host_readonly(self) -> npt.NDArray[Any]:
         """A read-only view of the current host data; leaves both copies clean."""
         with self._lock:
-            self._check_open()
+            host = self._allocated_host()
             self._pull()
-            return _readonly_view(self._host)
+            return _readonly_view(host)
 
     @property
     def device(self) -> Any:
@@ -321,9 +385,10 @@ class UnifiedBuffer:
         must not detach the buffer's later views).
         """
         with self._lock:
-            self._check_open()
+            host = self._allocated_host()
             if self._unified:
-                return self._backend.device_view(self._host)
+                self._push()
+                return self._backend.device_view(host)
             self._push()
             if not self._unified:
                 self._state = BufferState.DEVICE_DIRTY
@@ -353,13 +418,13 @@ class UnifiedBuffer:
         host memory is written again.
         """
         with self._lock:
-            self._check_open()
+            self._allocated_host()
             self._push(stream)
 
     def sync_to_host(self, stream: Stream | None = None) -> None:
         """Make the host copy current (copying only if the device copy is newer)."""
         with self._lock:
-            self._check_open()
+            self._allocated_host()
             self._pull(stream)
 
     async def sync_to_host_async(self, stream: Stream | None = None) -> None:
@@ -374,10 +439,10 @@ class UnifiedBuffer:
         queue = self._backend.create_stream() if stream is None else stream
         try:
             with self._lock:
-                self._check_open()
+                host = self._allocated_host()
                 if self._state not in (BufferState.DEVICE_DIRTY, BufferState.DEVICE_ONLY):
                     return
-                self._backend.to_host(self._device, out=self._host, stream=queue)
+                self._backend.to_host(self._device, out=host, stream=queue)
             await wait_shielded_on_cancel(queue)
             queue.synchronize()  # done already: raises what the copy raised, if anything
             with self._lock:
@@ -385,6 +450,65 @@ class UnifiedBuffer:
         finally:
             if own:
                 queue.close()
+
+    def synchronize(self) -> None:
+        """Make both copies current: the newer one is copied over the older one.
+
+        Does nothing on a buffer without memory, or whose copies agree already.
+        """
+        with self._lock:
+            self._check_open()
+            if self._state in (BufferState.DEVICE_DIRTY, BufferState.DEVICE_ONLY):
+                self._pull()
+            elif self._state is BufferState.HOST_DIRTY:
+                self._push()
+
+    async def ensure_on_host(self) -> None:
+        """:meth:`sync_to_host_async` on a stream of its own (PyDotCompute's name).
+
+        Cancelled, it still waits, shielded, for a copy it queued (as that method).
+        """
+        await self.sync_to_host_async()
+
+    async def ensure_on_device(self) -> None:
+        """Make the device copy current (:meth:`sync_to_device`), after a checkpoint.
+
+        Cancellation is seen at the checkpoint only, before any copy starts; the copy
+        itself is synchronous.
+        """
+        await full_checkpoint(current_kit())  # on every path, as trio's API
+        self.sync_to_device()
+
+    # -- data -------------------------------------------------------------------------
+
+    def __getitem__(self, key: Any) -> Any:
+        """``buf[key]``: read the current host data (a slice is a read-only view)."""
+        return self.host_readonly()[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``buf[key] = value``: write the host data (as ``buf.host[key] = value``)."""
+        self.host[key] = value
+
+    def copy_from(self, source: npt.ArrayLike) -> UnifiedBuffer:
+        """Copy ``source`` into the host data (NumPy's broadcasting and casting rules,
+        ``np.copyto``: a ``ValueError`` or ``TypeError`` from NumPy when it does not
+        fit); returns the buffer."""
+        np.copyto(self.host, np.asarray(source), casting="same_kind")
+        return self
+
+    def copy_to(self, destination: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        """Copy the current data into the NumPy array ``destination``; returns it."""
+        np.copyto(destination, self.host_readonly(), casting="same_kind")
+        return destination
+
+    def fill(self, value: Any) -> UnifiedBuffer:
+        """Set every element to ``value`` (through the host copy); returns the buffer."""
+        self.host.fill(value)
+        return self
+
+    def zeros(self) -> UnifiedBuffer:
+        """Set every element to zero; returns the buffer."""
+        return self.fill(0)
 
     # -- lifetime ---------------------------------------------------------------------
 
@@ -403,7 +527,7 @@ class UnifiedBuffer:
         """
         with self._lock:
             self._closed = True
-            self._host = np.empty(0, self._host.dtype)  # the memory itself goes back
+            self._host = None  # the memory itself goes back
             self._device = None
 
     def __enter__(self) -> UnifiedBuffer:
@@ -423,7 +547,7 @@ class UnifiedBuffer:
         Raises ``ValueError`` on a closed buffer, as every other use after :meth:`close`.
         """
         with self._lock:
-            self._check_open()
+            self._check_allocated()
             if self._device is not None and not self._unified:
                 self._state = BufferState.HOST_DIRTY
 
@@ -433,19 +557,31 @@ class UnifiedBuffer:
         Raises ``ValueError`` on a closed buffer, as every other use after :meth:`close`.
         """
         with self._lock:
-            self._check_open()
+            self._check_allocated()
             if not self._unified:
                 self._push()
                 self._state = BufferState.DEVICE_DIRTY
 
+    def _check_allocated(self) -> None:
+        # A buffer without memory has no copy that could have been written.
+        self._check_open()
+        if self._host is None:
+            raise BufferNotAllocatedError()
+
     def _push(self, stream: Stream | None = None) -> None:
+        host = self._host
+        if host is None:  # no data yet: nothing to copy
+            return
         if self._unified:
+            if self._state is BufferState.HOST_ONLY:  # the device view is the host memory
+                self._device = self._backend.device_view(host)
+                self._state = BufferState.SYNCHRONIZED
             return
         if self._device is None:
-            self._device = self._backend.to_device(self._host, stream=stream)
+            self._device = self._backend.to_device(host, stream=stream)
             self._state = BufferState.SYNCHRONIZED
         elif self._state in (BufferState.HOST_DIRTY, BufferState.HOST_ONLY):
-            self._backend.to_device(self._host, out=self._device, stream=stream)
+            self._backend.to_device(host, out=self._device, stream=stream)
             self._state = BufferState.SYNCHRONIZED
 
     def _pull(self, stream: Stream | None = None) -> None:
@@ -490,9 +626,10 @@ class UnifiedBuffer:
         return self._dlpack_source().__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        if self._unified:
-            return self._host.__dlpack_device__()
         with self._lock:
+            host = self._allocated_host()
+            if self._unified:
+                return host.__dlpack_device__()
             self._push()
             device: tuple[int, int] = self._device.__dlpack_device__()
             return device

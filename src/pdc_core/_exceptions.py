@@ -13,6 +13,11 @@ from collections.abc import Mapping
 from anyio import ClosedResourceError, EndOfStream
 
 __all__ = [
+    "BufferError",
+    "BufferNotAllocatedError",
+    "MessageDeserializationError",
+    "MessageError",
+    "MessageSerializationError",
     "ActorCrashed",
     "ActorError",
     "ActorStopped",
@@ -110,6 +115,44 @@ class PoolError(PdcError, ValueError):
 
 class PoolLimitError(PdcError, MemoryError):
     """A pool with a byte limit cannot satisfy a request even after evicting free buffers."""
+
+
+class MessageError(PdcError):
+    """Base of the errors about a message's bytes."""
+
+
+class MessageSerializationError(MessageError):
+    """A message of ``message_type`` could not be turned into bytes."""
+
+    def __init__(self, message_type: type, cause: Exception) -> None:
+        self.message_type = message_type
+        self.cause = cause
+        super().__init__(f"Failed to serialize message of type '{message_type.__name__}': {cause}")
+
+
+class MessageDeserializationError(MessageError):
+    """Bytes could not be turned into a message of ``message_type``."""
+
+    def __init__(self, message_type: type, cause: Exception) -> None:
+        self.message_type = message_type
+        self.cause = cause
+        super().__init__(
+            f"Failed to deserialize message to type '{message_type.__name__}': {cause}"
+        )
+
+
+class BufferError(PdcError):
+    """Base of the errors about a buffer."""
+
+
+class BufferNotAllocatedError(BufferError):
+    """A buffer without memory (before its first use, or after ``free()``) was asked
+    for something only its data could give."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Buffer has not been allocated: it has no data yet (call allocate(), or write it)"
+        )
 
 
 # --- mailboxes, actors and ring kernels --------------------------------------------

@@ -78,10 +78,16 @@ class MemoryPool:
     (or that alone needs more than the limit) raises :class:`~pdc_core.PoolLimitError`
     naming the limit and the bytes requested. Safe to use from many tasks and threads at
     once: every method holds the pool's lock and none of them awaits.
+
+    Reuse can be switched off: :meth:`disable` drops the free buffers and makes the
+    pool a pass-through (each acquisition allocates, each release closes the buffer, so
+    its memory goes back at once, all still counted); :meth:`enable` turns reuse back
+    on. A pool is enabled when made.
     """
 
     def __init__(self, limit: int | None = None, backend: Backend | str | None = None) -> None:
-        self.limit = _check_limit(limit)
+        self._limit = _check_limit(limit)
+        self._enabled = True
         self._backend = backend
         self._lock = threading.Lock()
         self._free: OrderedDict[int, tuple[_Key, UnifiedBuffer]] = OrderedDict()
@@ -95,6 +101,36 @@ class MemoryPool:
         self._misses = 0
         self._bytes_in_use = 0
         self._bytes_held = 0
+
+    @property
+    def limit(self) -> int | None:
+        """The byte limit, or ``None``. Setting it (checked as in the constructor) evicts
+        free buffers, oldest first, until the bytes held fit; buffers in use stay, and
+        later acquisitions wait for no room: they are refused until releases make some."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, limit: int | None) -> None:
+        checked = _check_limit(limit)
+        with self._lock:
+            self._limit = checked
+            self._evict_until(0 if checked is None else checked)
+
+    @property
+    def enabled(self) -> bool:
+        """Whether released buffers are kept for reuse (see :meth:`disable`)."""
+        return self._enabled
+
+    def enable(self) -> None:
+        """Keep released buffers for reuse again (the state a pool is made in)."""
+        with self._lock:
+            self._enabled = True
+
+    def disable(self) -> None:
+        """Stop reusing: drop the free buffers; later releases close their buffer."""
+        with self._lock:
+            self._enabled = False
+            self._evict_until(None)
 
     def acquire(
         self,
@@ -122,7 +158,7 @@ class MemoryPool:
         resolved = resolve_backend(backend if backend is not None else self._backend)
         key: _Key = (resolved.qualified_name, shape, canonical.str, bool(pinned))
         with self._lock:
-            candidates = self._free_by_key.get(key)
+            candidates = self._free_by_key.get(key) if self._enabled else None
             while candidates and candidates[-1].closed:  # closed after its release
                 gone = candidates.pop()
                 del self._free[id(gone)]
@@ -154,6 +190,8 @@ class MemoryPool:
                     raise PoolError(f"{buffer!r} was released twice")
                 raise PoolError(f"{buffer!r} was not handed out by this pool")
             self._bytes_in_use -= buffer.nbytes
+            if not self._enabled:
+                buffer.close()  # a pass-through pool gives the memory back now
             if buffer.closed:  # its memory went back already: nothing to keep for reuse
                 self._bytes_held -= buffer.nbytes
                 return
@@ -177,13 +215,18 @@ class MemoryPool:
         finally:
             self.release(buffer)
 
-    def _make_room(self, nbytes: int) -> None:
-        if self.limit is None:
-            return
-        while self._bytes_held + nbytes > self.limit and self._free:
+    def _evict_until(self, held: int | None) -> None:
+        """Drop free buffers, oldest first, until at most ``held`` bytes are held
+        (``None``: all of them). Hold the lock."""
+        while self._free and (held is None or self._bytes_held > held):
             _, (key, oldest) = self._free.popitem(last=False)
             self._free_by_key[key].remove(oldest)
             self._bytes_held -= oldest.nbytes
+
+    def _make_room(self, nbytes: int) -> None:
+        if self.limit is None:
+            return
+        self._evict_until(self.limit - nbytes)
         if self._bytes_held + nbytes > self.limit:
             raise PoolLimitError(
                 f"cannot allocate {nbytes} bytes: the pool's limit is {self.limit} bytes and "
@@ -193,10 +236,7 @@ class MemoryPool:
     def clear(self) -> None:
         """Drop every free buffer (buffers in use are unaffected)."""
         with self._lock:
-            for _, buffer in self._free.values():
-                self._bytes_held -= buffer.nbytes
-            self._free.clear()
-            self._free_by_key.clear()
+            self._evict_until(None)
 
     def statistics(self) -> PoolStatistics:
         """A consistent snapshot of the pool's counters (taken under its lock)."""

@@ -6,15 +6,19 @@ Five PyDotCompute names are aliases of pdc errors that are raised in the same ca
 actor errors), ``QueueFullError`` is :class:`~pdc_core.MailboxFull`,
 ``QueueTimeoutError`` is :class:`~pdc_core.MessageTimeout` (also a ``TimeoutError``) and
 ``BackendNotAvailableError`` is :class:`~pdc_core.BackendUnavailable`. Their
-constructors and attributes are pdc's.
+constructors and attributes are pdc's. ``BufferNotAllocatedError``,
+``MessageSerializationError`` and ``MessageDeserializationError`` are pdc's own errors
+(a buffer without memory; a message to or from bytes); their bases ``BufferError``
+and ``MessageError`` are :class:`~pdc_core.PdcError` subclasses defined with pdc's
+errors and addressed here.
 
 The other PyDotCompute errors are subclasses of pdc errors, with PyDotCompute's
 constructors and attributes, for code that raises or catches them by these names:
 ``ValidationError`` is a :class:`~pdc_core.PdcError` and a ``ValueError`` (pdc itself
 raises a plain ``ValueError``/``TypeError`` for a bad argument, so ``except
 ValueError`` catches both), ``CompilationError`` and the device errors are
-:class:`~pdc_core.BackendError` (what pdc raises for them), ``MessageError`` and
-``BufferError`` are :class:`~pdc_core.PdcError`. pdc raises them only where the
+:class:`~pdc_core.BackendError` (what pdc raises for them), ``BufferSyncError`` is a
+``BufferError``. pdc raises them only where the
 PyDotCompute-path layer does (docs/migrating-from-pydotcompute.md).
 """
 
@@ -24,13 +28,19 @@ from ._exceptions import (
     ActorError,
     BackendError,
     BackendUnavailable,
+    BufferError,
+    BufferNotAllocatedError,
     KernelAlreadyExistsError,
     KernelNotFoundError,
     KernelStateError,
     MailboxFull,
+    MessageDeserializationError,
+    MessageError,
+    MessageSerializationError,
     MessageTimeout,
     PdcError,
 )
+from ._publish import publish
 
 #: PyDotCompute's name for :class:`~pdc_core.PdcError`.
 PyDotComputeError = PdcError
@@ -68,41 +78,6 @@ class TypeValidationError(ValidationError, TypeError):
         super().__init__(
             f"Type mismatch in {context}: expected {expected.__name__}, got {actual.__name__}"
         )
-
-
-class MessageError(PdcError):
-    """Base of the errors about a message's bytes."""
-
-
-class MessageSerializationError(MessageError):
-    """A message of ``message_type`` could not be turned into bytes."""
-
-    def __init__(self, message_type: type, cause: Exception) -> None:
-        self.message_type = message_type
-        self.cause = cause
-        super().__init__(f"Failed to serialize message of type '{message_type.__name__}': {cause}")
-
-
-class MessageDeserializationError(MessageError):
-    """Bytes could not be turned into a message of ``message_type``."""
-
-    def __init__(self, message_type: type, cause: Exception) -> None:
-        self.message_type = message_type
-        self.cause = cause
-        super().__init__(
-            f"Failed to deserialize message to type '{message_type.__name__}': {cause}"
-        )
-
-
-class BufferError(PdcError):
-    """Base of the errors about a buffer."""
-
-
-class BufferNotAllocatedError(BufferError):
-    """The buffer has no memory yet (PyDotCompute's buffers allocate on demand)."""
-
-    def __init__(self) -> None:
-        super().__init__("Buffer has not been allocated. Call allocate() first.")
 
 
 class BufferSyncError(BufferError):
@@ -169,3 +144,6 @@ __all__ = [
     "TypeValidationError",
     "ValidationError",
 ]
+
+# The bases pdc keeps private (its own errors derive from them) are addressed here.
+publish(__name__, globals(), ["BufferError", "MessageError"])

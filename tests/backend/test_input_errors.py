@@ -127,8 +127,9 @@ def test_out_of_memory_keeps_its_type_and_names_the_buffer(
         raise MemoryError("Unable to allocate 4.00 TiB")
 
     monkeypatch.setattr(backend, "allocate", allocate)
+    buf = UnifiedBuffer((2**40,), np.float32, backend=backend)  # memory on first use
     with pytest.raises(MemoryError, match="Unable to allocate") as info:
-        UnifiedBuffer((2**40,), np.float32, backend=backend)
+        buf.allocate()
     assert info.value.__notes__ == [
         f"while allocating a UnifiedBuffer of shape ({2**40},) and dtype float32 "
         f"({4 * 2**40} bytes) on cpu:0"

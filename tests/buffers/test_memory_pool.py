@@ -168,3 +168,40 @@ def test_concurrent_threads_keep_statistics_consistent():
     assert stats.hits + stats.misses == 800
     assert stats.bytes_in_use == 0
     assert stats.bytes_held == stats.misses * 128
+
+
+def test_a_disabled_pool_passes_through_and_gives_memory_back():
+    pool = MemoryPool()
+    kept = pool.acquire((4,))
+    pool.release(kept)
+    assert pool.enabled
+    pool.disable()
+    assert not pool.enabled
+    assert pool.statistics().buffers_free == 0  # the free buffers went
+    first = pool.acquire((4,))
+    assert first is not kept
+    pool.release(first)
+    assert first.closed  # released: its memory goes back at once
+    stats = pool.statistics()
+    assert (stats.misses, stats.hits, stats.bytes_held, stats.bytes_in_use) == (2, 0, 0, 0)
+    pool.enable()
+    second = pool.acquire((4,))
+    pool.release(second)
+    assert pool.acquire((4,)) is second
+
+
+def test_setting_the_limit_checks_it_and_evicts_free_buffers():
+    pool = MemoryPool()
+    buffers = [pool.acquire((100,), np.uint8) for _ in range(3)]
+    for buffer in buffers:
+        pool.release(buffer)
+    pool.limit = 150  # one buffer fits: the oldest two go
+    assert pool.statistics().bytes_held == 100
+    assert pool.acquire((100,), np.uint8) is buffers[2]
+    with pytest.raises(PoolLimitError):
+        pool.acquire((100,), np.uint8)
+    with pytest.raises(ValueError, match="limit"):
+        pool.limit = -1
+    assert pool.limit == 150
+    pool.limit = None
+    assert pool.acquire((100,), np.uint8).nbytes == 100

@@ -53,8 +53,9 @@ def test_seed_usage_on_the_default_backend():
 
 def test_unified_backend_shares_memory_and_stays_synchronized():
     buf = UnifiedBuffer((8,), dtype=np.int64, backend="cpu")
-    assert buf.state is BufferState.SYNCHRONIZED
+    assert buf.state is BufferState.UNINITIALIZED  # no memory before its first use
     buf.host[3] = 7
+    assert buf.state is BufferState.SYNCHRONIZED
     assert buf.device[3] == 7
     assert np.shares_memory(buf.host, buf.device)
     buf.device[4] = 9  # a write on the "device" is visible on the host without a copy
@@ -72,6 +73,8 @@ class TestDiscreteDeviceStateMachine:
     def test_lazy_transitions(self, example_backend):
         buf = UnifiedBuffer((4,), dtype=np.float64, backend=example_backend)
         copies = example_backend.copies
+        assert buf.state is BufferState.UNINITIALIZED
+        buf.allocate(device=False)
         assert buf.state is BufferState.HOST_ONLY
         assert copies == {"to_device": 0, "to_host": 0}
 
@@ -192,7 +195,7 @@ def test_metal_view_names_the_package_when_missing(monkeypatch):
 
 
 def test_repr_mentions_state_and_backend():
-    text = repr(UnifiedBuffer((2, 2), backend=get_backend("cpu")))
+    text = repr(UnifiedBuffer((2, 2), backend=get_backend("cpu")).allocate())
     assert "shape=(2, 2)" in text
     assert "cpu:0" in text
     assert "SYNCHRONIZED" in text
@@ -287,3 +290,98 @@ async def test_sync_to_host_async_copies_without_blocking_the_loop(example_backe
     buf.device._data[:] = 9
     await buf.sync_to_host_async()  # on a stream of its own
     np.testing.assert_array_equal(buf.host_readonly(), [9, 9, 9])
+
+
+# -- allocation on first use, allocate() and free() ------------------------------------
+
+
+def test_memory_is_taken_on_first_use_and_free_gives_it_back():
+    buf = UnifiedBuffer(5, dtype=np.int16, backend="cpu")  # an int is one dimension
+    assert (buf.shape, buf.dtype, buf.nbytes, len(buf)) == ((5,), np.int16, 10, 5)
+    assert not buf.is_allocated
+    assert buf.state is BufferState.UNINITIALIZED
+    buf[1] = 4  # any use of the data allocates zero-filled memory
+    assert buf.is_allocated
+    assert list(buf.host_readonly()) == [0, 4, 0, 0, 0]
+    buf.free()
+    assert not buf.is_allocated
+    assert buf.state is BufferState.UNINITIALIZED
+    assert list(buf.host) == [0] * 5  # usable again: fresh memory
+    buf.close()
+    assert not buf.is_allocated
+    with pytest.raises(ValueError, match="is closed"):
+        buf.free()
+
+
+def test_allocate_chooses_whether_the_device_copy_is_made_now(example_backend):
+    buf = UnifiedBuffer((3,), dtype=np.int32, backend=example_backend)
+    assert buf.allocate(device=False) is buf
+    assert buf.state is BufferState.HOST_ONLY
+    assert example_backend.copies["to_device"] == 0
+    buf.host[:] = [1, 2, 3]
+    buf.allocate()  # keeps the data, adds the device copy
+    assert buf.state is BufferState.SYNCHRONIZED
+    assert list(buf.device._data) == [1, 2, 3]
+    assert UnifiedBuffer((2,), backend="cpu").allocate().state is BufferState.SYNCHRONIZED
+    assert UnifiedBuffer((2,), backend="cpu").allocate(device=False).state is (
+        BufferState.HOST_ONLY
+    )
+    with pytest.raises(ValueError, match="always has host memory"):
+        UnifiedBuffer((2,)).allocate(host=False)
+
+
+def test_marking_a_copy_of_a_buffer_without_memory_dirty_is_refused():
+    from pdc_core import BufferNotAllocatedError
+
+    buf = UnifiedBuffer((2,), backend="cpu")
+    for mark in (buf.mark_host_dirty, buf.mark_device_dirty):
+        with pytest.raises(BufferNotAllocatedError, match="not been allocated"):
+            mark()
+    assert not buf.is_allocated
+
+
+def test_data_methods_go_through_the_host_copy_and_chain(example_backend):
+    buf = UnifiedBuffer((4,), dtype=np.float32, backend=example_backend)
+    assert buf.fill(2.5) is buf
+    assert buf.is_allocated
+    buf.sync_to_device()
+    assert buf.copy_from(np.arange(4)) is buf
+    assert buf.state is BufferState.HOST_DIRTY  # the next device use copies it over
+    assert list(buf.device._data) == [0, 1, 2, 3]
+    out = np.empty(4, np.float32)
+    assert buf.copy_to(out) is out
+    assert list(out) == [0, 1, 2, 3]
+    assert buf[2] == 2
+    view = buf[1:3]
+    with pytest.raises(ValueError, match="read-only"):
+        view[0] = 9
+    assert list(buf.zeros().host_readonly()) == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="could not broadcast"):
+        buf.copy_from(np.arange(3))
+
+
+def test_synchronize_copies_the_newer_copy_over(example_backend):
+    buf = UnifiedBuffer((2,), dtype=np.int32, backend=example_backend)
+    buf.synchronize()  # no memory: nothing to do
+    assert not buf.is_allocated
+    buf.device._data[:] = [5, 6]
+    buf.synchronize()
+    assert buf.state is BufferState.SYNCHRONIZED
+    assert list(buf.host_readonly()) == [5, 6]
+    kept = buf.host
+    kept[0] = 1
+    buf.synchronize()
+    assert buf.state is BufferState.SYNCHRONIZED
+    assert list(buf.device._data) == [1, 6]
+
+
+async def test_ensure_on_host_and_on_device(example_backend):
+    buf = UnifiedBuffer((2,), dtype=np.int32, backend=example_backend)
+    await buf.ensure_on_device()
+    assert buf.state is BufferState.SYNCHRONIZED
+    buf.device._data[:] = 3
+    await buf.ensure_on_host()
+    assert list(buf.host_readonly()) == [3, 3]
+    buf.host[:] = 4
+    await buf.ensure_on_device()
+    assert list(buf.device._data) == [4, 4]

@@ -592,6 +592,15 @@ def _scenarios() -> dict[str, Scenario]:
     scenarios["Kernel.launch_async"] = launching
     scenarios["UnifiedBuffer.sync_to_host_async"] = syncing
 
+    async def ensuring(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
+        return UnifiedBuffer((4,), np.float32, backend="cpu").ensure_on_host
+
+    async def ensuring_device(stack: AsyncExitStack) -> Callable[[], Awaitable[Any]]:
+        return UnifiedBuffer((4,), np.float32, backend="cpu").ensure_on_device
+
+    scenarios["UnifiedBuffer.ensure_on_host"] = ensuring
+    scenarios["UnifiedBuffer.ensure_on_device"] = ensuring_device
+
     # The kernel function's context: made inside a ring kernel, so these run there.
     for method in ("send", "receive", "receive_batch", "wait_active"):
         scenarios[f"RingKernelContext.{method}"] = _context_scenario(method)

@@ -45,6 +45,7 @@ CORE = [
     "BroadcastReceiveStream",
     "BroadcastSendStream",
     "BroadcastStreamStatistics",
+    "BufferNotAllocatedError",
     "BufferState",
     "Capability",
     "CapabilityError",
@@ -73,7 +74,9 @@ CORE = [
     "MemoryPool",
     "MeshError",
     "Message",
+    "MessageDeserializationError",
     "MessageDropped",
+    "MessageSerializationError",
     "MessageTimeout",
     "PdcError",
     "PersistentKernel",
@@ -325,6 +328,9 @@ def _errors() -> list[BaseException]:
             "PDC_BACKEND", "nope", "no backend is named 'nope'", ["cpu"]
         ),
         pdc_core.ShutdownTimeout(0.5, {"b": 2, "c": 0}),
+        pdc_core.BufferNotAllocatedError(),
+        pdc_core.MessageSerializationError(pdc_core.Request, cause),
+        pdc_core.MessageDeserializationError(pdc_core.Message, cause),
     ]
 
 

@@ -375,3 +375,87 @@ def test_the_cpu_backend_layer_uses_pdc_s_cpu_backend() -> None:
     assert not failed.success
     assert isinstance(failed.error, ZeroDivisionError)
     assert backend.execute_kernel(np.add, (1,), (1,), source, source).success
+
+
+def test_the_process_wide_pool_on_pydotcompute_s_path() -> None:
+    from pdc_core.core import memory_pool as path
+
+    saved = path.MemoryPool._instance
+    path.MemoryPool._instance = None
+    try:
+        pool = path.MemoryPool(max_size_mb=1)
+        assert pool is path.MemoryPool() is path.get_memory_pool()
+        assert isinstance(pool, pdc_core.MemoryPool)
+        assert pool.limit == 2**20
+        assert pool.enabled  # reuses from the start, as the seed documents expect
+        buffer = pool.acquire((1024,), np.float32, pinned=True)
+        assert pool.get_stats() == path.PoolStatistics(4096, 4096, 0)
+        assert pool.get_pinned_stats() == path.PoolStatistics(4096, 4096, 0)
+        pool.release(buffer)
+        assert pool.get_stats().n_free_blocks == 1
+        assert pool.get_stats().utilization == 0.0
+        assert "enabled=True" in repr(pool)
+        pool.free_all_blocks()
+        assert pool.get_stats() == path.PoolStatistics(0, 0, 0)
+        assert path.configure_memory_pool(max_size_mb=2, enable=False) is pool
+        assert (pool.limit, pool.enabled) == (2 * 2**20, False)
+        pool.set_limit(None)
+        assert pool.limit is None
+    finally:
+        path.MemoryPool._instance = saved
+
+
+# -- the free-standing RingKernel on PyDotCompute's path -------------------------------
+
+
+async def test_a_free_standing_kernel_runs_outside_the_caller_s_nurseries() -> None:
+    from pdc_core.exceptions import KernelStateError
+    from pdc_core.ring_kernels import lifecycle
+
+    kernel = lifecycle.RingKernel("layer_free", echo)
+    assert kernel.state == KernelState.CREATED
+    assert "CREATED" in repr(kernel)
+    for operation in (kernel.activate, kernel.receive, kernel.terminate):
+        with pytest.raises(KernelStateError, match="in state CREATED"):
+            await operation()
+    with pytest.raises(KernelStateError, match="in state CREATED"):
+        await kernel.send(RingKernelMessage())
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await kernel.launch()  # cancelled at its checkpoint: nothing starts
+    assert kernel.state == KernelState.CREATED
+    with anyio.fail_after(LIMIT):
+        await kernel.launch()  # returns with the kernel running in a task of its own
+        assert kernel.state == KernelState.LAUNCHED
+        with pytest.raises(KernelStateError, match="launch kernel 'layer_free'"):
+            await kernel.launch()
+        await kernel.activate()
+        request = RingKernelMessage()
+        await kernel.send(request)
+        assert (await kernel.receive(timeout=LIMIT)).message_id == request.message_id
+        await kernel.deactivate()
+        assert kernel.state == KernelState.DEACTIVATED
+        await kernel.reactivate()
+        await kernel.terminate()
+    assert kernel.state == KernelState.TERMINATED
+
+
+async def test_a_kernel_a_runtime_launches_is_a_pydotcompute_ring_kernel() -> None:
+    from pdc_core.ring_kernels import lifecycle
+
+    async with RingKernelRuntime() as runtime:
+        assert isinstance(await runtime.launch("layer_instance", echo), lifecycle.RingKernel)
+
+
+async def test_a_free_standing_kernel_s_launch_and_crash_errors_reach_the_caller() -> None:
+    from pdc_core.ring_kernels import lifecycle
+
+    with pytest.raises(ValueError, match="sideways"):
+        await lifecycle.RingKernel("layer_bad", echo, backpressure="sideways").launch()
+    config = RingKernelConfig(kernel_id="layer_crashing", input_queue_size=8)
+    kernel = lifecycle.RingKernel("layer_crashing", crash, config)
+    with anyio.fail_after(LIMIT):
+        await kernel.launch()
+        with pytest.raises(ActorCrashed, match="boom"):
+            await kernel.terminate()  # whether the kernel has crashed yet or not
+    assert kernel.state == KernelState.FAILED

@@ -41,13 +41,7 @@ PATHS: dict[str, dict[str, object]] = {
     "backends.base": {"Backend": pdc_core.Backend},
     "core": {
         "BufferState": pdc_core.BufferState,
-        "MemoryPool": pdc_core.MemoryPool,
         "UnifiedBuffer": pdc_core.UnifiedBuffer,
-    },
-    "core.memory_pool": {
-        "MemoryPool": pdc_core.MemoryPool,
-        "PoolStatistics": pdc_core.PoolStatistics,
-        "get_memory_pool": pdc_core.get_memory_pool,
     },
     "core.unified_buffer": {
         "BufferState": pdc_core.BufferState,
@@ -63,17 +57,19 @@ PATHS: dict[str, dict[str, object]] = {
     "exceptions": {
         "BackendError": pdc_core.BackendError,
         "BackendNotAvailableError": pdc_core.BackendUnavailable,
+        "BufferNotAllocatedError": pdc_core.BufferNotAllocatedError,
         "KernelAlreadyExistsError": pdc_core.KernelAlreadyExistsError,
         "KernelError": pdc_core.ActorError,
         "KernelNotFoundError": pdc_core.KernelNotFoundError,
         "KernelStateError": pdc_core.KernelStateError,
+        "MessageDeserializationError": pdc_core.MessageDeserializationError,
+        "MessageSerializationError": pdc_core.MessageSerializationError,
         "PyDotComputeError": pdc_core.PdcError,
         "QueueFullError": pdc_core.MailboxFull,
         "QueueTimeoutError": pdc_core.MessageTimeout,
     },
     "ring_kernels": {
         "KernelState": pdc_core.KernelState,
-        "RingKernel": pdc_core.RingKernel,
         "RingKernelMessage": pdc_core.Message,
         "RingKernelRuntime": pdc_core.RingKernelRuntime,
         "message": pdc_core.message,
@@ -81,7 +77,6 @@ PATHS: dict[str, dict[str, object]] = {
     "ring_kernels.lifecycle": {
         "KernelContext": pdc_core.RingKernelContext,
         "KernelState": pdc_core.KernelState,
-        "RingKernel": pdc_core.RingKernel,
     },
     "ring_kernels.message": {
         "Message": pdc_core.Message,
@@ -109,7 +104,13 @@ LAYERS: dict[str, set[str]] = {
         "compile_kernel",
         "get_compiler",
     },
-    "core": {"Accelerator", "ComputeOrchestrator"},
+    "core": {"Accelerator", "ComputeOrchestrator", "MemoryPool"},
+    "core.memory_pool": {
+        "MemoryPool",
+        "PoolStatistics",
+        "configure_memory_pool",
+        "get_memory_pool",
+    },
     "core.accelerator": {
         "Accelerator",
         "DeviceProperties",
@@ -135,22 +136,20 @@ LAYERS: dict[str, set[str]] = {
     },
     "exceptions": {
         "BufferError",
-        "BufferNotAllocatedError",
         "BufferSyncError",
         "CUDAError",
         "CompilationError",
         "InvalidConfigurationError",
         "KernelCompilationError",
         "MSLCompilationError",
-        "MessageDeserializationError",
         "MessageError",
-        "MessageSerializationError",
         "MetalError",
         "TypeValidationError",
         "ValidationError",
     },
-    "ring_kernels": {"GPUMonitor", "MessageQueue", "RingKernelTelemetry"},
-    "ring_kernels.lifecycle": {"RingKernelConfig", "managed_kernel"},
+    "ring_kernels": {"GPUMonitor", "MessageQueue", "RingKernel", "RingKernelTelemetry"},
+    "ring_kernels.lifecycle": {"RingKernel", "RingKernelConfig", "managed_kernel"},
+    "ring_kernels.message": {"deserialize_message", "get_message_type"},
     "ring_kernels.queue": {"BackpressureStrategy", "MessageQueue"},
     "ring_kernels.telemetry": {
         "GPUInfo",
@@ -164,6 +163,14 @@ SHARED_NAMES = {
     "RingKernelTelemetry": "pdc_core's is its other name for Telemetry, the runtime's "
     "snapshot; PyDotCompute's paths have PyDotCompute's recorder, of which a snapshot is "
     "an instance",
+    "MemoryPool": "pdc_core's makes a pool; PyDotCompute's path has the process-wide one, "
+    "a subclass (one object per process, sizes in MiB)",
+    "PoolStatistics": "pdc_core's counts hits and misses; PyDotCompute's path has "
+    "PyDotCompute's figures, which MemoryPool.get_stats() gives",
+    "get_memory_pool": "pdc_core's returns pdc's process-wide pool; PyDotCompute's path "
+    "returns its MemoryPool() (the subclass)",
+    "RingKernel": "pdc_core's is what runtime.launch returns; PyDotCompute's paths have "
+    "the free-standing RingKernel(id, func), of which pdc's is a virtual subclass",
 }
 ALL_PATHS = sorted(set(PATHS) | set(LAYERS))
 

@@ -103,7 +103,7 @@ def test_device_kinds_are_evaluated_mlx_arrays(kind: MemoryKind) -> None:
 
 def test_unified_buffer_views_share_memory_and_never_copy() -> None:
     metal = metal_backend()
-    buf = UnifiedBuffer((16,), dtype=np.float32, backend=metal)
+    buf = UnifiedBuffer((16,), dtype=np.float32, backend=metal).allocate()
     assert buf.state is BufferState.SYNCHRONIZED
     host_address = address(buf.host)
     buf.host[:] = np.arange(16)
@@ -237,8 +237,10 @@ def test_dtypes_mlx_cannot_hold_are_refused_not_narrowed(dtype: np.dtype[Any]) -
     metal = metal_backend()
     with pytest.raises(TypeError, match=r"MLX|byte order"):
         metal.to_device(np.zeros(2, dtype=dtype))
+    buf = UnifiedBuffer((2,), dtype=dtype, backend=metal)  # memory on first use
     with pytest.raises(TypeError, match=r"MLX|byte order"):
-        UnifiedBuffer((2,), dtype=dtype, backend=metal)
+        buf.allocate()
+    assert not buf.is_allocated
 
 
 def test_bfloat16_has_no_numpy_equivalent() -> None:

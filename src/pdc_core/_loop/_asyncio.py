@@ -181,6 +181,7 @@ class AsyncioKit(Turns):
         self.now: Callable[[], float] = loop.time
         self._loop = loop
         self._timer = AsyncioTimer(loop)
+        self._system_tasks: set[asyncio.Task[None]] = set()
         #: Whether the running task is in a cancelled anyio scope (see ._cancel).
         self.cancel_called: Callable[[], bool] = asyncio_cancel_called(loop)
 
@@ -212,6 +213,11 @@ class AsyncioKit(Turns):
 
     def task_host(self, on_cancel: Callable[[], None]) -> AsyncioTaskHost:
         return AsyncioTaskHost(self._loop, on_cancel)
+
+    def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        task = self._loop.create_task(fn(), name=name)
+        self._system_tasks.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._system_tasks.discard)
 
     @staticmethod
     def cancel_scope() -> AsyncioIncarnationScope:

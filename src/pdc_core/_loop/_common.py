@@ -148,6 +148,12 @@ class Kit(Protocol):
 
     def task_host(self, on_cancel: Callable[[], None]) -> TaskHost: ...
 
+    def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        """Run ``fn()`` in a task of the event loop's own, outside every nursery: it is
+        cancelled when the run ends (``asyncio.run``'s end, trio's main task). It must
+        not raise (trio turns that into ``TrioInternalError``): catch and keep errors."""
+        ...
+
     def cancel_scope(self) -> IncarnationScope: ...
 
 

@@ -289,6 +289,9 @@ class TrioKit(Turns):
     def task_host(on_cancel: Callable[[], None]) -> TrioTaskHost:
         return TrioTaskHost(on_cancel)
 
+    def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+        self._trio.lowlevel.spawn_system_task(fn, name=name)
+
     @staticmethod
     def cancel_scope() -> TrioIncarnationScope:
         return TrioIncarnationScope()

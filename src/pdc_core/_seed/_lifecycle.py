@@ -28,16 +28,21 @@ __all__ = [
 class KernelState(enum.Enum):
     """Lifecycle state of a ring kernel (see the module documentation).
 
+    CREATED is the state of a free-standing kernel before its ``launch()``
+    (PyDotCompute's ``RingKernel(id, func)``, on ``pdc_core.ring_kernels.lifecycle``);
+    a kernel ``runtime.launch`` returns starts LAUNCHED.
+
     A state also compares equal to the :class:`~pdc_core.ActorState` it is in actor
-    terms (LAUNCHED and DEACTIVATED are PAUSED, ACTIVE is RUNNING, TERMINATING is
-    STOPPING, TERMINATED is STOPPED, FAILED is CRASHED), so PyDotCompute's
-    ``kernel.state == KernelState.LAUNCHED`` holds on the actor state a kernel's
-    ``state`` reports. It is as exact as the actor state: a DEACTIVATED kernel's
+    terms (CREATED is STARTING, LAUNCHED and DEACTIVATED are PAUSED, ACTIVE is
+    RUNNING, TERMINATING is STOPPING, TERMINATED is STOPPED, FAILED is CRASHED), so
+    PyDotCompute's ``kernel.state == KernelState.LAUNCHED`` holds on the actor state a
+    kernel's ``state`` reports. It is as exact as the actor state: a DEACTIVATED kernel's
     ``state`` equals ``KernelState.LAUNCHED`` too; ``kernel.kernel_state`` (and
     ``runtime.get_kernel_state``) tell the two apart. Two kernel states are equal only
     when they are the same.
     """
 
+    CREATED = "created"
     LAUNCHED = "launched"
     ACTIVE = "active"
     DEACTIVATED = "deactivated"
@@ -63,6 +68,7 @@ class KernelState(enum.Enum):
 
 # By name: KernelState's hash reads this, so it cannot be keyed by KernelState.
 _ACTOR_STATES: Final = {
+    "CREATED": ActorState.STARTING,
     "LAUNCHED": ActorState.PAUSED,
     "ACTIVE": ActorState.RUNNING,
     "DEACTIVATED": ActorState.PAUSED,

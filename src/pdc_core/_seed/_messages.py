@@ -11,6 +11,10 @@ subclass's own fields may come first and need no default:
 ``Request(data=...)`` and ``Response(result=..., correlation_id=...)`` are the
 ready-made pair the seed documents use; ``@message`` turns a plain annotated class
 into a message dataclass with the three fields added.
+
+Messages travel between actors as objects. For leaving the process, ``serialize()``
+turns one into bytes and ``Type.deserialize(data)`` back (the format and its
+guarantees: ``_wire``); every message class is registered for that when it is defined.
 """
 
 from __future__ import annotations
@@ -23,10 +27,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
 from .._actors import DEFAULT_PRIORITY, check_priority
+from .._exceptions import MessageDeserializationError, MessageSerializationError
+from . import _wire
 
-__all__ = ["Message", "Request", "Response", "RingKernelMessage", "message", "new_message_id"]
+__all__ = [
+    "Message",
+    "Request",
+    "Response",
+    "RingKernelMessage",
+    "message",
+    "new_message_id",
+]
 
 _M = TypeVar("_M")
+_Self = TypeVar("_Self", bound="Message")
 
 # A version-4, variant-1 UUID built from 128 random bits without uuid.uuid4()'s
 # os.urandom call and UUID.__init__ argument parsing: about 3x cheaper, which matters
@@ -83,6 +97,47 @@ class Message:
     def __post_init__(self) -> None:
         _check_message_priority(self.priority)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # Not super(): @dataclass(slots=True) remade this class, so its cell is stale.
+        super(Message, cls).__init_subclass__(**kwargs)
+        _wire.register(cls)
+
+    def with_correlation(self: _Self, correlation_id: uuid.UUID | None) -> _Self:
+        """A copy of this message (same ``message_id``) with ``correlation_id`` set."""
+        return dataclasses.replace(self, correlation_id=correlation_id)
+
+    def serialize(self) -> bytes:
+        """This message as bytes (JSON of its fields; see :meth:`deserialize`).
+
+        Fields may hold ``None``, ``bool``, ``int``, ``float``, ``str``, ``bytes``,
+        ``UUID``, lists, tuples, dicts, NumPy arrays and other messages; anything else
+        raises :class:`~pdc_core.MessageSerializationError` naming the field.
+        """
+        try:
+            return _wire.encode(self)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise MessageSerializationError(type(self), exc) from exc
+
+    @classmethod
+    def deserialize(cls: type[_Self], data: bytes | bytearray | memoryview) -> _Self:
+        """The message ``serialize()`` made, of this class or a subclass.
+
+        The bytes name the class (its module and qualified name, which must have been
+        imported here); building one runs its ``__init__`` and checks, never other
+        code. Bad bytes, an unknown class, or one that is not ``cls`` or a subclass
+        raise :class:`~pdc_core.MessageDeserializationError`.
+        """
+        try:
+            restored = _wire.decode(data)
+        except (TypeError, ValueError, LookupError, RecursionError) as exc:
+            raise MessageDeserializationError(cls, exc) from exc
+        if not isinstance(restored, cls):
+            found = TypeError(f"the bytes hold a {type(restored).__qualname__} message")
+            raise MessageDeserializationError(cls, found)
+        return restored
+
+
+_wire.register(Message)
 
 #: PyDotCompute's name for :class:`Message`.
 RingKernelMessage = Message

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import inspect
 import types
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, Union, get_args, get_origin
 
@@ -105,9 +106,17 @@ def _not_a_dataclass(cls: type) -> TypeValidationError:
 
 def validate_message(cls: _C) -> _C:
     """Class decorator: ``cls`` unchanged if it is a dataclass, else
-    ``TypeValidationError`` (pdc's ``@message`` makes a message dataclass)."""
+    ``TypeValidationError`` (pdc's ``@message`` makes a message dataclass). A dataclass
+    without ``serialize()`` (not a :class:`~pdc_core.Message`) gets a ``UserWarning``:
+    it can travel between actors, but not be turned into bytes."""
     if not dataclasses.is_dataclass(cls):
         raise _not_a_dataclass(cls)
+    if not hasattr(cls, "serialize"):
+        warnings.warn(
+            f"message class {cls.__name__!r} has no serialize(), so it cannot be turned "
+            "into bytes: decorate it with @message or derive it from pdc_core.Message",
+            stacklevel=2,
+        )
     return cls
 
 

@@ -4,25 +4,35 @@
 function receives, under PyDotCompute's name; it is not generic, so an annotation
 ``KernelContext[In, Out]`` needs ``from __future__ import annotations``.
 
-Two thin helpers translate PyDotCompute's ways to pdc's: :class:`RingKernelConfig`
+Three thin layers translate PyDotCompute's ways to pdc's: :class:`RingKernelConfig`
 holds a kernel's configuration, checked by pdc's rules, and makes pdc's
 :class:`~pdc_core.RingKernelDefinition` (``config.definition(func)``);
 :func:`managed_kernel` runs one kernel in a :class:`~pdc_core.RingKernelRuntime` of its
-own for an ``async with`` block. A pdc :class:`~pdc_core.RingKernel` is what
-``runtime.launch`` returns, never built by hand: its task lives in the runtime's
-nursery, so PyDotCompute's ``RingKernel(id, func)`` followed by ``launch()`` has no
-equivalent (and pdc's ``KernelState`` has no ``CREATED``).
+own for an ``async with`` block; :class:`RingKernel` is PyDotCompute's free-standing
+kernel, ``RingKernel(id, func)`` then ``await kernel.launch()``, run by a runtime of its
+own in a task of the event loop's own (outside the caller's nurseries: it ends with
+``terminate()``, or is cancelled when the run ends). A kernel ``runtime.launch``
+returns (a :class:`pdc_core.RingKernel`) counts as an instance of it too. New code
+launches kernels in an ``async with RingKernelRuntime()``, whose end stops them.
 """
 
 from __future__ import annotations
 
+import abc
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+import anyio.lowlevel
+
 from .._actors import Backpressure
-from .._seed import KernelState, RingKernel, RingKernelContext, RingKernelDefinition
+from .._exceptions import KernelStateError
+from .._loop import current_kit
+from .._seed import KernelState, RingKernelContext, RingKernelDefinition
+from .._seed import RingKernel as _PdcRingKernel
 from .._seed._ring_kernel import KernelFunction
 from .._seed._runtime import RingKernelRuntime
 
@@ -72,7 +82,7 @@ async def _unused_kernel(ctx: RingKernelContext) -> None:
 @asynccontextmanager
 async def managed_kernel(
     kernel_id: str, kernel_func: KernelFunction | RingKernelDefinition, **config: Any
-) -> AsyncIterator[RingKernel]:
+) -> AsyncIterator[_PdcRingKernel]:
     """``async with managed_kernel(id, func) as kernel:``: ``func`` launched and
     activated in a runtime of its own for the block, terminated after it.
 
@@ -83,5 +93,147 @@ async def managed_kernel(
         RingKernelRuntime() as runtime,
         runtime.kernel_scope(kernel_id, kernel_func, **config) as kernel,
     ):
-        assert isinstance(kernel, RingKernel)  # a kernel function, not a PersistentKernel
+        assert isinstance(kernel, _PdcRingKernel)  # a function, not a PersistentKernel
         yield kernel
+
+
+class RingKernel(abc.ABC):  # noqa: B024 - an ABC for register(): runtime kernels are ones
+    """PyDotCompute's free-standing ring kernel: ``RingKernel(kernel_id, func)``.
+
+    ``await kernel.launch()`` starts it (state LAUNCHED) in a
+    :class:`~pdc_core.RingKernelRuntime` of its own, run by a task of the event loop's
+    own; then ``activate``/``deactivate``/``reactivate``/``send``/``receive`` are the
+    launched :class:`pdc_core.RingKernel`'s, and ``terminate()`` stops the kernel and
+    its runtime (re-raising a crash of the kernel as
+    :class:`~pdc_core.ActorCrashed`). Before ``launch()`` the state is
+    ``KernelState.CREATED`` and each of them raises
+    :class:`~pdc_core.KernelStateError`, as does a second ``launch()``. ``config``
+    (a :class:`RingKernelConfig`, or keywords as for ``runtime.launch``) configures it.
+    A kernel never terminated is cancelled when the event loop's run ends.
+    """
+
+    def __init__(
+        self,
+        kernel_id: str,
+        kernel_func: KernelFunction,
+        config: RingKernelConfig | None = None,
+        **options: Any,
+    ) -> None:
+        self._kernel_id = kernel_id
+        self._target: KernelFunction | RingKernelDefinition = (
+            kernel_func if config is None else config.definition(kernel_func)
+        )
+        self._options = options
+        self._kernel: _PdcRingKernel | None = None
+        self._launched: anyio.Event | None = None
+        self._stop: anyio.Event | None = None  # the events are made in launch(), in the loop
+        self._done: anyio.Event | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def kernel_id(self) -> str:
+        """The kernel's id."""
+        return self._kernel_id
+
+    @property
+    def state(self) -> KernelState:
+        """CREATED before :meth:`launch`, then the launched kernel's ``kernel_state``."""
+        return KernelState.CREATED if self._kernel is None else self._kernel.kernel_state
+
+    def _launched_kernel(self, operation: str) -> _PdcRingKernel:
+        if self._kernel is None:
+            raise KernelStateError(self._kernel_id, "CREATED", operation, allowed="launched")
+        return self._kernel
+
+    async def launch(self) -> None:
+        """Start the kernel, delivery paused (state LAUNCHED); once only.
+
+        Returns once it runs. A launch that fails (a bad configuration) raises here;
+        cancelled while it starts, the kernel is stopped again.
+        """
+        await anyio.lowlevel.checkpoint()  # on every path
+        if self._launched is not None:
+            raise KernelStateError(self._kernel_id, self.state.name, "launch", allowed="CREATED")
+        launched = self._launched = anyio.Event()
+        stop = self._stop = anyio.Event()
+        done = self._done = anyio.Event()
+        host = functools.partial(self._host, launched, stop, done)
+        current_kit().spawn_system_task(host, name=f"pdc-ring-kernel-{self._kernel_id}")
+        try:
+            await launched.wait()
+        except BaseException:
+            stop.set()  # the caller gave up: the kernel does not outlive the launch
+            raise
+        if self._kernel is None and self._error is not None:
+            raise self._error
+
+    async def _host(self, launched: anyio.Event, stop: anyio.Event, done: anyio.Event) -> None:
+        try:
+            async with RingKernelRuntime() as runtime:
+                kernel = await runtime.launch(self._kernel_id, self._target, **self._options)
+                assert isinstance(kernel, _PdcRingKernel)  # a function: not persistent
+                self._kernel = kernel
+                launched.set()
+                await stop.wait()
+        except anyio.get_cancelled_exc_class():
+            raise  # the run is ending: a system task may end so
+        except BaseException as exc:  # kept for launch()/terminate(): a system task must not raise
+            self._error = exc
+        finally:
+            launched.set()
+            done.set()
+
+    async def activate(self) -> None:
+        """Start delivering messages (LAUNCHED -> ACTIVE); cancellation as
+        :meth:`pdc_core.RingKernel.activate`."""
+        await anyio.lowlevel.checkpoint()
+        await self._launched_kernel("activate").activate()
+
+    async def deactivate(self) -> None:
+        """Pause delivery (ACTIVE -> DEACTIVATED); cancellation as
+        :meth:`pdc_core.RingKernel.deactivate`."""
+        await anyio.lowlevel.checkpoint()
+        await self._launched_kernel("deactivate").deactivate()
+
+    async def reactivate(self) -> None:
+        """Resume delivery (DEACTIVATED -> ACTIVE); cancellation as
+        :meth:`pdc_core.RingKernel.reactivate`."""
+        await anyio.lowlevel.checkpoint()
+        await self._launched_kernel("reactivate").reactivate()
+
+    async def send(self, message: Any, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Put ``message`` on the kernel's input queue (see ``runtime.send``); a cancelled
+        send puts nothing there."""
+        await anyio.lowlevel.checkpoint()
+        await self._launched_kernel("send to").send(message, timeout=timeout)
+
+    async def receive(self, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """The kernel's next output (see ``runtime.receive``); a cancelled receive takes
+        nothing."""
+        await anyio.lowlevel.checkpoint()
+        return await self._launched_kernel("receive from").receive(timeout=timeout)
+
+    async def terminate(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
+        """Stop the kernel (draining within ``timeout`` s) and its runtime; wait for both.
+
+        Cancelled, the stop goes on in the background and is not waited for.
+        """
+        await anyio.lowlevel.checkpoint()
+        kernel = self._launched_kernel("terminate")
+        stop, done = self._stop, self._done
+        assert stop is not None
+        assert done is not None
+        try:
+            await kernel.terminate(timeout=timeout)
+        finally:
+            stop.set()
+        await done.wait()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def __repr__(self) -> str:
+        return f"RingKernel({self._kernel_id!r}, state={self.state.name})"
+
+
+RingKernel.register(_PdcRingKernel)

@@ -1,0 +1,172 @@
+"""Messages as bytes: the format of ``Message.serialize`` and ``Message.deserialize``.
+
+pdc passes messages between actors as objects; bytes are for leaving the process (a
+socket, a file, another language). A message becomes UTF-8 JSON::
+
+    {"$message": "<module>:<qualified name>", "fields": {<its __init__ fields>}}
+
+Field values are JSON's own (``None``, ``bool``, ``int``, ``float`` -- NaN and the
+infinities included --, ``str``, ``list``, ``dict`` with string keys) or one-key tagged
+objects for the rest: ``{"$uuid": "..."}``, ``{"$bytes": "<base64>"}``,
+``{"$tuple": [...]}``, ``{"$dict": [[key, value], ...]}`` (a dict with a key that is not
+a string or starts with ``$``), ``{"$array": {"dtype", "shape", "data", "scalar"}}``
+for NumPy arrays and scalars, and nested messages. Anything else is refused with
+:class:`~pdc_core.MessageSerializationError` naming the field.
+
+Guarantees: ``type(m).deserialize(m.serialize()) == m`` for every message whose fields
+hold those values (lists come back as lists, tuples as tuples, arrays as writable
+arrays of the same dtype and shape). Decoding builds only message classes that were
+registered in this process and the value types above, so, unlike pickle, bytes from
+an untrusted peer cannot run code; a class is found by its module and qualified name
+(the receiving process must have imported the module that defines it). Bad bytes are a
+:class:`~pdc_core.MessageDeserializationError`, never another exception.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import uuid
+import weakref
+from typing import Any
+
+import numpy as np
+
+__all__ = ["decode", "encode", "message_type", "register"]
+
+#: Every message class; by its bare name (the latest class wins); by its wire name.
+_classes: weakref.WeakSet[type] = weakref.WeakSet()
+_by_name: weakref.WeakValueDictionary[str, type] = weakref.WeakValueDictionary()
+_by_key: weakref.WeakValueDictionary[str, type] = weakref.WeakValueDictionary()
+
+
+def _key(cls: type) -> str:
+    # Read when used: pdc gives its own classes their public module after defining them.
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def register(cls: type) -> None:
+    """Make ``cls`` findable by its bare name and its wire name (the latest class wins)."""
+    _classes.add(cls)
+    _by_name[cls.__name__] = cls
+
+
+def _find(key: str) -> type | None:
+    found = _by_key.get(key)
+    if found is None or _key(found) != key:
+        for cls in _classes:  # defined since the last look, or moved to a public module
+            _by_key[_key(cls)] = cls
+        found = _by_key.get(key)
+    return found
+
+
+def message_type(name: str) -> type | None:
+    """The message class last defined with this bare name or wire name, or ``None``."""
+    return _by_name.get(name) or _find(name)
+
+
+def encode(message: object) -> bytes:
+    """``message`` as bytes; ``TypeError``/``ValueError`` naming the field that has no
+    wire form (the caller wraps it)."""
+    return json.dumps(_message(message), separators=(",", ":")).encode()
+
+
+def _message(message: object) -> dict[str, Any]:
+    fields = {
+        field.name: _value(getattr(message, field.name), field.name)
+        for field in dataclasses.fields(message)  # type: ignore[arg-type]  # a message
+        if field.init
+    }
+    return {"$message": _key(type(message)), "fields": fields}
+
+
+def _value(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, list):
+        return [_value(item, f"{where}[{index}]") for index, item in enumerate(value)]
+    if isinstance(value, tuple):
+        return {"$tuple": [_value(item, f"{where}[{i}]") for i, item in enumerate(value)]}
+    if isinstance(value, dict):
+        if all(isinstance(key, str) and not key.startswith("$") for key in value):
+            return {key: _value(item, f"{where}[{key!r}]") for key, item in value.items()}
+        pairs = [
+            [_value(key, f"{where} key"), _value(item, f"{where}[{key!r}]")]
+            for key, item in value.items()
+        ]
+        return {"$dict": pairs}
+    if isinstance(value, uuid.UUID):
+        return {"$uuid": str(value)}
+    if isinstance(value, bytes | bytearray):
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, np.ndarray | np.generic):
+        array = np.asarray(value)
+        if array.dtype.hasobject:
+            raise TypeError(f"field {where} is a NumPy array of Python objects")
+        data = base64.b64encode(array.tobytes()).decode("ascii")
+        scalar = isinstance(value, np.generic)
+        return {
+            "$array": {
+                "dtype": array.dtype.str,
+                "shape": list(array.shape),
+                "data": data,
+                "scalar": scalar,
+            }
+        }
+    if type(value) in _classes:
+        return _message(value)
+    raise TypeError(
+        f"field {where} holds a {type(value).__qualname__}, which has no wire form "
+        "(messages carry None, bool, int, float, str, bytes, UUID, list, tuple, dict, "
+        "NumPy arrays and other messages)"
+    )
+
+
+def decode(data: bytes | bytearray | memoryview) -> object:
+    """The message in ``data``; ``ValueError``/``TypeError``/``LookupError`` saying
+    what is wrong with the bytes (the caller wraps it)."""
+    document = json.loads(bytes(data).decode("utf-8"))
+    if not (isinstance(document, dict) and "$message" in document):
+        raise ValueError("the bytes hold no message")
+    return _restore(document)
+
+
+def _restore(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_restore(item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "$message" in value:
+        name = value["$message"]
+        cls = _find(name) if isinstance(name, str) else None
+        if cls is None:
+            raise LookupError(
+                f"unknown message type {name!r}: import the module that defines it first"
+            )
+        fields = value["fields"]
+        if not isinstance(fields, dict):
+            raise ValueError(f"the fields of a {name} message are not an object")
+        return cls(**{key: _restore(item) for key, item in fields.items()})
+    tags = [key for key in value if key.startswith("$")]
+    if not tags:
+        return {key: _restore(item) for key, item in value.items()}
+    if len(value) != 1:
+        raise ValueError(f"a tagged value has other keys: {sorted(value)}")
+    tag, content = tags[0], value[tags[0]]
+    if tag == "$uuid":
+        return uuid.UUID(content)
+    if tag == "$bytes":
+        return base64.b64decode(content, validate=True)
+    if tag == "$tuple":
+        return tuple(_restore(item) for item in content)
+    if tag == "$dict":
+        return {_restore(key): _restore(item) for key, item in content}
+    if tag == "$array":
+        dtype = np.dtype(content["dtype"])
+        if dtype.hasobject:
+            raise ValueError("an array of Python objects has no wire form")
+        raw = base64.b64decode(content["data"], validate=True)
+        array = np.frombuffer(raw, dtype=dtype).reshape(content["shape"]).copy()
+        return array[()] if content["scalar"] else array
+    raise ValueError(f"unknown tag {tag!r}")
