@@ -586,8 +586,8 @@ def refuse_foreign_memory_reason(value: Any) -> str:
 
 
 class BindingsDriver:
-    """:class:`Driver` through NVIDIA's ``cuda.bindings`` (``cuda-bindings`` >= 12.4,
-    which the GPU images and numba-cuda bring; ``pip install cuda-bindings`` otherwise)."""
+    """:class:`Driver` through NVIDIA's ``cuda.bindings`` (``cuda-bindings`` >= 12.4, a
+    dependency of pdc-cuda; the error below covers an environment that lacks it)."""
 
     def __init__(self) -> None:
         try:
