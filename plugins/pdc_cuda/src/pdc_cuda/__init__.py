@@ -8,7 +8,8 @@ it cannot run.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from pdc_core import Backend
 from pdc_core.backend import hookimpl
@@ -24,11 +25,14 @@ from ._exceptions import (
 )
 from ._kernels import CudaKernel
 from ._launch import LaunchConfig, auto_block_size, launch_config
-from ._nvrtc import compile_to_ptx
 from ._properties import CudaDeviceProperties
-from ._ring_source import CudaRingBody, compile_ring_kernel_ptx, render_ring_kernel
 from ._streams import CudaEvent, CudaStream
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._nvrtc import compile_to_ptx
+    from ._persistent import CudaResidentKernel
+    from ._ring_source import CudaRingBody, compile_ring_kernel_ptx, render_ring_kernel
 
 __all__ = [
     "CONTEXT_KINDS",
@@ -57,14 +61,25 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # The resident-kernel handle needs pdc_core's persistent-kernel machinery; load it
-    # on first use so importing the plugin stays cheap.
-    if name == "CudaResidentKernel":
-        from ._persistent import CudaResidentKernel
+#: Names loaded on first use: every ``pdc`` command and the first ``get_backend()`` import
+#: the plugin to register its backend, and these cost that first use most (the ring
+#: kernel's source renderer, the NVRTC bindings, pdc_core's persistent-kernel machinery).
+_LAZY = {
+    "CudaResidentKernel": "._persistent",
+    "CudaRingBody": "._ring_source",
+    "compile_ring_kernel_ptx": "._ring_source",
+    "render_ring_kernel": "._ring_source",
+    "compile_to_ptx": "._nvrtc",
+}
 
-        return CudaResidentKernel
-    raise AttributeError(f"module 'pdc_cuda' has no attribute {name!r}")
+
+def __getattr__(name: str) -> Any:
+    home = _LAZY.get(name)
+    if home is None:
+        raise AttributeError(f"module 'pdc_cuda' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
 
 @hookimpl
