@@ -7,8 +7,8 @@ it cannot run.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pdc_core import Backend
