@@ -306,7 +306,7 @@ def test_validators_apply_pdc_s_rules_and_name_the_parameter() -> None:
 
 
 def test_ring_kernel_config_is_checked_by_pdc_and_makes_its_definition() -> None:
-    with pytest.raises(ValueError, match="input queue size"):
+    with pytest.raises(ValueError, match="input_queue_size"):
         RingKernelConfig(kernel_id="layer_config", input_queue_size=0)
     with pytest.raises(ValueError, match="unknown backpressure policy 'sometimes'"):
         RingKernelConfig(kernel_id="layer_config", backpressure_strategy="sometimes")
