@@ -10,6 +10,7 @@ run under asyncio and trio (the root conftest).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -209,6 +210,21 @@ async def test_message_queue_backpressure_and_timeouts_are_the_mailbox_s() -> No
     assert block.qsize == 1  # the timed-out put left nothing behind
     with pytest.raises(QueueTimeoutError):
         await MessageQueue[RingKernelMessage]().get(timeout=0.05)
+
+
+async def test_message_queue_checks_its_arguments_by_the_names_given() -> None:
+    queue: MessageQueue[RingKernelMessage] = MessageQueue(maxsize=1)
+    await queue.put(RingKernelMessage())
+    with pytest.raises(ValueError, match="timeout is NaN"):
+        await queue.put(RingKernelMessage(), timeout=math.nan)  # as get's timeout
+    with pytest.raises(TypeError, match="timeout"):
+        await queue.put(RingKernelMessage(), timeout=True)
+    assert queue.qsize == 1
+    with pytest.raises(TypeError, match="maxsize must be an int"):
+        MessageQueue(maxsize=1.5)  # type: ignore[arg-type]
+    sized: MessageQueue[RingKernelMessage] = MessageQueue(maxsize=np.int64(2))  # type: ignore[arg-type]
+    assert sized.maxsize == 2
+    assert type(sized.maxsize) is int
 
 
 async def test_message_queue_get_waits_for_a_put() -> None:
