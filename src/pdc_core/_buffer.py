@@ -446,7 +446,12 @@ class UnifiedBuffer:
             await wait_shielded_on_cancel(queue)
             queue.synchronize()  # done already: raises what the copy raised, if anything
             with self._lock:
-                self._state = BufferState.SYNCHRONIZED
+                # Unless free() gave that memory back meanwhile, or a synchronous use
+                # settled the state already (a write through .host may have made it
+                # HOST_DIRTY, which must stay).
+                dirty = (BufferState.DEVICE_DIRTY, BufferState.DEVICE_ONLY)
+                if self._host is host and self._state in dirty:
+                    self._state = BufferState.SYNCHRONIZED
         finally:
             if own:
                 queue.close()

@@ -114,7 +114,8 @@ class MemoryPool:
         checked = _check_limit(limit)
         with self._lock:
             self._limit = checked
-            self._evict_until(0 if checked is None else checked)
+            if checked is not None:  # no limit: everything held fits
+                self._evict_until(checked)
 
     @property
     def enabled(self) -> bool:

@@ -883,3 +883,35 @@ def test_broken_resource_error_is_never_raised_by_a_send() -> None:
     except BrokenResourceError:  # pragma: no cover - the failure this test is for
         pytest.fail("a send with no subscriber raised BrokenResourceError")
     send.close()
+
+
+async def test_a_send_woken_by_its_close_delivers_nothing_when_room_comes_before_it_runs() -> None:
+    """A waiting send whose handle is closed raises ClosedResourceError having delivered
+    nothing, even when a receive makes room before that send's task runs again (the
+    receive used to deliver the closed send's item, which then raised all the same)."""
+    send, subscribe = create_broadcast_stream[int](1)
+    receive = subscribe()
+    other = send.clone()  # the stream stays open: only the waiting send's handle closes
+    send.send_nowait(0)
+    outcome: list[BaseException] = []
+
+    async def waiting_send() -> None:
+        try:
+            await send.send(1)
+        except ClosedResourceError as exc:
+            outcome.append(exc)
+
+    with fail_after(LIMIT):
+        async with create_task_group() as tg:
+            tg.start_soon(waiting_send)
+            await wait_all_tasks_blocked()
+            send.close()  # wakes the waiting send; it has not run yet
+            assert receive.receive_nowait() == 0  # room, before that send runs
+            assert send.statistics().tasks_waiting_send == 0
+    assert len(outcome) == 1
+    with pytest.raises(WouldBlock):
+        receive.receive_nowait()  # its item was never delivered
+    other.send_nowait(2)  # and the room is still there
+    assert receive.receive_nowait() == 2
+    other.close()
+    receive.close()

@@ -467,3 +467,14 @@ def test_put_one_converts_into_the_slot_and_a_refused_record_publishes_nothing()
     device.outputs(index, count)[...] = body(device.inputs(index, count))
     device.publish(count)
     assert host.put_one((3, 4))  # IN_TAIL reloaded once the cache says full
+
+
+@pytest.mark.parametrize("record", [(1,), ()])
+def test_put_one_refuses_a_short_tuple_as_coerce_record_does(record: tuple[int, ...]) -> None:
+    # A tuple shorter than the dtype's fields skips past an integer field: a RecordError
+    # saying so, never an IndexError from the fast case's look at that field.
+    memory, host, device = make(2)
+    with pytest.raises(RecordError, match="cannot make"):
+        host.put_one(record)
+    assert host.in_head == memory.load64(Offset.IN_HEAD) == 0
+    assert device.next_batch() == (0, 0)

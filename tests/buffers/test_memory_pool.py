@@ -205,3 +205,14 @@ def test_setting_the_limit_checks_it_and_evicts_free_buffers():
     assert pool.limit == 150
     pool.limit = None
     assert pool.acquire((100,), np.uint8).nbytes == 100
+
+
+def test_lifting_the_limit_keeps_the_free_buffers():
+    # None is no limit: every buffer held fits, so none is evicted (they were all
+    # dropped, as if the limit were 0).
+    pool = MemoryPool(limit=1000)
+    buffer = pool.acquire((100,), np.uint8)
+    pool.release(buffer)
+    pool.limit = None
+    assert pool.statistics().bytes_held == 100
+    assert pool.acquire((100,), np.uint8) is buffer

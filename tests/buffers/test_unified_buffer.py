@@ -385,3 +385,51 @@ async def test_ensure_on_host_and_on_device(example_backend):
     buf.host[:] = 4
     await buf.ensure_on_device()
     assert list(buf.device._data) == [4, 4]
+
+
+async def _meanwhile(backend, buf, use):
+    """Run ``use(buf)`` while ``buf.sync_to_host_async`` waits for its queued copy."""
+    import anyio
+
+    class HeldStream(type(backend.create_stream())):
+        released = False
+
+        @property
+        def done(self) -> bool:
+            return self.released
+
+    stream = HeldStream(backend)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(buf.sync_to_host_async, stream)
+            await anyio.wait_all_tasks_blocked()  # it waits for the copy
+            use(buf)
+            stream.released = True
+
+
+async def test_free_while_sync_to_host_async_waits_leaves_the_buffer_without_memory(
+    example_backend,
+):
+    # The copy was queued into the memory that free() gave back: when it completes the
+    # buffer is still UNINITIALIZED, not SYNCHRONIZED with no memory behind it.
+    buf = UnifiedBuffer((3,), dtype=np.int32, backend=example_backend)
+    buf.device._data[:] = 7  # the device copy is newer
+    await _meanwhile(example_backend, buf, UnifiedBuffer.free)
+    assert not buf.is_allocated
+    assert buf.state is BufferState.UNINITIALIZED
+    np.testing.assert_array_equal(buf.host_readonly(), [0, 0, 0])  # starts over
+
+
+async def test_a_host_write_while_sync_to_host_async_waits_stays_dirty(example_backend):
+    # A write through .host meanwhile made the host copy the newer one: the copy's end
+    # must not mark the buffer SYNCHRONIZED, or the write never reaches the device.
+    buf = UnifiedBuffer((3,), dtype=np.int32, backend=example_backend)
+    buf.device._data[:] = 7
+
+    def write(buf: UnifiedBuffer) -> None:
+        buf.host[0] = 5
+
+    await _meanwhile(example_backend, buf, write)
+    assert buf.state is BufferState.HOST_DIRTY
+    buf.sync_to_device()
+    np.testing.assert_array_equal(buf.device._data, [5, 7, 7])

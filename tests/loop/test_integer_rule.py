@@ -92,3 +92,35 @@ async def test_actor_counts_take_numpy_integers_and_refuse_floats() -> None:
                     await nursery.start_actor(echo, max_batch=bad)  # type: ignore[arg-type]
             with pytest.raises(ValueError, match="max_batch must be at least 1"):
                 await nursery.start_actor(echo, max_batch=np.int64(0))
+
+
+async def _seed_kernel(ctx: Any) -> None:
+    """A ring kernel function that is only declared."""
+
+
+@pytest.mark.parametrize("count", [np.int64(4), np.uint16(4)])
+def test_numpy_integers_are_ring_kernel_queue_sizes(count: Any) -> None:
+    from pdc_core import ring_kernel
+
+    for sizes in ({"queue_size": count}, {"input_queue_size": count, "output_queue_size": count}):
+        definition = ring_kernel(kernel_id="sized", auto_register=False, **sizes)(_seed_kernel)
+        assert (definition.input_queue_size, definition.output_queue_size) == (4, 4)
+        assert type(definition.input_queue_size) is type(definition.output_queue_size) is int
+
+
+@pytest.mark.parametrize(
+    ("sizes", "named"),
+    [
+        ({"queue_size": 0}, "queue_size"),
+        ({"queue_size": 2.0}, "queue_size"),
+        ({"input_queue_size": 0}, "input_queue_size"),  # never replaced by queue_size
+        ({"output_queue_size": True}, "output_queue_size"),
+    ],
+)
+def test_a_bad_ring_kernel_queue_size_is_named_as_the_caller_gave_it(
+    sizes: dict[str, Any], named: str
+) -> None:
+    from pdc_core import ring_kernel
+
+    with pytest.raises(ValueError, match=named):
+        ring_kernel(kernel_id="bad", auto_register=False, **sizes)(_seed_kernel)

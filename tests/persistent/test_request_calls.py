@@ -17,6 +17,7 @@ import pstats
 from typing import Any, ClassVar
 
 import numpy as np
+import pytest
 from support.host_memory_backend import HostMemoryBackend
 
 from pdc_core import Capability, PersistentKernel, open_persistent_kernel
@@ -112,3 +113,42 @@ async def test_a_single_record_request_costs_at_most_16_python_calls() -> None:
 async def test_the_lean_path_on_the_cpu_backend() -> None:
     calls = await _calls_per_request("cpu", 200)
     assert min(calls) <= MOST_CALLS, sorted(calls)[:20]
+
+
+class FailingDoorbell(InlineEcho):
+    """Echoes inside ``wake`` as ``InlineEcho`` does, then fails its first ring once
+    (a doorbell that raises after the device saw the request)."""
+
+    failed = False
+
+    def wake(self) -> None:
+        super().wake()
+        if not FailingDoorbell.failed and not self._done:
+            FailingDoorbell.failed = True
+            raise OSError("the doorbell failed")
+
+
+class FailingDoorbellBackend(InlineBackend):
+    name: ClassVar[str] = "failing-doorbell"
+
+    def launch_persistent_kernel(
+        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    ) -> ResidentKernel:
+        return FailingDoorbell(self, kernel, rings)
+
+
+async def test_a_request_failing_after_its_record_is_published_misroutes_no_reply() -> None:
+    # The lean path publishes the record before it wakes the device: a wake (or spin)
+    # that raises must leave its reply routed (discarded when it comes), or the next
+    # request would take it as its own.
+    FailingDoorbell.failed = False
+    backend = FailingDoorbellBackend()
+    kernel = PersistentKernel("echo", REQ, REQ, capacity=8)
+    kernel.add_body(backend.name, _echo)
+    async with open_persistent_kernel(kernel, backend, wait="spin") as session:
+        with pytest.raises(OSError, match="doorbell"):
+            await session.request((1, 0.5))
+        reply = await session.request((2, 0.25))
+        assert (int(reply["id"]), float(reply["x"])) == (2, 0.25)
+        stats = session.statistics()
+        assert (stats.sent, stats.replied, stats.discarded) == (2, 2, 1)

@@ -233,6 +233,20 @@ async def test_the_orchestrator_s_async_calls_are_checkpoints(call: str) -> None
     await orchestrator.shutdown()
 
 
+async def test_stream_context_is_a_checkpoint_that_makes_no_stream_when_cancelled() -> None:
+    orchestrator = ComputeOrchestrator()
+    await orchestrator.initialize()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        async with orchestrator.stream_context():
+            pytest.fail("the block ran in a cancelled scope")
+    assert scope.cancelled_caught
+    assert orchestrator._streams == []  # no stream made, none left to close
+    async with orchestrator.stream_context() as stream:
+        assert stream is not None
+    await orchestrator.shutdown()
+
+
 # -- ring_kernels.telemetry -------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ run under asyncio and trio (the root conftest).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -211,6 +212,21 @@ async def test_message_queue_backpressure_and_timeouts_are_the_mailbox_s() -> No
         await MessageQueue[RingKernelMessage]().get(timeout=0.05)
 
 
+async def test_message_queue_checks_its_arguments_by_the_names_given() -> None:
+    queue: MessageQueue[RingKernelMessage] = MessageQueue(maxsize=1)
+    await queue.put(RingKernelMessage())
+    with pytest.raises(ValueError, match="timeout is NaN"):
+        await queue.put(RingKernelMessage(), timeout=math.nan)  # as get's timeout
+    with pytest.raises(TypeError, match="timeout"):
+        await queue.put(RingKernelMessage(), timeout=True)
+    assert queue.qsize == 1
+    with pytest.raises(TypeError, match="maxsize must be an int"):
+        MessageQueue(maxsize=1.5)  # type: ignore[arg-type]
+    sized: MessageQueue[RingKernelMessage] = MessageQueue(maxsize=np.int64(2))  # type: ignore[arg-type]
+    assert sized.maxsize == 2
+    assert type(sized.maxsize) is int
+
+
 async def test_message_queue_get_waits_for_a_put() -> None:
     queue: MessageQueue[RingKernelMessage] = MessageQueue()
     async with anyio.create_task_group() as tg:
@@ -306,7 +322,7 @@ def test_validators_apply_pdc_s_rules_and_name_the_parameter() -> None:
 
 
 def test_ring_kernel_config_is_checked_by_pdc_and_makes_its_definition() -> None:
-    with pytest.raises(ValueError, match="input queue size"):
+    with pytest.raises(ValueError, match="input_queue_size"):
         RingKernelConfig(kernel_id="layer_config", input_queue_size=0)
     with pytest.raises(ValueError, match="unknown backpressure policy 'sometimes'"):
         RingKernelConfig(kernel_id="layer_config", backpressure_strategy="sometimes")

@@ -575,7 +575,7 @@ def test_decorator_options_and_registry() -> None:
     assert (sized.input_queue_size, sized.output_queue_size) == (8, 16)
     assert "sized" not in registered_ring_kernels()
     assert sized.__name__ == "some_kernel"
-    with pytest.raises(ValueError, match="queue size"):
+    with pytest.raises(ValueError, match="queue_size"):
         ring_kernel(kernel_id="bad", queue_size=0)(some_kernel)
     with pytest.raises(ValueError, match="backpressure"):
         ring_kernel(kernel_id="bad", backpressure="maybe")(some_kernel)

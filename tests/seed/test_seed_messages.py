@@ -151,6 +151,8 @@ def test_what_has_no_wire_form_is_refused_naming_the_field() -> None:
         (b'{"$message": "nowhere:Gone", "fields": {}}', "unknown message type 'nowhere:Gone'"),
         (b'{"$message": "pdc_core:Request", "fields": {"priority": 999}}', "999"),
         (b'{"$message": "pdc_core:Request", "fields": {"data": {"$eval": 1}}}', "'$eval'"),
+        (b'{"$message": "pdc_core:Request", "fields": {"data": {"$uuid": 123}}}', "$uuid"),
+        (b'{"$message": "pdc_core:Request", "fields": {"data": {"$uuid": []}}}', "$uuid"),
         (
             b'{"$message": "pdc_core:Request", "fields": {"data": {"$array": '
             b'{"dtype": "|O", "shape": [1], "data": "", "scalar": false}}}}',

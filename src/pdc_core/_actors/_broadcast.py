@@ -310,7 +310,8 @@ class BroadcastSendStream(ObjectSendStream[_T_contra], Generic[_T_contra]):
             state.waiting -= 1
             self._waiting.remove(waiter)
             if not entry.delivered:  # closed or cancelled first: it never will be
-                state.pending.remove(entry)
+                with contextlib.suppress(ValueError):  # close() took it out already
+                    state.pending.remove(entry)
         if result is _CLOSED:
             raise ClosedResourceError
 
@@ -333,8 +334,13 @@ class BroadcastSendStream(ObjectSendStream[_T_contra], Generic[_T_contra]):
             return
         self._closed = True
         state = self._state
-        for waiter in list(self._waiting):  # the woken sends remove themselves
-            wake(waiter, _CLOSED)
+        if self._waiting:
+            # Out of the queue now, not when their tasks run: a receive making room
+            # before then must not deliver the item of a send that raises.
+            waiting = self._waiting
+            state.pending = deque(send for send in state.pending if send.waiter not in waiting)
+            for waiter in list(waiting):
+                wake(waiter, _CLOSED)
         state.open_senders -= 1
         if not state.open_senders:
             state.end()

@@ -999,10 +999,13 @@ class RingHost:
                     stored = False
                     break
             else:
-                for position in positions:
-                    if type(record[position]) is not int:
-                        stored = False
-                        break
+                try:
+                    for position in positions:
+                        if type(record[position]) is not int:
+                            stored = False
+                            break
+                except IndexError:  # a short tuple: NumPy's to refuse, in coerce_record
+                    stored = False
         if stored:
             try:
                 slots[slot] = record

@@ -963,8 +963,15 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if not ring.put_one(record):  # the ring is still full of answered requests
             reply = (await self._request(coerce_record(record, self.kernel.request_dtype)))[0]
             return reply
-        self._wake()
-        if self.wait == "spin" and self._spin():
+        try:
+            self._wake()
+            came = self.wait == "spin" and self._spin()
+        except BaseException:
+            # Published, not yet routed: route its reply to nobody before raising, or
+            # the next request would take it as its own.
+            self._abandon(self._route_last())
+            raise
+        if came:
             reply = ring.take_one()
             if reply is not None:
                 self._replied += 1

@@ -91,6 +91,7 @@ from .._loop import (
     TIMED_OUT,
     TURN_CHECK_EVERY,
     Kit,
+    check_count,
     check_timeout,
     current_kit,
     fail,
@@ -132,10 +133,13 @@ KernelFunction = Callable[["RingKernelContext"], Awaitable[Any]]
 
 
 def check_queue_size(size: object, what: str) -> int:
-    """``size`` if it is a positive int; else a ``ValueError`` naming ``what`` and it."""
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise ValueError(f"{what} must be a positive int, got {size!r}")
-    return size
+    """``size`` as an int if it is a positive int by pdc's one integer rule (NumPy's
+    integers too; never a bool or a float); else a ``ValueError`` (PyDotCompute's
+    class for it) naming ``what`` and it."""
+    try:
+        return check_count(size, what)
+    except TypeError as error:
+        raise ValueError(str(error)) from None
 
 
 class RingKernelDefinition:
@@ -175,8 +179,8 @@ class RingKernelDefinition:
             raise TypeError(f"a ring kernel must be an async function, got {func!r}")
         if not isinstance(kernel_id, str) or not kernel_id:
             raise ValueError(f"kernel_id must be a non-empty string, got {kernel_id!r}")
-        check_queue_size(input_queue_size, "input queue size")
-        check_queue_size(output_queue_size, "output queue size")
+        input_queue_size = check_queue_size(input_queue_size, "input_queue_size")
+        output_queue_size = check_queue_size(output_queue_size, "output_queue_size")
         if grid_size < 1 or block_size < 1:
             raise ValueError(
                 f"grid_size and block_size must be >= 1, got {grid_size}, {block_size}"
@@ -287,14 +291,17 @@ def ring_kernel(
     its id (replacing an earlier one) unless ``auto_register=False``.
     """
 
+    size = check_queue_size(queue_size, "queue_size")  # the caller's name for it
+
     def decorate(fn: KernelFunction) -> RingKernelDefinition:
         definition = RingKernelDefinition(
             fn,
             kernel_id=kernel_id or str(getattr(fn, "__name__", "")),
             input_type=input_type,
             output_type=output_type,
-            input_queue_size=input_queue_size or queue_size,
-            output_queue_size=output_queue_size or queue_size,
+            # ``is None``, not ``or``: a bad size given (0) is refused, never replaced.
+            input_queue_size=size if input_queue_size is None else input_queue_size,
+            output_queue_size=size if output_queue_size is None else output_queue_size,
             backpressure=backpressure,
             grid_size=grid_size,
             block_size=block_size,

@@ -155,6 +155,8 @@ def _restore(value: Any) -> Any:
         raise ValueError(f"a tagged value has other keys: {sorted(value)}")
     tag, content = tags[0], value[tags[0]]
     if tag == "$uuid":
+        if not isinstance(content, str):  # uuid.UUID(123) is an AttributeError
+            raise TypeError(f"a $uuid value must be a string, not {content!r}")
         return uuid.UUID(content)
     if tag == "$bytes":
         return base64.b64decode(content, validate=True)

@@ -243,7 +243,9 @@ class ComputeOrchestrator:
 
     @asynccontextmanager
     async def stream_context(self) -> AsyncIterator[Stream | None]:
-        """A new stream (see :meth:`create_stream`) for the block, synchronized when it ends."""
+        """A new stream (see :meth:`create_stream`) for the block, synchronized when it
+        ends. Entering is a checkpoint: a caller already cancelled makes no stream."""
+        await anyio.lowlevel.checkpoint()  # on every path, as trio's API
         stream = self.create_stream()
         try:
             yield stream

@@ -26,6 +26,7 @@ import anyio
 from .._actors import DEFAULT_PRIORITY, Backpressure, Mailbox
 from .._actors._refs import message_priority
 from .._exceptions import MailboxFull, MessageTimeout
+from .._loop import check_timeout, strict_int
 
 __all__ = ["BackpressureStrategy", "MessageQueue"]
 
@@ -55,7 +56,8 @@ class MessageQueue(Generic[_T]):
         use_priority: bool = True,
         kernel_id: str = "",
     ) -> None:
-        self._maxsize = maxsize
+        # The caller's name in the error (the mailbox's would say "capacity").
+        maxsize = self._maxsize = strict_int(maxsize, "maxsize")
         self._backpressure = BackpressureStrategy(backpressure)
         self._use_priority = use_priority
         self._kernel_id = kernel_id
@@ -96,10 +98,11 @@ class MessageQueue(Generic[_T]):
         a blocked put found no room within ``timeout`` seconds. A cancelled or
         timed-out put enqueues nothing (as the mailbox's ``send``).
         """
-        if timeout is None:
+        seconds = check_timeout(timeout)  # NaN or a bool: an error naming timeout
+        if seconds is None:
             await self._mailbox.send(message, self._priority(message))
             return True
-        with anyio.move_on_after(timeout) as scope:
+        with anyio.move_on_after(seconds) as scope:
             await self._mailbox.send(message, self._priority(message))
         if scope.cancelled_caught:
             raise MessageTimeout(f"queue {self._kernel_id!r} had no room within {timeout} s")
