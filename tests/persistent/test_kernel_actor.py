@@ -308,7 +308,9 @@ async def test_asks_sent_during_a_restart_are_handled_by_the_new_incarnation() -
 
 
 async def test_the_nursery_exit_waits_for_asks_queued_during_a_restart() -> None:
-    policy = RestartPolicy(max_restarts=2, backoff=1.0, max_backoff=1.0)
+    # The late ask must be seen waiting before the backoff ends: 3 s leaves room for a
+    # loaded 2-core machine (1 s failed there, rarely, in full runs beside other work).
+    policy = RestartPolicy(max_restarts=2, backoff=3.0, max_backoff=3.0)
     replies: list[float] = []
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as outside:
