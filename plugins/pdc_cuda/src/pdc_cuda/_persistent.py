@@ -222,7 +222,7 @@ class CudaResidentKernel(ResidentKernel):
 
         Called after :attr:`exited`. The stream is discarded without synchronizing (it
         is done, or failed). While other kernels are resident on the device, the ring
-        memory and the state are handed to :meth:`Residency.defer_free`, so that freeing
+        memory and the state are handed to the backend's deferred frees, so that freeing
         them (``cudaFreeHost``/``cuMemFree`` may wait for a running kernel) happens only
         once no kernel is resident.
         """
