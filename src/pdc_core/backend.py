@@ -9,6 +9,10 @@ A backend is a :class:`Backend` subclass registered from a plugin's
     def pdc_register_backends(register):
         register(MyBackend)
 
+A plugin whose backend module is costly to import registers a :class:`LazyBackend`
+instead (name, distribution, ``"module:Class"``, a priority and a cheap availability
+probe): pdc then imports the class only when that backend is used or listed in detail.
+
 What is here, by the part of the contract it serves:
 
 * the contract: :class:`Backend`, :class:`Stream`, :class:`Event`,
@@ -99,7 +103,7 @@ from ._launch import (
     launch_config,
     problem_size,
 )
-from ._plugins import hookimpl
+from ._plugins import LazyBackend, hookimpl
 
 __all__ = [
     # the contract
@@ -108,6 +112,7 @@ __all__ = [
     "Capability",
     "DeviceInfo",
     "Event",
+    "LazyBackend",
     "MemoryKind",
     "MemoryStatistics",
     "Stream",

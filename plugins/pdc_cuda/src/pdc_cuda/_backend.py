@@ -24,7 +24,7 @@ from pdc_core.backend import (
     normalize_shape_dtype,
 )
 
-from ._availability import diagnose, prefer_eager_module_loading, probe
+from ._availability import PRIORITY, availability, prefer_eager_module_loading
 from ._context import DEFAULT_GREEN_SMS, ContextKind, context_kind, context_pool
 from ._kernels import CudaKernel, compile_options, compile_raw_module
 from ._launch import Dims, LaunchConfig
@@ -92,7 +92,7 @@ class CudaBackend(Backend):
 
     name: ClassVar[str] = "cuda"
     distribution: ClassVar[str] = "pdc-cuda"
-    priority: ClassVar[int] = 100
+    priority: ClassVar[int] = PRIORITY
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {
             Capability.DEVICE_MEMORY,
@@ -148,7 +148,7 @@ class CudaBackend(Backend):
 
     @classmethod
     def availability(cls) -> Availability:
-        return diagnose(probe())
+        return availability()
 
     @classmethod
     def device_properties(cls, index: int) -> CudaDeviceProperties:
