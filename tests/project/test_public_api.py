@@ -144,6 +144,7 @@ BACKEND = [
     "KernelStatus",
     "LINE_SIZE",
     "LaunchConfig",
+    "LazyBackend",
     "LinkedDevice",
     "MAX_BLOCK_DIMS",
     "MAX_GRID_DIMS",

@@ -8,8 +8,8 @@ Hooks are synchronous and *register* things::
 
     @hookimpl
     def pdc_register_backends(register):
-        register(MyBackend)                 # or, imported only when needed:
-        register(LazyBackend("mine", "pdc-mine", "pdc_mine._backend:MyBackend",
+        register(MineBackend)               # or, imported only when needed:
+        register(LazyBackend("mine", "pdc-mine", "pdc_mine.backend:MineBackend",
                              priority=20, availability=mine_availability))
 
     @hookimpl
@@ -65,8 +65,8 @@ class LazyBackend:
     backend cannot run. ``register(LazyBackend(...))`` instead tells pdc what it needs
     to rank and probe the backend, and where the class is::
 
-        register(LazyBackend("cuda", "pdc-cuda", "pdc_cuda._backend:CudaBackend",
-                             priority=100, availability=cuda_availability))
+        register(LazyBackend("mine", "pdc-mine", "pdc_mine.backend:MineBackend",
+                             priority=20, availability=mine_availability))
 
     pdc calls ``priority`` (an int, or a function returning one) and ``availability``
     (a function returning an :class:`~pdc_core.backend.Availability`, called at most

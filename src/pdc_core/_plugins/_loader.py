@@ -770,7 +770,7 @@ def _validate_lazy(lazy: LazyBackend) -> None:
     if not (sep and module and attribute):
         raise PluginError(
             f"{what} has target {lazy.target!r}: it must be 'module:ClassName', "
-            "as in 'pdc_cuda._backend:CudaBackend'"
+            "as in 'pdc_mine.backend:MineBackend'"
         )
     priority = lazy.priority
     if not (callable(priority) or (isinstance(priority, int) and not isinstance(priority, bool))):
