@@ -11,7 +11,8 @@ A backend is a :class:`Backend` subclass registered from a plugin's
 
 A plugin whose backend module is costly to import registers a :class:`LazyBackend`
 instead (name, distribution, ``"module:Class"``, a priority and a cheap availability
-probe): pdc then imports the class only when that backend is used or listed in detail.
+probe): pdc then imports the class only when that backend is used or listed in detail;
+:func:`lazy_exports` keeps the plugin package's own ``__init__`` as cheap.
 
 What is here, by the part of the contract it serves:
 
@@ -103,7 +104,7 @@ from ._launch import (
     launch_config,
     problem_size,
 )
-from ._plugins import LazyBackend, hookimpl
+from ._plugins import LazyBackend, hookimpl, lazy_exports
 
 __all__ = [
     # the contract
@@ -117,6 +118,7 @@ __all__ = [
     "MemoryStatistics",
     "Stream",
     "hookimpl",
+    "lazy_exports",
     "normalize_shape_dtype",
     # host-thread streams
     "ThreadContext",

@@ -131,3 +131,24 @@ def test_an_invalid_registration_is_reported_on_the_plugin(  # type: ignore[no-u
     assert plugin.error is not None
     assert error in plugin.error
     assert plugin.backends == []
+
+
+def test_lazy_exports_import_each_name_on_first_use(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    package = tmp_path / "pdc_lazy_package"
+    package.mkdir()
+    (package / "__init__.py").write_text(
+        "from pdc_core.backend import lazy_exports\n"
+        "__getattr__ = lazy_exports(__name__, {'Thing': '._heavy'})\n"
+    )
+    (package / "_heavy.py").write_text("class Thing:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("pdc_lazy_package", "pdc_lazy_package._heavy"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    import pdc_lazy_package  # type: ignore[import-not-found]
+
+    assert "pdc_lazy_package._heavy" not in sys.modules
+    thing = pdc_lazy_package.Thing
+    assert thing is sys.modules["pdc_lazy_package._heavy"].Thing
+    assert vars(pdc_lazy_package)["Thing"] is thing  # later lookups skip __getattr__
+    with pytest.raises(AttributeError, match="module 'pdc_lazy_package' has no attribute 'Nope'"):
+        pdc_lazy_package.Nope  # noqa: B018

@@ -181,6 +181,7 @@ BACKEND = [
     "hookimpl",
     "launch_config",
     "launch_pipeline",
+    "lazy_exports",
     "normalize_shape_dtype",
     "persistent_kernel",
     "problem_size",

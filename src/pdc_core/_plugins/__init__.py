@@ -2,7 +2,7 @@
 that turns backend names into backend instances. Imports nothing above the backend
 contract."""
 
-from ._hookspecs import ENTRY_POINT_GROUP, LazyBackend, hookimpl
+from ._hookspecs import ENTRY_POINT_GROUP, LazyBackend, hookimpl, lazy_exports
 from ._loader import (
     PluginInfo,
     PluginSelection,
@@ -49,6 +49,7 @@ __all__ = [
     "get_backend",
     "no_backend_line",
     "hookimpl",
+    "lazy_exports",
     "list_plugins",
     "parse_backend_name",
     "plugin_of_backend",

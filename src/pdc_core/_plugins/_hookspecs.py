@@ -23,6 +23,8 @@ Hooks are synchronous and *register* things::
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -38,6 +40,7 @@ __all__ = [
     "PROJECT_NAME",
     "InfoReport",
     "LazyBackend",
+    "lazy_exports",
     "OpenPlacement",
     "PdcHookSpecs",
     "hookimpl",
@@ -86,6 +89,32 @@ class LazyBackend:
     target: str
     priority: int | Callable[[], int]
     availability: Callable[[], Availability]
+
+
+def lazy_exports(package: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package`` that imports each name on first use.
+
+    ``homes`` maps a public name to the module it lives in, relative to ``package``
+    (``{"MineBackend": "._backend"}``). A plugin's entry point imports its package in
+    every process that looks for a backend, so a package that registers a
+    :class:`LazyBackend` keeps its ``__init__`` cheap with::
+
+        __getattr__ = lazy_exports(__name__, {"MineBackend": "._backend"})
+
+    The first lookup of a name imports its module and stores the value in the package,
+    so later lookups skip the function; an unknown name raises :class:`AttributeError`.
+    (For type checkers, import the names under ``if TYPE_CHECKING:`` too.)
+    """
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
 
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)

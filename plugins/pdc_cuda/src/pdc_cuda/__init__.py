@@ -8,12 +8,11 @@ it cannot run. Nor does it import the backend's own modules: the plugin register
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pdc_core import Backend
-from pdc_core.backend import LazyBackend, hookimpl
+from pdc_core.backend import LazyBackend, hookimpl, lazy_exports
 
 from ._availability import PRIORITY, CudaProbe, availability, diagnose, probe
 from ._version import __version__
@@ -87,13 +86,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module 'pdc_cuda' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 @hookimpl

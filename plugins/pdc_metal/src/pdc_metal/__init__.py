@@ -8,12 +8,11 @@ unavailable with the reason.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pdc_core import Backend
-from pdc_core.backend import LazyBackend, hookimpl
+from pdc_core.backend import LazyBackend, hookimpl, lazy_exports
 
 from . import _mlx
 from ._version import __version__
@@ -43,13 +42,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module 'pdc_metal' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 @hookimpl
