@@ -168,6 +168,14 @@ class RegisteredBackend:
         return self.registration.availability()
 
     @property
+    def label(self) -> str:
+        """What error messages call it: the class's name, or a lazy registration's target."""
+        registration = self.registration
+        if isinstance(registration, LazyBackend):
+            return registration.target
+        return registration.__qualname__
+
+    @property
     def loaded(self) -> type[Backend] | None:
         """The class, if it is imported (always, for a class registered directly)."""
         return self._class

@@ -96,17 +96,12 @@ def _probe(backend: RegisteredBackend) -> Availability:
 
 def _origin(backend: type[Backend] | RegisteredBackend) -> str:
     """``"CpuBackend, registered by plugin 'cpu' of pdc-cpu 0.2.0"``, for error messages."""
-    plugin = _loader.plugin_info_of_backend(backend.name)
     entry = _loader.backend_registrations().get(backend.name)
     if isinstance(backend, RegisteredBackend):
-        label = backend.loaded.__qualname__ if backend.loaded is not None else backend.name
-        registration = backend.registration
-        if entry is backend and not isinstance(registration, type):
-            label = registration.target
+        label, registered = backend.label, entry is backend
     else:
-        label = backend.__qualname__
-        if entry is None or entry.loaded is not backend:
-            plugin = None
+        label, registered = backend.__qualname__, entry is not None and entry.loaded is backend
+    plugin = _loader.plugin_info_of_backend(backend.name) if registered else None
     if plugin is None:
         return f"{label}, from {backend.distribution}"
     dist = " ".join(part for part in (plugin.distribution, plugin.version) if part)
@@ -130,9 +125,7 @@ def _load(entry: RegisteredBackend) -> type[Backend]:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        registration = entry.registration
-        target = registration.target if not isinstance(registration, type) else entry.name
-        raise _failure(entry, "to import its class", f"importing {target}", exc) from exc
+        raise _failure(entry, "to import its class", f"importing {entry.label}", exc) from exc
 
 
 def backend_class(name: str) -> type[Backend]:
