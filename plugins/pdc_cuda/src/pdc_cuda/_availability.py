@@ -10,7 +10,8 @@ whether CuPy is installed (``importlib.util.find_spec``, no import) and whether 
 driver library loads. On a machine without an NVIDIA driver, choosing pdc's default
 backend therefore never imports CuPy (tens of milliseconds and a large module tree).
 The plugin registers the backend lazily with :data:`PRIORITY` and :func:`availability`
-(this module imports nothing of pdc-cuda's), so neither is the rest of pdc-cuda.
+(this module imports nothing else of pdc-cuda's), so the rest of pdc-cuda is not
+imported either.
 """
 
 from __future__ import annotations

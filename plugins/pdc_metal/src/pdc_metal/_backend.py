@@ -158,7 +158,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
 
     @classmethod
     def availability(cls) -> Availability:
-        return _mlx.availability()
+        return _mlx.availability()  # the function the plugin registers it with
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:
