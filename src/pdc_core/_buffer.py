@@ -39,7 +39,7 @@ import numpy.typing as npt
 from ._backend._contract import Backend, Capability, MemoryKind, wait_shielded_on_cancel
 from ._exceptions import BackendUnavailable, BufferNotAllocatedError
 from ._loop import current_kit, full_checkpoint
-from ._plugins import get_backend, registered_backends, resolve_backend
+from ._plugins import backend_registrations, get_backend, resolve_backend
 
 if TYPE_CHECKING:
     from ._backend._contract import Stream
@@ -404,7 +404,7 @@ class UnifiedBuffer:
         """
         if self._backend.name == "metal":
             return self.device
-        if "metal" not in registered_backends():
+        if "metal" not in backend_registrations():
             raise BackendUnavailable(
                 "UnifiedBuffer.metal needs the metal backend, which is not installed: "
                 "pip install pdc-metal"

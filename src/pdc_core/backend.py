@@ -9,6 +9,11 @@ A backend is a :class:`Backend` subclass registered from a plugin's
     def pdc_register_backends(register):
         register(MyBackend)
 
+A plugin whose backend module is costly to import registers a :class:`LazyBackend`
+instead (name, distribution, ``"module:Class"``, a priority and a cheap availability
+probe): pdc then imports the class only when that backend is used or listed in detail;
+:func:`lazy_exports` keeps the plugin package's own ``__init__`` as cheap.
+
 What is here, by the part of the contract it serves:
 
 * the contract: :class:`Backend`, :class:`Stream`, :class:`Event`,
@@ -99,7 +104,7 @@ from ._launch import (
     launch_config,
     problem_size,
 )
-from ._plugins import hookimpl
+from ._plugins import LazyBackend, hookimpl, lazy_exports
 
 __all__ = [
     # the contract
@@ -108,10 +113,12 @@ __all__ = [
     "Capability",
     "DeviceInfo",
     "Event",
+    "LazyBackend",
     "MemoryKind",
     "MemoryStatistics",
     "Stream",
     "hookimpl",
+    "lazy_exports",
     "normalize_shape_dtype",
     # host-thread streams
     "ThreadContext",

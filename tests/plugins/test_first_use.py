@@ -2,7 +2,8 @@
 
 The time it costs is a benchmark (``benchmarks/first_use.py``); what is tested here is
 the behaviour behind it: in a fresh interpreter, ``get_backend()`` on a machine where
-only cpu can run leaves CuPy, MLX and Ray out of ``sys.modules``.
+only cpu can run leaves CuPy, MLX and Ray out of ``sys.modules``, and the GPU plugins'
+backend modules too (they register lazily).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ CHILD = """
 import json, sys
 import pdc_core
 name = pdc_core.get_backend().name
-loaded = sorted(m for m in ("cupy", "mlx", "ray") if m in sys.modules)
+heavy = ("cupy", "mlx", "ray", "pdc_cuda._backend", "pdc_metal._backend")
+loaded = sorted(m for m in heavy if m in sys.modules)
 print(json.dumps({"backend": name, "loaded": loaded}))
 """
 
@@ -70,14 +72,14 @@ def test_default_stops_probing_at_the_first_available(monkeypatch: pytest.Monkey
     from pdc_core._plugins import _loader
 
     fake = {
-        backend.name: backend
+        backend.name: _loader.RegisteredBackend(backend)
         for backend in (
             ranked("best", 300, False),
             ranked("good", 200, True),
             ranked("worse", 150, True),
         )
     }
-    monkeypatch.setattr(_loader, "registered_backends", lambda: fake)
+    monkeypatch.setattr(_loader, "backend_registrations", lambda: fake)
     monkeypatch.delenv("PDC_BACKEND", raising=False)
     monkeypatch.delenv("PDC_PLUGINS", raising=False)
     pdc_core.reload_plugins()

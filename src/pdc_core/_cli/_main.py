@@ -142,7 +142,7 @@ def _info_payload() -> dict[str, Any]:
         }
         if info.availability.available:
             try:
-                devices = _plugins.backend_devices(_plugins.registered_backends()[info.name])
+                devices = _plugins.backend_devices(_plugins.backend_class(info.name))
             except BackendError as exc:  # whatever devices() raised, SystemExit included
                 entry["error"] = str(exc)
             else:

@@ -11,10 +11,10 @@ from .._exceptions import BackendError, BackendUnavailable
 from .._plugins import (
     CPU_INSTALL_HINT,
     available_backends,
+    backend_class,
     backend_devices,
     no_backend_line,
     parse_backend_name,
-    registered_backends,
 )
 
 __all__ = [
@@ -99,7 +99,7 @@ def _device_problem(name: str, base: str) -> str | None:
     if not index:  # device 0 is there whenever the backend is available
         return None
     try:
-        devices = backend_devices(registered_backends()[base])
+        devices = backend_devices(backend_class(base))
     except BackendError:  # its devices() fails: the check's "backend" step reports it
         return None
     if index < len(devices):

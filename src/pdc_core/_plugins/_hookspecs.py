@@ -8,7 +8,9 @@ Hooks are synchronous and *register* things::
 
     @hookimpl
     def pdc_register_backends(register):
-        register(MyBackend)
+        register(MineBackend)               # or, imported only when needed:
+        register(LazyBackend("mine", "pdc-mine", "pdc_mine.backend:MineBackend",
+                             priority=20, availability=mine_availability))
 
     @hookimpl
     def pdc_register_placements(register):
@@ -21,19 +23,24 @@ Hooks are synchronous and *register* things::
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
-    from .._backend._contract import Backend
+    from .._backend._contract import Availability, Backend
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
     "InfoReport",
+    "LazyBackend",
+    "lazy_exports",
     "OpenPlacement",
     "PdcHookSpecs",
     "hookimpl",
@@ -51,6 +58,65 @@ OpenPlacement = Callable[[], AbstractAsyncContextManager[Any]]
 #: mapping (str keys; str, number, bool, None, list or nested mapping values).
 InfoReport = Callable[[], Mapping[str, Any]]
 
+
+@dataclass(frozen=True)
+class LazyBackend:
+    """A backend registered by name, its class imported only when pdc needs the class.
+
+    Registering the class itself imports its module, and with it everything that module
+    imports, in every process that looks for a backend, including those where the
+    backend cannot run. ``register(LazyBackend(...))`` instead tells pdc what it needs
+    to rank and probe the backend, and where the class is::
+
+        register(LazyBackend("mine", "pdc-mine", "pdc_mine.backend:MineBackend",
+                             priority=20, availability=mine_availability))
+
+    pdc calls ``priority`` (an int, or a function returning one) and ``availability``
+    (a function returning an :class:`~pdc_core.backend.Availability`, called at most
+    once per process) to choose the default backend; both must be cheap and import
+    neither the class nor vendor libraries. pdc imports ``target``
+    (``"module:ClassName"``) only when the backend is chosen, listed in detail
+    (``pdc plugins``, ``pdc info``, an error message listing the backends) or asked
+    for its devices. The class must carry the same ``name`` and ``distribution``; its
+    own ``priority`` and ``availability()`` should give what these do (call the same
+    functions), since pdc ranks and probes with these. A class that fails to import
+    or does not match makes a :class:`~pdc_core.BackendError` naming the backend and
+    its plugin when it is needed, not an error at registration.
+    """
+
+    name: str
+    distribution: str
+    target: str
+    priority: int | Callable[[], int]
+    availability: Callable[[], Availability]
+
+
+def lazy_exports(package: str, homes: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for ``package`` that imports each name on first use.
+
+    ``homes`` maps a public name to the module it lives in, relative to ``package``
+    (``{"MineBackend": "._backend"}``). A plugin's entry point imports its package in
+    every process that looks for a backend, so a package that registers a
+    :class:`LazyBackend` keeps its ``__init__`` cheap with::
+
+        __getattr__ = lazy_exports(__name__, {"MineBackend": "._backend"})
+
+    The first lookup of a name imports its module and stores the value in the package,
+    so later lookups skip the function; an unknown name raises :class:`AttributeError`.
+    (For type checkers, import the names under ``if TYPE_CHECKING:`` too.)
+    """
+
+    def __getattr__(name: str) -> Any:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home, package), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__
+
+
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 #: Marks a function of a plugin as the implementation of a ``pdc_`` hook.
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
@@ -60,11 +126,17 @@ class PdcHookSpecs:
     """The hooks a pdc plugin may implement."""
 
     @hookspec
-    def pdc_register_backends(self, register: Callable[[type[Backend]], None]) -> None:
-        """Register backend classes by calling ``register(BackendSubclass)``.
+    def pdc_register_backends(
+        self, register: Callable[[type[Backend] | LazyBackend], None]
+    ) -> None:
+        """Register backends by calling ``register(BackendSubclass)`` or
+        ``register(LazyBackend(...))``.
 
         Called once per process, when backends are first needed. Must not import
         vendor libraries that may be missing; do that inside the backend's methods.
+        Where importing the backend's class costs more than a few milliseconds (it
+        imports much of the plugin), register a :class:`LazyBackend`: then a process
+        that picks another backend never imports it.
         """
 
     @hookspec

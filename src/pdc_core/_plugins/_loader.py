@@ -37,6 +37,7 @@ Names are case-insensitive; entries that select nothing are warned about.
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 import inspect
 import logging
@@ -51,15 +52,17 @@ from typing import Any
 
 import pluggy
 
-from .._backend._contract import Backend
+from .._backend._contract import Availability, Backend
 from .._exceptions import PluginError
-from ._hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME, PdcHookSpecs
+from ._hookspecs import ENTRY_POINT_GROUP, PROJECT_NAME, LazyBackend, PdcHookSpecs
 
 __all__ = [
     "KNOWN_DISTRIBUTIONS",
     "PluginInfo",
     "PluginSelection",
+    "RegisteredBackend",
     "Registration",
+    "backend_registrations",
     "failed_plugins",
     "forget_plugins",
     "list_plugins",
@@ -139,6 +142,70 @@ class PluginSelection:
     choices: tuple[str, ...] = ()
 
 
+class RegisteredBackend:
+    """A backend a plugin registered: its class, or a :class:`LazyBackend` whose class
+    is imported the first time :meth:`load` is called.
+
+    :attr:`priority` and :meth:`availability` never import a lazily registered class,
+    so ranking and probing cost only what the plugin's own probe costs.
+    """
+
+    def __init__(self, registration: type[Backend] | LazyBackend) -> None:
+        self.registration = registration
+        self.name: str = registration.name
+        self.distribution: str = registration.distribution
+        self._class = None if isinstance(registration, LazyBackend) else registration
+        self._lock = threading.Lock()
+
+    @property
+    def priority(self) -> int:
+        """Where the backend ranks when pdc picks the best one."""
+        priority = self.registration.priority
+        return priority() if callable(priority) else priority
+
+    def availability(self) -> Availability:
+        """The backend's own answer to whether it can run here (may raise)."""
+        return self.registration.availability()
+
+    @property
+    def label(self) -> str:
+        """What error messages call it: the class's name, or a lazy registration's target."""
+        registration = self.registration
+        if isinstance(registration, LazyBackend):
+            return registration.target
+        return registration.__qualname__
+
+    @property
+    def loaded(self) -> type[Backend] | None:
+        """The class, if it is imported (always, for a class registered directly)."""
+        return self._class
+
+    def load(self) -> type[Backend]:
+        """The class, imported on first call; raises what the import raises, and
+        :class:`~pdc_core.PluginError` for a class that does not match its registration."""
+        if self._class is None:
+            with self._lock:
+                if self._class is None:
+                    self._class = self._import()
+        return self._class
+
+    def _import(self) -> type[Backend]:
+        lazy = self.registration
+        assert isinstance(lazy, LazyBackend)  # a class registered directly is loaded
+        module, _, attribute = lazy.target.partition(":")
+        found: object = importlib.import_module(module)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+        cls = _validate_backend(found)
+        for field_name in ("name", "distribution"):
+            if getattr(cls, field_name) != getattr(lazy, field_name):
+                raise PluginError(
+                    f"{lazy.target} has {field_name} {getattr(cls, field_name)!r}, but it "
+                    f"was registered as LazyBackend({field_name}={getattr(lazy, field_name)!r})"
+                )
+        return cls
+
+
 class _PluginState:
     """Loaded plugins and the backends they registered; built once, on demand."""
 
@@ -147,7 +214,7 @@ class _PluginState:
         self.manager.add_hookspecs(PdcHookSpecs)
         #: By key (see :attr:`_Candidate.key`): unique even when names are shared.
         self.plugins: dict[str, PluginInfo] = {}
-        self.backends: dict[str, type[Backend]] = {}
+        self.backends: dict[str, RegisteredBackend] = {}
         self.backend_plugin: dict[str, str] = {}
         self.placements: dict[str, Registration] = {}
         self.info_sections: dict[str, Registration] = {}
@@ -570,13 +637,13 @@ def _call_register_hooks(state: _PluginState) -> None:
     from the distribution the backend class names in ``distribution`` keeps it (else
     the first plugin by name); the other is reported.
     """
-    claims: dict[str, list[tuple[str, type[Backend]]]] = {}
+    claims: dict[str, list[tuple[str, type[Backend] | LazyBackend]]] = {}
     impls = state.manager.hook.pdc_register_backends.get_hookimpls()
     for impl in sorted(
         impls, key=lambda impl: (state.plugins[impl.plugin_name].name, impl.plugin_name)
     ):
         info = state.plugins[impl.plugin_name]
-        registered: list[type[Backend]] = []
+        registered: list[type[Backend] | LazyBackend] = []
         try:
             returned = impl.function(register=registered.append)
             if returned is not None:
@@ -585,7 +652,10 @@ def _call_register_hooks(state: _PluginState) -> None:
                     "it must call register(BackendClass) and return None"
                 )
             for backend in registered:
-                _validate_backend(backend)
+                if isinstance(backend, LazyBackend):
+                    _validate_lazy(backend)
+                else:
+                    _validate_backend(backend)
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # SystemExit too: a plugin must not end the process
@@ -615,7 +685,7 @@ def _call_register_hooks(state: _PluginState) -> None:
                     f"({owner.distribution}) also registers; skipped"
                 )
                 continue
-            state.backends[name] = backend
+            state.backends[name] = RegisteredBackend(backend)
             state.backend_plugin[name] = plugin_key
             state.plugins[plugin_key].backends.append(name)
 
@@ -689,22 +759,47 @@ def _call_named_hooks(
             names.append(registration.name)
 
 
-def _validate_backend(backend: object) -> None:
-    if not (isinstance(backend, type) and issubclass(backend, Backend)):
-        raise PluginError(
-            f"register() was given {backend!r}, which is not a subclass of pdc_core.backend.Backend"
-        )
-    name = getattr(backend, "name", None)
+def _validate_name(what: str, name: object) -> None:
     if not isinstance(name, str) or not name.isidentifier() or name != name.lower():
         raise PluginError(
-            f"backend class {backend.__qualname__} has an invalid name {name!r}: "
-            "it must be a lower-case identifier such as 'cuda'"
+            f"{what} has an invalid name {name!r}: it must be a lower-case identifier such as "
+            "'cuda'"
         )
+
+
+def _validate_lazy(lazy: LazyBackend) -> None:
+    what = f"LazyBackend({lazy.name!r})"
+    _validate_name(what, lazy.name)
+    if not isinstance(lazy.distribution, str) or not lazy.distribution:
+        raise PluginError(f"{what} needs a distribution (a str such as 'pdc-cuda')")
+    module, sep, attribute = (
+        lazy.target.partition(":") if isinstance(lazy.target, str) else ("", "", "")
+    )
+    if not (sep and module and attribute):
+        raise PluginError(
+            f"{what} has target {lazy.target!r}: it must be 'module:ClassName', "
+            "as in 'pdc_mine.backend:MineBackend'"
+        )
+    priority = lazy.priority
+    if not (callable(priority) or (isinstance(priority, int) and not isinstance(priority, bool))):
+        raise PluginError(f"{what} has priority {priority!r}: it must be an int or a function")
+    if not callable(lazy.availability):
+        raise PluginError(f"{what} has availability {lazy.availability!r}: it must be a function")
+
+
+def _validate_backend(backend: object) -> type[Backend]:
+    if not (isinstance(backend, type) and issubclass(backend, Backend)):
+        raise PluginError(
+            f"register() was given {backend!r}, which is not a subclass of "
+            "pdc_core.backend.Backend (nor a pdc_core.backend.LazyBackend)"
+        )
+    _validate_name(f"backend class {backend.__qualname__}", getattr(backend, "name", None))
     if not isinstance(getattr(backend, "distribution", None), str):
         raise PluginError(f"backend class {backend.__qualname__} does not set 'distribution'")
     if getattr(backend, "__abstractmethods__", None):
         missing = ", ".join(sorted(backend.__abstractmethods__))
         raise PluginError(f"backend class {backend.__qualname__} does not implement: {missing}")
+    return backend
 
 
 def plugin_state() -> _PluginState:
@@ -738,9 +833,15 @@ def list_plugins() -> list[PluginInfo]:
     )
 
 
-def registered_backends() -> dict[str, type[Backend]]:
-    """Backend classes registered by plugins, by name."""
+def backend_registrations() -> dict[str, RegisteredBackend]:
+    """Backends registered by plugins, by name; imports no lazily registered class."""
     return dict(plugin_state().backends)
+
+
+def registered_backends() -> dict[str, type[Backend]]:
+    """Backend classes registered by plugins, by name, importing every lazily registered
+    one (see :class:`LazyBackend`); raises what such an import raises."""
+    return {name: entry.load() for name, entry in plugin_state().backends.items()}
 
 
 def registered_placements() -> dict[str, Registration]:

@@ -8,6 +8,10 @@ Choosing the default probes backends best first and stops at the first that can 
 so a backend ranked below it is never probed: a plugin whose probe imports a heavy
 library (MLX, CuPy) costs nothing unless it could win. Priorities must therefore be
 cheap to read (a class attribute, or a platform check); availability may cost more.
+A backend registered as a :class:`~pdc_core.backend.LazyBackend` is ranked and probed
+without importing its class; the class is imported (:func:`backend_class`) only when
+the backend is chosen, listed in detail (:func:`available_backends`) or asked for its
+devices.
 """
 
 from __future__ import annotations
@@ -19,13 +23,14 @@ from dataclasses import dataclass
 from .._backend._contract import Availability, Backend, Capability, DeviceInfo
 from .._exceptions import BackendError, BackendUnavailable, EnvironmentSettingError
 from . import _loader
-from ._loader import KNOWN_DISTRIBUTIONS
+from ._loader import KNOWN_DISTRIBUTIONS, RegisteredBackend
 
 __all__ = [
     "CPU_INSTALL_HINT",
     "KNOWN_DISTRIBUTIONS",
     "BackendInfo",
     "available_backends",
+    "backend_class",
     "backend_devices",
     "check_environment",
     "default_backend_name",
@@ -72,7 +77,7 @@ def reload_plugins() -> None:
         _checked.clear()
 
 
-def _probe(backend: type[Backend]) -> Availability:
+def _probe(backend: RegisteredBackend) -> Availability:
     cached = _availability.get(backend.name)
     if cached is None:
         try:
@@ -89,21 +94,46 @@ def _probe(backend: type[Backend]) -> Availability:
     return cached
 
 
-def _origin(backend: type[Backend]) -> str:
+def _origin(backend: type[Backend] | RegisteredBackend) -> str:
     """``"CpuBackend, registered by plugin 'cpu' of pdc-cpu 0.2.0"``, for error messages."""
-    plugin = _loader.plugin_info_of_backend(backend.name)
-    if plugin is None or _loader.registered_backends().get(backend.name) is not backend:
-        return f"{backend.__qualname__}, from {backend.distribution}"
+    entry = _loader.backend_registrations().get(backend.name)
+    if isinstance(backend, RegisteredBackend):
+        label, registered = backend.label, entry is backend
+    else:
+        label, registered = backend.__qualname__, entry is not None and entry.loaded is backend
+    plugin = _loader.plugin_info_of_backend(backend.name) if registered else None
+    if plugin is None:
+        return f"{label}, from {backend.distribution}"
     dist = " ".join(part for part in (plugin.distribution, plugin.version) if part)
-    origin = f"{backend.__qualname__}, registered by plugin {plugin.name!r}"
+    origin = f"{label}, registered by plugin {plugin.name!r}"
     return f"{origin} of {dist}" if dist else origin
 
 
-def _failure(backend: type[Backend], doing: str, call: str, exc: BaseException) -> BackendError:
+def _failure(
+    backend: type[Backend] | RegisteredBackend, doing: str, call: str, exc: BaseException
+) -> BackendError:
     return BackendError(
         f"the {backend.name} backend ({_origin(backend)}) failed {doing}: "
         f"{call} raised {_loader._format_error(exc)}"
     )
+
+
+def _load(entry: RegisteredBackend) -> type[Backend]:
+    """The entry's class, with a failure to import it (or a mismatch) as a BackendError."""
+    try:
+        return entry.load()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise _failure(entry, "to import its class", f"importing {entry.label}", exc) from exc
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of the registered backend ``name``, importing it if it was registered
+    lazily. Raises :class:`KeyError` for an unknown name and
+    :class:`~pdc_core.BackendError` (naming the backend and its plugin, chained to the
+    cause) when the class cannot be imported or does not match its registration."""
+    return _load(_loader.backend_registrations()[name])
 
 
 def backend_devices(backend: type[Backend]) -> list[DeviceInfo]:
@@ -121,19 +151,28 @@ def backend_devices(backend: type[Backend]) -> list[DeviceInfo]:
         raise _failure(backend, "to list its devices", "devices()", exc) from exc
 
 
+def _info(entry: RegisteredBackend) -> BackendInfo:
+    availability = _probe(entry)
+    try:
+        capabilities = frozenset(_load(entry).capabilities)
+    except BackendError as exc:  # listed as unusable, with why, rather than breaking the list
+        availability = Availability.no(str(exc))
+        capabilities = frozenset()
+    return BackendInfo(
+        name=entry.name,
+        distribution=entry.distribution,
+        plugin=_loader.plugin_of_backend(entry.name),
+        priority=entry.priority,
+        availability=availability,
+        capabilities=capabilities,
+    )
+
+
 def available_backends() -> list[BackendInfo]:
-    """Every registered backend, best first, available or not."""
-    infos = [
-        BackendInfo(
-            name=cls.name,
-            distribution=cls.distribution,
-            plugin=_loader.plugin_of_backend(cls.name),
-            priority=cls.priority,
-            availability=_probe(cls),
-            capabilities=frozenset(cls.capabilities),
-        )
-        for cls in _loader.registered_backends().values()
-    ]
+    """Every registered backend, best first, available or not. Imports the class of
+    every lazily registered backend (for its capabilities); one that fails to import is
+    listed as unavailable, with the error as the reason."""
+    infos = [_info(entry) for entry in _loader.backend_registrations().values()]
     infos.sort(key=lambda info: (not info.availability.available, -info.priority, info.name))
     return infos
 
@@ -141,11 +180,11 @@ def available_backends() -> list[BackendInfo]:
 def _first_available() -> str | None:
     """The name of the best backend that can run here, probing best first; ``None`` if none."""
     ranked = sorted(
-        _loader.registered_backends().values(), key=lambda cls: (-cls.priority, cls.name)
+        _loader.backend_registrations().values(), key=lambda entry: (-entry.priority, entry.name)
     )
-    for cls in ranked:
-        if _probe(cls).available:
-            return cls.name
+    for entry in ranked:
+        if _probe(entry).available:
+            return entry.name
     return None
 
 
@@ -202,8 +241,8 @@ def _check_backend_setting(raw: str) -> None:
         base, index = parse_backend_name(text)
     except BackendUnavailable as exc:
         raise fail(str(exc).replace(f"invalid backend name {text!r}: ", "")) from None
-    cls = _loader.registered_backends().get(base)
-    if cls is None:
+    entry = _loader.backend_registrations().get(base)
+    if entry is None:
         provider = _filtered_provider(base)
         owner = KNOWN_DISTRIBUTIONS.get(base) if base != "ray" else None
         if provider is not None:
@@ -213,11 +252,11 @@ def _check_backend_setting(raw: str) -> None:
         else:
             why = "no installed plugin provides it"
         raise fail(f"no backend is named {base!r}: {why}")
-    availability = _probe(cls)
+    availability = _probe(entry)
     if not availability.available:
         raise fail(f"the {base} backend is unavailable here: {availability.reason}")
     try:
-        devices = backend_devices(cls)
+        devices = backend_devices(_load(entry))
     except BackendError as exc:
         raise fail(" ".join(str(exc).split())) from exc
     if index >= len(devices):
@@ -287,16 +326,16 @@ def get_backend(name: str | None = None) -> Backend:
     instance = _instances.get(key)
     if instance is not None:
         return instance
-    backends = _loader.registered_backends()
-    cls = backends.get(base)
-    if cls is None:
+    entry = _loader.backend_registrations().get(base)
+    if entry is None:
         raise BackendUnavailable(_unknown_message(base))
-    availability = _probe(cls)
+    availability = _probe(entry)
     if not availability.available:
         raise BackendUnavailable(
-            f"the {base} backend (from {cls.distribution}) is not available here: "
+            f"the {base} backend (from {entry.distribution}) is not available here: "
             f"{availability.reason}.\n{_installed_summary()}"
         )
+    cls = _load(entry)
     devices = backend_devices(cls)
     if index >= len(devices):
         listing = ", ".join(f"{d.qualified_name} ({d.name})" for d in devices) or "none"

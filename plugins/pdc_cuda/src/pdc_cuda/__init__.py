@@ -2,37 +2,37 @@
 
 Importing this package never imports CuPy: the backend registers on any machine and
 reports why it is unavailable ("CuPy is not installed", "no CUDA driver", ...) where
-it cannot run.
+it cannot run. Nor does it import the backend's own modules: the plugin registers a
+:class:`~pdc_core.backend.LazyBackend`, and the public names below load on first use.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pdc_core import Backend
-from pdc_core.backend import hookimpl
+from pdc_core.backend import LazyBackend, hookimpl, lazy_exports
 
-from ._availability import CudaProbe, diagnose, probe
-from ._backend import CudaBackend
-from ._context import CONTEXT_KINDS
-from ._exceptions import (
-    CudaCompileError,
-    CudaContextError,
-    NvrtcUnavailable,
-    ResidentKernelBlocks,
-)
-from ._kernels import CudaKernel
-from ._launch import LaunchConfig, auto_block_size, launch_config
-from ._properties import CudaDeviceProperties
-from ._streams import CudaEvent, CudaStream
+from ._availability import PRIORITY, CudaProbe, availability, diagnose, probe
 from ._version import __version__
 
 if TYPE_CHECKING:
+    from ._backend import CudaBackend
+    from ._context import CONTEXT_KINDS
+    from ._exceptions import (
+        CudaCompileError,
+        CudaContextError,
+        NvrtcUnavailable,
+        ResidentKernelBlocks,
+    )
+    from ._kernels import CudaKernel
+    from ._launch import LaunchConfig, auto_block_size, launch_config
     from ._nvrtc import compile_to_ptx
     from ._persistent import CudaResidentKernel
+    from ._properties import CudaDeviceProperties
     from ._ring_source import CudaRingBody, compile_ring_kernel_ptx, render_ring_kernel
+    from ._streams import CudaEvent, CudaStream
 
 __all__ = [
     "CONTEXT_KINDS",
@@ -62,31 +62,48 @@ __all__ = [
 
 
 #: Names loaded on first use: every ``pdc`` command and the first ``get_backend()`` import
-#: the plugin to register its backend, and these cost that first use most (the ring
-#: kernel's source renderer, the NVRTC bindings, pdc_core's persistent-kernel machinery).
+#: this package to register the backend, on machines where it cannot run too, so only
+#: the availability probe is imported eagerly (the backend is registered lazily).
 _LAZY = {
+    "CONTEXT_KINDS": "._context",
+    "CudaBackend": "._backend",
+    "CudaCompileError": "._exceptions",
+    "CudaContextError": "._exceptions",
+    "CudaDeviceProperties": "._properties",
+    "CudaEvent": "._streams",
+    "CudaKernel": "._kernels",
     "CudaResidentKernel": "._persistent",
     "CudaRingBody": "._ring_source",
+    "CudaStream": "._streams",
+    "LaunchConfig": "._launch",
+    "NvrtcUnavailable": "._exceptions",
+    "ResidentKernelBlocks": "._exceptions",
+    "auto_block_size": "._launch",
     "compile_ring_kernel_ptx": "._ring_source",
-    "render_ring_kernel": "._ring_source",
     "compile_to_ptx": "._nvrtc",
+    "launch_config": "._launch",
+    "render_ring_kernel": "._ring_source",
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _LAZY.get(name)
-    if home is None:
-        raise AttributeError(f"module 'pdc_cuda' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home, __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _LAZY)
 
 
 @hookimpl
-def pdc_register_backends(register: Callable[[type[Backend]], None]) -> None:
-    """The plugin's hook: registers :class:`CudaBackend` (backend name ``cuda``).
+def pdc_register_backends(register: Callable[[type[Backend] | LazyBackend], None]) -> None:
+    """The plugin's hook: registers :class:`CudaBackend` (backend name ``cuda``) lazily.
 
-    pdc calls it once, when backends are first needed; it imports no vendor library,
-    so it never raises on a machine without the hardware.
+    pdc calls it once, when backends are first needed. It imports neither CuPy nor the
+    backend's module: pdc ranks the backend and probes the driver with the functions of
+    the availability module, and imports the class only when the cuda backend is used
+    or listed in detail.
     """
-    register(CudaBackend)
+    register(
+        LazyBackend(
+            "cuda",
+            "pdc-cuda",
+            "pdc_cuda._backend:CudaBackend",
+            priority=PRIORITY,
+            availability=availability,
+        )
+    )

@@ -9,6 +9,9 @@ The probe asks the cheap questions first and imports CuPy only when they all say
 whether CuPy is installed (``importlib.util.find_spec``, no import) and whether the
 driver library loads. On a machine without an NVIDIA driver, choosing pdc's default
 backend therefore never imports CuPy (tens of milliseconds and a large module tree).
+The plugin registers the backend lazily with :data:`PRIORITY` and :func:`availability`
+(this module imports nothing else of pdc-cuda's), so the rest of pdc-cuda is not
+imported either.
 """
 
 from __future__ import annotations
@@ -22,13 +25,17 @@ from dataclasses import dataclass
 from pdc_core.backend import Availability
 
 __all__ = [
+    "PRIORITY",
     "CudaProbe",
+    "availability",
     "diagnose",
     "format_cuda_version",
     "prefer_eager_module_loading",
     "probe",
 ]
 
+#: Where the cuda backend ranks when pdc picks the best one (above metal and cpu).
+PRIORITY = 100
 #: ``cudaErrorInsufficientDriver``: the driver is older than the runtime CuPy was built for.
 CUDA_ERROR_INSUFFICIENT_DRIVER = 35
 #: ``cudaErrorNoDevice``: a driver is installed but it sees no CUDA device.
@@ -140,6 +147,11 @@ def probe() -> CudaProbe:
         runtime_version=runtime_version,
         device_count=count,
     )
+
+
+def availability() -> Availability:
+    """Whether the cuda backend can run here, and why not (:func:`diagnose` of :func:`probe`)."""
+    return diagnose(probe())
 
 
 def _visible_devices_note() -> str:

@@ -24,7 +24,8 @@ from pdc_core.backend import (
     normalize_shape_dtype,
 )
 
-from ._availability import diagnose, prefer_eager_module_loading, probe
+from ._availability import PRIORITY, prefer_eager_module_loading
+from ._availability import availability as cuda_availability
 from ._context import DEFAULT_GREEN_SMS, ContextKind, context_kind, context_pool
 from ._kernels import CudaKernel, compile_options, compile_raw_module
 from ._launch import Dims, LaunchConfig
@@ -92,7 +93,7 @@ class CudaBackend(Backend):
 
     name: ClassVar[str] = "cuda"
     distribution: ClassVar[str] = "pdc-cuda"
-    priority: ClassVar[int] = 100
+    priority: ClassVar[int] = PRIORITY
     capabilities: ClassVar[frozenset[Capability]] = frozenset(
         {
             Capability.DEVICE_MEMORY,
@@ -148,7 +149,7 @@ class CudaBackend(Backend):
 
     @classmethod
     def availability(cls) -> Availability:
-        return diagnose(probe())
+        return cuda_availability()  # the function the plugin registers it with
 
     @classmethod
     def device_properties(cls, index: int) -> CudaDeviceProperties:

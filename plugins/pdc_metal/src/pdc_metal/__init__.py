@@ -1,20 +1,26 @@
 """pdc-metal: the Metal backend of pdc on MLX, registered through the ``pdc`` entry points.
 
-Importing this module never imports MLX: the backend registers everywhere and, on a
-machine without MLX, reports itself unavailable with the reason.
+Importing this module never imports MLX, nor the backend's own modules (the plugin
+registers a :class:`~pdc_core.backend.LazyBackend`, and the names below load on first
+use): the backend registers everywhere and, on a machine without MLX, reports itself
+unavailable with the reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pdc_core import Backend
-from pdc_core.backend import hookimpl
+from pdc_core.backend import LazyBackend, hookimpl, lazy_exports
 
-from ._backend import MetalBackend
-from ._kernels import MetalKernel
-from ._streams import MetalEvent, MetalStream
+from . import _mlx
 from ._version import __version__
+
+if TYPE_CHECKING:
+    from ._backend import MetalBackend
+    from ._kernels import MetalKernel
+    from ._streams import MetalEvent, MetalStream
 
 __all__ = [
     "MetalBackend",
@@ -26,11 +32,33 @@ __all__ = [
 ]
 
 
-@hookimpl
-def pdc_register_backends(register: Callable[[type[Backend]], None]) -> None:
-    """The plugin's hook: registers :class:`MetalBackend` (backend name ``metal``).
+#: Names loaded on first use: the plugin registers its backend lazily, so that choosing
+#: the default backend imports only the MLX probe (:mod:`pdc_metal._mlx`).
+_LAZY = {
+    "MetalBackend": "._backend",
+    "MetalEvent": "._streams",
+    "MetalKernel": "._kernels",
+    "MetalStream": "._streams",
+}
 
-    pdc calls it once, when backends are first needed; it imports no vendor library,
-    so it never raises on a machine without the hardware.
+
+__getattr__ = lazy_exports(__name__, _LAZY)
+
+
+@hookimpl
+def pdc_register_backends(register: Callable[[type[Backend] | LazyBackend], None]) -> None:
+    """The plugin's hook: registers :class:`MetalBackend` (backend name ``metal``) lazily.
+
+    pdc calls it once, when backends are first needed. It imports neither MLX nor the
+    backend's module: pdc ranks and probes the backend with the MLX probe's functions
+    and imports the class only when the metal backend is used or listed in detail.
     """
-    register(MetalBackend)
+    register(
+        LazyBackend(
+            "metal",
+            "pdc-metal",
+            "pdc_metal._backend:MetalBackend",
+            priority=_mlx.priority,
+            availability=_mlx.availability,
+        )
+    )

@@ -81,15 +81,6 @@ def _host_memory() -> int | None:
         return None
 
 
-def _priority() -> int:
-    # Read when pdc ranks backends to pick the default: off Apple silicon no Metal GPU can
-    # exist, so the rank is known without importing MLX (which then is never imported
-    # unless the metal backend is asked for).
-    if not _mlx.metal_possible():
-        return _mlx.CPU_DEVICE_PRIORITY
-    return _mlx.METAL_PRIORITY if _mlx.probe().metal else _mlx.CPU_DEVICE_PRIORITY
-
-
 def _capabilities() -> frozenset[Capability]:
     if _mlx.metal_possible() and _mlx.probe().metal:
         return _BASE_CAPABILITIES | {Capability.KERNELS}
@@ -106,7 +97,7 @@ class _MetalBackendType(abc.ABCMeta):
 
     @property
     def priority(cls) -> int:
-        return _priority()
+        return _mlx.priority()
 
     @property
     def capabilities(cls) -> frozenset[Capability]:
@@ -140,7 +131,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
     def priority(self) -> int:  # type: ignore[override]
         """Where the backend ranks when pdc picks the best one: above cpu with a Metal
         GPU, below it on MLX's CPU device."""
-        return _priority()
+        return _mlx.priority()
 
     @property
     def capabilities(self) -> frozenset[Capability]:  # type: ignore[override]
@@ -167,10 +158,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
 
     @classmethod
     def availability(cls) -> Availability:
-        result = _mlx.probe()
-        if result.available:
-            return Availability.yes(result.reason)
-        return Availability.no(result.reason)
+        return _mlx.availability()  # the function the plugin registers it with
 
     @classmethod
     def devices(cls) -> list[DeviceInfo]:

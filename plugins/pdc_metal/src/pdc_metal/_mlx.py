@@ -17,15 +17,18 @@ from typing import Any, Protocol
 import numpy as np
 
 from pdc_core import BackendUnavailable
+from pdc_core.backend import Availability
 
 __all__ = [
     "CPU_DEVICE_PRIORITY",
     "METAL_PRIORITY",
     "MlxDevice",
     "MlxProbe",
+    "availability",
     "from_mlx_dtype",
     "load",
     "metal_possible",
+    "priority",
     "probe",
     "reset_probe",
     "to_mlx_dtype",
@@ -120,6 +123,23 @@ def probe() -> MlxProbe:
                 _probe = _run_probe()
             result = _probe
     return result
+
+
+def priority() -> int:
+    """Where the metal backend ranks when pdc picks the best one: above cpu with a
+    Metal GPU, below it on MLX's CPU device."""
+    # Read when pdc ranks backends to pick the default: off Apple silicon no Metal GPU can
+    # exist, so the rank is known without importing MLX (which then is never imported
+    # unless the metal backend is asked for).
+    if not metal_possible():
+        return CPU_DEVICE_PRIORITY
+    return METAL_PRIORITY if probe().metal else CPU_DEVICE_PRIORITY
+
+
+def availability() -> Availability:
+    """Whether the metal backend can run here (MLX imports and computes), and why not."""
+    result = probe()
+    return Availability.yes(result.reason) if result.available else Availability.no(result.reason)
 
 
 def reset_probe() -> None:
