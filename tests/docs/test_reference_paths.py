@@ -25,9 +25,8 @@ FACES = [
     "pdc_metal",
     "pdc_ray",
     "pdc_ray.testing",
-    # pdc_cuda's faces are left out while its modules are being re-layered (issue 32):
-    # CudaBackend.launch_pipeline, CudaDeviceProperties.to_device_info,
-    # render_ring_kernel and pdc_cuda.testing.pipeline_builds still point inside.
+    "pdc_cuda",
+    "pdc_cuda.testing",
 ]
 
 

@@ -79,14 +79,15 @@ class CudaBackend(Backend):
     Resident kernels run, by default, in a CUDA context pdc owns (``context="own"``; or
     ``"green"``, a green context over ``green_sms`` SMs), so that everything else here
     -- and CuPy, numba-cuda and other libraries -- keeps the primary context and loads
-    modules, allocates and frees freely beside them (:mod:`pdc_cuda._context`). With
+    modules, allocates and frees freely beside them. With
     ``context="shared"`` (or ``PDC_CUDA_CONTEXT=shared``) they run in the primary
     context; then what would wait for them (a new module: :meth:`compile_kernel` of a
     new source, a first :meth:`run_python_kernel` of a body; :meth:`free_cached_memory`)
     raises :class:`~pdc_cuda.ResidentKernelBlocks` at once, and :meth:`synchronize`
     synchronizes streams instead of the device. The launch option ``context=`` places
-    one kernel. Every driver call made beside a resident kernel is listed, with why it
-    cannot wait for it, in :data:`pdc_cuda._residency.BESIDE_RESIDENT`. A resident
+    one kernel. Every driver call pdc makes beside a resident kernel goes to another
+    context, is deferred until no kernel is resident (frees), or is refused at once in
+    the shared placement; none can wait for a resident kernel. A resident
     kernel is held (with its ring memory) until its stream is seen done, so a dropped
     session cannot free memory the kernel still reads.
     """
@@ -656,7 +657,7 @@ class CudaBackend(Backend):
         those of :meth:`launch_persistent_kernel`, for every stage. Everything is
         compiled and allocated before the first stage is launched. Raises
         :class:`~pdc_core.CapabilityError` when the stages cannot all be resident at
-        once (see :func:`pdc_cuda._pipeline.resident_capacity`), and
+        once (every stage's blocks must fit the device's SMs together), and
         :class:`~pdc_cuda.CudaCompileError` naming the stage whose body does not compile.
         """
         from ._pipeline import launch_pipeline

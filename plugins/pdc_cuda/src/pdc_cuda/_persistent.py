@@ -135,8 +135,8 @@ class CudaResidentKernel(ResidentKernel):
     ``wake`` does nothing: the kernel polls the control block itself. ``exited``
     queries the stream without blocking; a fault of the kernel's execution (an illegal
     address in the body, ...) makes it ``exited`` with :attr:`failure` set, which the
-    core reports as a crash. :attr:`place` is where it runs (:mod:`pdc_cuda._places`):
-    a context of pdc's own by default, the primary context with ``context="shared"``.
+    core reports as a crash. :attr:`place` is where it runs: a context of pdc's own
+    by default, the primary context with ``context="shared"``.
     """
 
     def __init__(

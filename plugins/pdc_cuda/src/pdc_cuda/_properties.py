@@ -185,9 +185,8 @@ class CudaDeviceProperties:
 
         Besides the parsed fields it reports ``pciBusId`` and ``mappedHostMemory``: where
         ``MemoryKind.MAPPED`` memory (rings) for this device goes -- the NUMA node close
-        to the GPU, or no placement and why (read from sysfs, see :mod:`pdc_cuda._numa`;
-        an allocation that later fails there falls back and says so in
-        :func:`~pdc_cuda._numa.host_memory_placement`).
+        to the GPU, or no placement and why (read from sysfs; an allocation that later
+        fails there falls back to any node and says so).
         """
         from ._numa import placement_for_bus_id
 

@@ -201,8 +201,8 @@ def render_ring_kernel(
     unsigned char* out_region, pdc_state* state)``; a kernel of its own gets its region
     twice.
 
-    Raises ``TypeError`` when a dtype has no exact C layout (see
-    :func:`pdc_cuda._codegen.c_struct`) and ``ValueError`` for a malformed body.
+    Raises ``TypeError`` naming the field when a dtype's layout cannot be expressed as
+    a C struct, and ``ValueError`` for a malformed body.
     """
     if isinstance(body, str):
         body = CudaRingBody(body)

@@ -258,8 +258,8 @@ class HostCudaBackend(CudaBackend):
     build's resident kernels are CPU threads that nothing waits for, so only
     ``"shared"`` changes anything -- it refuses what would wait for a kernel resident in
     the primary context on a GPU (a new module, ``free_cached_memory``), as the GPU does.
-    ``resident_place`` replaces where resident kernels run (a test's, e.g. a
-    :class:`~pdc_cuda._places.DriverPlace` over a fake driver).
+    ``resident_place`` replaces where resident kernels run (a test's own, e.g. one
+    over a fake CUDA driver).
     """
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset(

@@ -51,7 +51,7 @@ def pipeline_builds(
     pipeline: PersistentPipeline, *, sanitize: bool = False, **options: Any
 ) -> list[PlannedBuild]:
     """The builds a launch of ``pipeline`` on one device compiles, stage by stage (links
-    in device memory, as :func:`pdc_cuda._pipeline.launch_pipeline` places them)."""
+    in device memory, as :meth:`pdc_cuda.CudaBackend.launch_pipeline` places them)."""
     count = len(pipeline.stages)
     scopes = [link_placement(0, 0).scope] * (count - 1)
     builds = []
