@@ -392,6 +392,35 @@ def test_plot_has_a_throughput_panel_a_legend_and_a_colour_per_path() -> None:
         plt.close(fig)
 
 
+def test_plot_gives_every_path_a_colour_of_its_own_when_a_backend_adds_many() -> None:
+    """``--backend`` adds a dozen paths and more per loop: past the palettes, every path
+    and every baseline still gets a colour no other has, and the latency panel widens."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from pdc_core._cli._bench import figure
+
+    result = _measured()
+    samples = result.latency_samples["asyncio / pdc ask"]
+    for i in range(12):
+        for label, baselines in ((f"floor {i}", ()), (f"path {i}", (f"floor {i}",))):
+            result.latency_samples[f"asyncio / {label}"] = samples
+            result.baselines[f"asyncio / {label}"] = baselines
+    fig = figure(result)
+    try:
+        (legend,) = fig.legends
+        colours = [
+            tuple(handle.get_facecolor())
+            for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)
+            if text.get_text() not in {"median", "p99"}
+        ]
+        assert len(colours) == 2 * 12 + 5
+        assert len(set(colours)) == len(colours), "two paths share a colour"
+        assert fig.get_figwidth() > 16
+    finally:
+        plt.close(fig)
+
+
 def test_pdc_paths_are_not_baselines_without_pydotcompute(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -481,12 +481,11 @@ def figure(result: BenchResult) -> Any:
     }
     pdc_families = [family for family, is_baseline in baseline_of.items() if not is_baseline]
     baseline_families = [family for family, is_baseline in baseline_of.items() if is_baseline]
-    colour = {
-        **dict(zip(pdc_families, _cycle(_PDC_COLOURS, len(pdc_families)), strict=True)),
-        **dict(
-            zip(baseline_families, _cycle(_BASELINE_COLOURS, len(baseline_families)), strict=True)
-        ),
-    }
+    if len(pdc_families) <= len(_PDC_COLOURS) and len(baseline_families) <= len(_BASELINE_COLOURS):
+        colours = [*_PDC_COLOURS[: len(pdc_families)], *_BASELINE_COLOURS]
+    else:  # more paths than the palettes (--backend): one distinct colour each
+        colours = _distinct(len(pdc_families) + len(baseline_families))
+    colour = dict(zip([*pdc_families, *baseline_families], colours, strict=False))
 
     def style(label: str) -> dict[str, Any]:
         family = _family(label.removesuffix(" (asyncio)"))
@@ -498,12 +497,15 @@ def figure(result: BenchResult) -> Any:
         }
 
     rows = max(1, len(backends))
+    # Room for every violin: ``pdc bench --backend`` adds a dozen or more paths per loop.
+    most = max((len(_panel_entries(result.latency_samples, b)) for b in backends), default=0)
+    wide = max(0.0, 0.45 * (most - 12))
     fig, axes = plt.subplots(
         rows,
         2,
-        figsize=(16, 4.8 * rows + 1.0),
+        figsize=(16 + wide, 4.8 * rows + 1.0),
         squeeze=False,
-        gridspec_kw={"width_ratios": [1.25, 1]},
+        gridspec_kw={"width_ratios": [1.25 + wide / 7, 1]},
     )
     # One scale per comparison: every latency panel gets the same limits, and every
     # throughput panel (each lists its own paths, so no axis is shared outright).
@@ -582,8 +584,14 @@ def figure(result: BenchResult) -> Any:
     return fig
 
 
-def _cycle(colours: tuple[str, ...], count: int) -> list[str]:
-    return [colours[i % len(colours)] for i in range(count)]
+def _distinct(count: int) -> list[str]:
+    """``count`` distinct colours (up to 60: matplotlib's tab20, tab20b and tab20c)."""
+    import matplotlib
+    from matplotlib.colors import to_hex
+
+    palettes = [matplotlib.colormaps[name] for name in ("tab20", "tab20b", "tab20c")]
+    every = [to_hex(palette(i)) for palette in palettes for i in range(20)]
+    return [every[i % len(every)] for i in range(count)]
 
 
 # -- the command ------------------------------------------------------------------------------
