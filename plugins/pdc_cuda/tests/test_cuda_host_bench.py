@@ -5,9 +5,10 @@ floor (8 B, and 4 KiB / 64 KiB read by one thread and by the block), pdc's resid
 ring on those payloads held against them and, on a device that launches kernels, the
 ``cuda.bindings`` pre-packed launch and a CUDA-graph replay (``pdc_cuda._bench``). The
 host build (``HostCudaBackend``: the kernels on CPU threads) runs the floors and pdc's
-paths, so the whole ``pdc bench`` suite with that backend runs here, under asyncio and
-trio; the launch paths need CuPy and a GPU, so here only their place in the table is
-checked. Times on the host build say nothing about a GPU.
+paths, under asyncio and trio (the whole ``pdc bench`` suite with it:
+``tests/cli/test_bench_cuda_host.py``); the launch paths need CuPy and a GPU, so here
+only their place in the table is checked. Times on the host build say nothing about a
+GPU.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_test_support import host_build_marks
+from pdc_cuda import pdc_register_benchmarks
 from pdc_cuda._bench import benchmark_paths, floor_round_trip
 from pdc_cuda.testing import HostCudaBackend, HostStream
 
 from pdc_core import Capability
-from pdc_core._cli._bench import BenchResult, backend_benchmarks, run_suite
+from pdc_core.backend import BenchmarkPath, BenchmarkPaths
 
 pytestmark = [*host_build_marks(), pytest.mark.anyio]
 
@@ -61,9 +63,18 @@ class Launching(HostCudaBackend):
     }
 
 
+def _registered() -> BenchmarkPaths:
+    found: list[tuple[str, BenchmarkPaths, str]] = []
+    pdc_register_benchmarks(register=lambda *entry: found.append(entry))
+    ((name, paths, _),) = found
+    assert name == "cuda"
+    return paths
+
+
 def test_the_cuda_plugin_registers_its_paths_for_pdc_bench() -> None:
     backend = HostCudaBackend(max_threads_per_block=2)
-    paths = backend_benchmarks(backend)  # through the plugin's hook, checked by pdc
+    paths = list(_registered()(backend))  # what pdc bench --backend cuda gets
+    assert all(isinstance(path, BenchmarkPath) for path in paths)
     assert [path.label for path in paths] == [FLOOR, *PAYLOAD_PATHS]
     assert [path.label for path in paths if path.resident_baseline] == [FLOOR]
     by_label = {path.label: path for path in paths}
@@ -88,6 +99,18 @@ def test_on_a_device_that_launches_kernels_the_launch_paths_join() -> None:
     assert not paths["cuda.bindings launch, 4 KiB"].baselines  # a baseline
 
 
+def test_without_nvidia_s_driver_bindings_the_graph_replay_stays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pdc_cuda import _bench
+
+    monkeypatch.setattr(_bench, "_DRIVER_MODULES", ("pdc_no_such.driver", "pdc_no_such.cuda"))
+    paths = {path.label: path for path in benchmark_paths(Launching(max_threads_per_block=2))}
+    assert not any(label.startswith("cuda.bindings") for label in paths)
+    assert paths["graph replay"].resident_baseline
+    assert paths["resident ring, 4 KiB"].baselines[-1] == "graph replay, 4 KiB"
+
+
 async def test_every_path_answers_on_the_host_build() -> None:
     for path in benchmark_paths(HostCudaBackend(max_threads_per_block=2)):
         samples = await path.sampler(6, 2)
@@ -103,30 +126,3 @@ async def test_a_cancelled_floor_stops_its_kernel() -> None:
     (stream,) = backend.made
     assert stream.launch is not None
     assert stream.launch.status == 1  # its threads returned and were joined
-
-
-@pytest.mark.parametrize("library", ["asyncio", "trio"])
-def test_pdc_bench_with_the_host_build(library: str) -> None:
-    """The suite ``pdc bench --backend cuda`` runs, with the host build as the device:
-    pdc's resident paths against the ring's floor and the mapped-memory floor, the
-    payload paths against the floors of their size."""
-    pytest.importorskip(library)
-    result = run_suite(
-        BenchResult(),
-        n=10,
-        rounds=1,
-        warmup=2,
-        throughput_n=200,
-        async_backends=(library,),
-        backend=HostCudaBackend(max_threads_per_block=2),
-    )
-    latency = result.payload()["latency"]
-    assert latency[f"{library} / {FLOOR} (cuda)"]["baseline"] is True
-    for path in ("resident ring (cuda)", "resident ring (cuda), spin", "resident actor ask (cuda)"):
-        entry = latency[f"{library} / {path}"]
-        assert entry["p50_vs_ring floor (cuda)"] > 0
-        assert entry[f"p50_vs_{FLOOR} (cuda)"] > 0
-    for size in ("4 KiB", "64 KiB"):
-        entry = latency[f"{library} / resident ring, {size}, spin (cuda)"]
-        assert entry[f"p50_vs_{FLOOR}, {size}, the block reads it (cuda)"] > 0
-        assert entry[f"p50_vs_{FLOOR}, {size}, one thread reads it (cuda)"] > 0

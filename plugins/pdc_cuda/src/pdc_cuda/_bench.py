@@ -27,6 +27,8 @@ started (the floor kernel, a session, a launcher) on the way out, cancelled or n
 from __future__ import annotations
 
 import contextlib
+import importlib
+import importlib.util
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final, Literal
@@ -225,14 +227,27 @@ class MappedFloor:
 # -- launch paths (a GPU) ----------------------------------------------------------------------
 
 
+#: Where NVIDIA's driver bindings live: cuda-bindings >= 12.6, else the older ``cuda.cuda``.
+_DRIVER_MODULES: Final = ("cuda.bindings.driver", "cuda.cuda")
+
+
+def _has_driver_bindings() -> bool:
+    """Whether :func:`cuda_driver` can import (without importing it)."""
+    for name in _DRIVER_MODULES:
+        try:
+            if importlib.util.find_spec(name) is not None:
+                return True
+        except ImportError:  # no ``cuda`` package at all
+            pass
+    return False
+
+
 def cuda_driver() -> Any:
     """``cuda.bindings.driver`` (cuda-bindings >= 12.6), else the older ``cuda.cuda``."""
-    import importlib
-
     try:
-        return importlib.import_module("cuda.bindings.driver")
+        return importlib.import_module(_DRIVER_MODULES[0])
     except ImportError:
-        return importlib.import_module("cuda.cuda")
+        return importlib.import_module(_DRIVER_MODULES[1])
 
 
 class PrePackedLaunch:
@@ -440,26 +455,31 @@ def graph_round_trip(backend: Any, size: int) -> Sampler:
 def benchmark_paths(backend: Backend) -> list[BenchmarkPath]:
     """pdc-cuda's paths of ``pdc bench --backend cuda`` on ``backend`` (see the module
     documentation): the floors first, the launch paths where ``backend`` launches
-    kernels, then pdc's payload paths held against the floors and launches of their
-    size. The 8-byte floor and the 16-byte launches are the baselines of pdc's own
-    resident paths."""
+    kernels (the ``cuda.bindings`` one where NVIDIA's driver bindings are installed),
+    then pdc's payload paths held against the floors and launches of their size. The
+    8-byte floor and the 16-byte launches are the baselines of pdc's own resident
+    paths."""
     paths = [
         BenchmarkPath(
             "mapped-memory floor", floor_round_trip(backend, 8, False), resident_baseline=True
         )
     ]
     launches = backend.has(Capability.KERNELS)
-    if launches:
-        paths += [
+    bindings = launches and _has_driver_bindings()
+    if bindings:
+        paths.append(
             BenchmarkPath(
                 "cuda.bindings launch",
                 bindings_round_trip(backend, RECORD_BYTES),
                 resident_baseline=True,
-            ),
+            )
+        )
+    if launches:
+        paths.append(
             BenchmarkPath(
                 "graph replay", graph_round_trip(backend, RECORD_BYTES), resident_baseline=True
-            ),
-        ]
+            )
+        )
     for label, nbytes in PAYLOADS.items():
         if nbytes <= 8:
             continue
@@ -470,13 +490,14 @@ def benchmark_paths(backend: Backend) -> list[BenchmarkPath]:
             BenchmarkPath(block, floor_round_trip(backend, nbytes, True)),
         ]
         baselines: tuple[str, ...] = (block, one)
+        if bindings:
+            launch = f"cuda.bindings launch, {label}"
+            paths.append(BenchmarkPath(launch, bindings_round_trip(backend, nbytes)))
+            baselines += (launch,)
         if launches:
-            bindings, graph = f"cuda.bindings launch, {label}", f"graph replay, {label}"
-            paths += [
-                BenchmarkPath(bindings, bindings_round_trip(backend, nbytes)),
-                BenchmarkPath(graph, graph_round_trip(backend, nbytes)),
-            ]
-            baselines += (bindings, graph)
+            graph = f"graph replay, {label}"
+            paths.append(BenchmarkPath(graph, graph_round_trip(backend, nbytes)))
+            baselines += (graph,)
         paths += [
             BenchmarkPath(
                 f"resident ring, {label}", payload_round_trip(backend, nbytes, "sleep"), baselines
