@@ -184,7 +184,7 @@ def test_a_backend_s_paths_that_cannot_run_exit_2_naming_the_plugin(
     assert main(["bench", "--quick", "--backend", "ringed"]) == 2
     err = capsys.readouterr().err
     assert (
-        "--backend ringed: the benchmarks plugin 'ringed' (pdc-ringed) registers for the "
+        "--backend ringed: the benchmark paths of plugin 'ringed' (pdc-ringed) for the "
         "ringed backend" in err
     )
     assert reason in err

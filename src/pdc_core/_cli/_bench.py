@@ -152,8 +152,8 @@ def backend_benchmarks(backend: Backend | str) -> list[BenchmarkPath]:
     if registration is None:
         return []
     origin = (
-        f"the benchmarks plugin {registration.plugin.name!r} "
-        f"({registration.plugin.distribution}) registers for the {registration.name} backend"
+        f"the benchmark paths of plugin {registration.plugin.name!r} "
+        f"({registration.plugin.distribution}) for the {registration.name} backend"
     )
     try:
         found = list(registration.target(resolve_backend(backend)))

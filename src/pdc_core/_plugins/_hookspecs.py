@@ -93,7 +93,7 @@ class BenchmarkPath:
 #: What ``pdc_register_benchmarks`` registers: called by ``pdc bench --backend NAME``
 #: with the backend instance being measured, returns the :class:`BenchmarkPath` objects
 #: that can run on it (none where it has nothing of its own to add).
-BenchmarkPaths = Callable[[Any], Iterable[BenchmarkPath]]
+BenchmarkPaths = Callable[["Backend"], Iterable[BenchmarkPath]]
 
 
 @dataclass(frozen=True)
@@ -203,10 +203,11 @@ class PdcHookSpecs:
         """Register a backend's own measurements for ``pdc bench --backend NAME`` by
         calling ``register(name, paths, description)``.
 
-        ``name`` is the backend's name (``"cuda"``). ``paths(backend)`` is called once per
-        ``pdc bench --backend NAME`` run with the backend instance and returns the
-        :class:`BenchmarkPath` objects that can run on it (:data:`BenchmarkPaths`), such
-        as a hand-written floor or the vendor's launch paths; pdc measures them beside
-        its own resident paths. Registering must stay cheap: import the measured code
-        inside ``paths``, never here.
+        ``name`` is the backend's name (``"cuda"``). ``paths(backend)`` is called with the
+        backend instance each time ``pdc bench --backend NAME`` lists what it will
+        measure (a few times per run) and returns the :class:`BenchmarkPath` objects that
+        can run on it (:data:`BenchmarkPaths`), such as a hand-written floor or the
+        vendor's launch paths; pdc measures them beside its own resident paths. Listing
+        must start nothing (the samplers do the work), and registering must stay cheap:
+        import the measured code inside ``paths``, never here.
         """
