@@ -13,6 +13,7 @@ GPU.
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import anyio
@@ -21,7 +22,7 @@ import pytest
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_test_support import host_build_marks
 from pdc_cuda import pdc_register_benchmarks
-from pdc_cuda._bench import benchmark_paths, floor_round_trip
+from pdc_cuda._bench import MappedFloor, benchmark_paths, floor_round_trip
 from pdc_cuda.testing import HostCudaBackend, HostStream
 
 from pdc_core import Capability
@@ -126,3 +127,16 @@ async def test_a_cancelled_floor_stops_its_kernel() -> None:
     (stream,) = backend.made
     assert stream.launch is not None
     assert stream.launch.status == 1  # its threads returned and were joined
+
+
+def test_a_floor_kernel_that_stops_answering_is_an_error_not_a_hang() -> None:
+    backend = Watched(max_threads_per_block=2)
+    floor = MappedFloor(backend)
+    with floor.resident(8, False, 2) as once:
+        assert once() > 0
+        floor.words[2] = 1  # the kernel leaves its loop: the next request is never answered
+        (stream,) = backend.made
+        while not stream.done:  # until it has left (else it might still take the request)
+            time.sleep(0.001)
+        with pytest.raises(RuntimeError, match="the floor kernel stopped without answering"):
+            once()
