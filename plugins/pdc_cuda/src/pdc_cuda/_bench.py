@@ -160,7 +160,7 @@ def checksum_kernel(nbytes: int) -> PersistentKernel[Any, Any]:
 
 class MappedFloor:
     """The floor kernel of ``backend`` (a GPU, or the host build's threads) and its
-    mapped control words and payload (``payload_bytes``, at most what a round trip reads).
+    mapped control words and payload (``payload_bytes``: the most a round trip may read).
 
     :meth:`resident` launches it and yields a round trip; the kernel stops when the
     ``with`` block ends, however it ends.
