@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# gpu_figures.sh -- the CUDA path's figures, in one call on a GPU machine, within a budget.
+#
+# Run it from the repository root on a machine with an NVIDIA GPU and CuPy. It measures,
+# each stage under its own deadline so that a hang costs only that stage:
+#   1. benchmarks/cuda_contexts.py --quick: where a resident kernel runs (its own context,
+#      a green context, the primary one) side by side: the idle round trip, the round
+#      trip and the user-kernel rate beside a loop of user kernels, and whether CuPy's
+#      first op, a new compile, cudaFreeHost and a synchronize return beside it
+#                                                         -> contexts.log, contexts.json
+#   2. pdc bench --backend cuda --quick: pdc's resident paths (request awaiting and
+#      spinning, a kernel actor's ask, 4 KiB and 64 KiB records) against the
+#      hand-written mapped-memory floor and the cuda.bindings and CUDA-graph launches,
+#      both event loops, as JSON (and a plot where matplotlib imports)
+#                                                         -> bench_cuda.json (.png), .err
+#   3. benchmarks/cuda_floor.py --quick --spin-variants: the floor and pdc's request at
+#      8 B / 4 KiB / 64 KiB with the waiting variants, and Python calls per request
+#                                                         -> cuda_floor.log
+# and the versions the figures belong to                 -> versions.txt
+#
+# Output goes to $OUT (default ./gpu_figures_out). PDC_FIGURES_BUDGET (seconds, default
+# 280) caps the whole script. pdc is used from this tree: if `import pdc_core` fails,
+# src/ and the plugins' src/ go on PYTHONPATH with a small .dist-info folder declaring
+# pdc's entry points (backends are found only through them); wheels carried in .whl/
+# (trio, sniffio, outcome, matplotlib) are put on the path first.
+# Record what it prints in docs/benchmarks.md with the date, GPU, driver, CUDA and CuPy.
+
+set -u
+ROOT=$PWD
+if [ ! -d src/pdc_core ] || [ ! -d plugins/pdc_cuda/src/pdc_cuda ]; then
+    echo "gpu_figures: run it from the pdc repository root" >&2
+    exit 2
+fi
+OUT="${OUT:-$ROOT/gpu_figures_out}"
+mkdir -p "$OUT"
+PY="${PYTHON:-python3}"
+DEADLINE=$(( $(date +%s) + ${PDC_FIGURES_BUDGET:-280} ))
+# stage_time WANTED: min(WANTED, seconds left - 5); 0 when under 20 s are left.
+stage_time() {
+    local left=$(( DEADLINE - $(date +%s) - 5 ))
+    if [ "$left" -lt 20 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+    WHEELS=/tmp/pdc-gpu-figures-wheels
+    rm -rf "$WHEELS"
+    "$PY" -m pip install -q --no-index --no-deps --target "$WHEELS" .whl/*.whl \
+        && export PYTHONPATH="$WHEELS${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if ! "$PY" -c 'import pdc_core, pdc_cuda' >/dev/null 2>&1; then
+    SHIM=/tmp/pdc-gpu-figures-shim
+    rm -rf "$SHIM"
+    dist() { # dist NAME VERSION-FILE ENTRY-POINT-LINES...
+        local name=$1 version d
+        version=$(sed -n 's/^__version__ *= *"\(.*\)".*/\1/p' "$2" | head -1)
+        d="$SHIM/${name//-/_}-$version.dist-info"
+        shift 2
+        mkdir -p "$d"
+        printf 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' "$name" "$version" > "$d/METADATA"
+        printf '%s\n' "$@" > "$d/entry_points.txt"
+    }
+    dist pdc-core src/pdc_core/_version.py "[console_scripts]" "pdc = pdc_core._cli:main"
+    dist pdc-cpu plugins/pdc_cpu/src/pdc_cpu/_version.py "[pdc]" "cpu = pdc_cpu"
+    dist pdc-cuda plugins/pdc_cuda/src/pdc_cuda/_version.py "[pdc]" "cuda = pdc_cuda"
+    export PYTHONPATH="$SHIM:$ROOT/src:$ROOT/plugins/pdc_cpu/src:$ROOT/plugins/pdc_cuda/src${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
+{
+    date -u +%Y-%m-%dT%H:%M:%SZ
+    git rev-parse --short HEAD 2>/dev/null || echo "(no git)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+    "$PY" - <<'EOF' 2>&1
+import sys
+import cupy
+import numpy
+print("python", sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__,
+      "cuda runtime", cupy.cuda.runtime.runtimeGetVersion(),
+      "driver", cupy.cuda.runtime.driverGetVersion())
+EOF
+} > "$OUT/versions.txt"
+cat "$OUT/versions.txt"
+
+run_stage() { # run_stage NAME WANTED-SECONDS STDOUT-FILE STDERR-FILE COMMAND...
+    local name=$1 seconds out=$3 err=$4 rc
+    seconds=$(stage_time "$2")
+    shift 4
+    if [ "$seconds" -eq 0 ]; then
+        echo "$name: skipped (budget spent)" | tee -a "$err"
+        return
+    fi
+    timeout -k 5 "$seconds" "$@" >> "$out" 2>> "$err"
+    rc=$?
+    echo "$name: exit $rc (limit ${seconds} s)" | tee -a "$err"
+}
+
+run_stage contexts 110 "$OUT/contexts.log" "$OUT/contexts.log" \
+    "$PY" benchmarks/cuda_contexts.py --quick --markdown --json "$OUT/contexts.json"
+PLOT=()
+"$PY" -c 'import matplotlib' >/dev/null 2>&1 && PLOT=(--plot "$OUT/bench_cuda.png")
+run_stage "pdc bench" 120 "$OUT/bench_cuda.json" "$OUT/bench_cuda.err" \
+    "$PY" -m pdc_core bench --backend cuda --quick --json "${PLOT[@]}"
+run_stage cuda_floor 60 "$OUT/cuda_floor.log" "$OUT/cuda_floor.log" \
+    "$PY" benchmarks/cuda_floor.py --quick --spin-variants
+tail -40 "$OUT/contexts.log"
+tail -30 "$OUT/cuda_floor.log"
