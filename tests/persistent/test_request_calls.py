@@ -7,6 +7,7 @@ Python and C function call of that path; the bound is 16. The device here answer
 inside ``wake`` with NumPy stores only, so the count is the host's own path, the same on
 every run. The same path on the cpu backend, whose device is a worker thread, is
 checked too (its fastest request: a loaded machine may make others wait past the spin).
+A kernel actor's ``ask`` is held to a few calls more than its session's request.
 ``benchmarks/cuda_floor.py`` prints the count beside the round trips.
 """
 
@@ -14,13 +15,14 @@ from __future__ import annotations
 
 import cProfile
 import pstats
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 import numpy as np
 import pytest
 from support.inline_echo import InlineBackend, InlineEcho
 
-from pdc_core import PersistentKernel, open_persistent_kernel
+from pdc_core import PersistentKernel, PersistentKernelActor, open_nursery, open_persistent_kernel
 from pdc_core._loop import TURN_CHECK_EVERY
 from pdc_core.backend import Backend, ResidentKernel, RingMemory
 
@@ -28,6 +30,9 @@ REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 
 #: The issue's bound on Python calls per single-record request.
 MOST_CALLS = 16
+#: What a kernel actor's ``ask`` may add to its session's request: ActorRef.ask, its
+#: entry check (the actor's loop's own), the handle's ``_request`` and ready session.
+ASK_EXTRA_CALLS = 6
 
 
 def _echo(requests: Any) -> Any:
@@ -39,23 +44,45 @@ def _calls(profile: cProfile.Profile) -> int:
     return int(pstats.Stats(profile).total_calls) - 1  # type: ignore[attr-defined]
 
 
-async def _calls_per_request(backend: Backend | str, count: int) -> list[int]:
+def _echo_kernel(backend: Backend | str) -> PersistentKernel[Any, Any]:
     kernel = PersistentKernel("echo", REQ, REQ, capacity=8)
     kernel.add_body(backend if isinstance(backend, str) else backend.name, _echo)
+    return kernel
+
+
+async def _count_calls(request: Callable[[Any], Awaitable[Any]], count: int) -> list[int]:
+    for index in range(20):  # warm: caches, the loop binding
+        await request((index, 0.5))
     calls = []
-    async with open_persistent_kernel(kernel, backend, wait="spin") as session:
-        for index in range(20):  # warm: caches, the loop binding
-            await session.request((index, 0.5))
-        for index in range(count):
-            profile = cProfile.Profile()
-            profile.enable()
-            reply = await session.request((index, 0.5))
-            profile.disable()
-            assert (int(reply["id"]), float(reply["x"])) == (index, 0.5)
-            calls.append(_calls(profile))
+    for index in range(count):
+        profile = cProfile.Profile()
+        profile.enable()
+        reply = await request((index, 0.5))
+        profile.disable()
+        assert (int(reply["id"]), float(reply["x"])) == (index, 0.5)
+        calls.append(_calls(profile))
+    return calls
+
+
+async def _calls_per_request(backend: Backend | str, count: int) -> list[int]:
+    async with open_persistent_kernel(_echo_kernel(backend), backend, wait="spin") as session:
+        calls = await _count_calls(session.request, count)
         stats = session.statistics()
         assert stats.sent == stats.replied == count + 20
     return calls
+
+
+async def test_a_kernel_actors_ask_adds_few_calls_to_its_sessions_request() -> None:
+    backend = InlineBackend()
+    count = 200
+    async with open_nursery() as nursery:
+        ref = await nursery.start_actor(
+            PersistentKernelActor(_echo_kernel(backend), backend=backend, wait="spin")
+        )
+        calls = sorted(await _count_calls(ref.ask, count))
+        await ref.stop()
+    looks = count // TURN_CHECK_EVERY + 1  # as for the request: the fair turn's clock
+    assert calls[-looks - 1] <= MOST_CALLS + ASK_EXTRA_CALLS, calls
 
 
 async def test_a_single_record_request_costs_at_most_16_python_calls() -> None:

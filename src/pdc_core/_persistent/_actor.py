@@ -62,6 +62,7 @@ from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
 from .._backend._ring import StopMode
 from .._exceptions import ActorCrashed, ActorStopped
 from .._loop import (
+    Kit,
     check_duration,
     check_timeout,
     current_kit,
@@ -96,10 +97,18 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
     ``NDArray[RepT]`` (see :class:`~pdc_core.PersistentKernelSession`).
     """
 
-    __slots__ = ("_runner",)
+    __slots__ = ("_cancel_called", "_runner")
 
     def __init__(self, runner: PersistentKernelActor) -> None:
         self._runner = runner
+        # ActorRef's entry check: a slot that shadows the method, the kit's own check
+        # once the actor runs on its loop (_bind_kit), the generic one before.
+        self._cancel_called = super()._cancel_called  # type: ignore[method-assign]
+
+    def _bind_kit(self, kit: Kit) -> None:
+        """Check the caller's cancel scope through ``kit`` (the actor's loop's) from now
+        on: one call per message where finding the running loop's kit costs several."""
+        self._cancel_called = kit.cancel_called  # type: ignore[method-assign]
 
     @property
     def actor_id(self) -> str:
@@ -442,6 +451,7 @@ class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
         )
 
     async def run(self, started: Callable[[], None]) -> None:
+        self._ref._bind_kit(current_kit())
         session = await self.start_session()
         self.session = session
         self.restarting = False
