@@ -152,6 +152,7 @@ BACKEND = [
     "MemoryStatistics",
     "Offset",
     "PersistentKernel",
+    "PersistentKernelSpec",
     "PersistentPipeline",
     "PipelineResident",
     "PollingWaiter",
