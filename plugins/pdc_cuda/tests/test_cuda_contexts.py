@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from context_fakes import FakeDriver, FakeDriverError, fake_compiler
+from cuda_pipeline_support import abc
 from cuda_test_support import needs_nvrtc
 from pdc_cuda import _memory, _numa
 from pdc_cuda._context import (
@@ -23,12 +24,13 @@ from pdc_cuda._context import (
     context_kind,
 )
 from pdc_cuda._persistent import launch_persistent_kernel
+from pdc_cuda._pipeline import launch_pipeline
 from pdc_cuda._places import DriverPlace, check_state
 from pdc_cuda._residency import BESIDE_RESIDENT, ResidentKernelBlocks, Why
 from pdc_cuda.testing import HostCudaBackend
 
 import pdc_core
-from pdc_core import PersistentKernel
+from pdc_core import CapabilityError, PersistentKernel
 from pdc_core.backend import RingLayout, RingMemory
 
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f4")], align=True)
@@ -181,6 +183,40 @@ def test_a_green_context_gets_its_partition_and_its_streams():
     assert context.sm_count == 8  # rounded up by the driver
     assert driver.calls("create_stream")[0][2] is True  # a stream of the green context
     assert "8 SMs" in repr(context)
+
+
+class _Resident:
+    """A kernel resident in some context (``partition``: its SMs, None outside one)."""
+
+    exited = False
+
+    def __init__(self, partition: int | None) -> None:
+        self.partition = partition
+
+
+@needs_nvrtc()
+def test_a_pipeline_in_a_green_context_must_fit_its_partition_not_the_device():
+    setup = _Setup("green")
+    driver = setup.driver
+    site = setup.backend.launch_site()
+    assert site.properties.multiprocessor_count > 8  # the device alone would hold it
+    single = setup.launch()  # one resident kernel in the partition (8 SMs, rounded up)
+    assert single.partition == 8
+    pipeline = abc()
+    for _ in range(6):  # 6 + 1 resident: a 3-stage pipeline does not fit in 8 SMs
+        setup.backend.residency.register(_Resident(partition=8))
+    with pytest.raises(CapabilityError) as refused:
+        launch_pipeline(site, pipeline, RingMemory.from_buffer(pipeline.kernel.layout))
+    message = str(refused.value)
+    assert "partition of 8 SMs holds at most 8 resident kernels and 7 are resident" in message
+    assert "green_sms" in message
+    assert driver.calls("launch") == driver.calls("launch")[:1]  # only the single kernel
+    # Kernels outside a partition (another context) leave the partition's room alone.
+    driver.finish(single.stream)
+    setup.backend.residency.register(_Resident(partition=None))
+    assert setup.backend.resident_kernels()  # still resident: but not in the partition
+    with pytest.raises(CapabilityError, match="and 6 are resident there"):
+        launch_pipeline(site, pipeline, RingMemory.from_buffer(pipeline.kernel.layout))
 
 
 # -- what may not cross --------------------------------------------------------------------

@@ -49,6 +49,8 @@ from .._backend._ring import (
 )
 from .._exceptions import ActorCrashed, ActorStopped, KernelStopTimeout, PersistentKernelError
 from .._loop import (
+    TURN_CHECK_EVERY,
+    Kit,
     check_duration,
     check_timeout,
     current_kit,
@@ -345,6 +347,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         #: The loop's check for a cancelled scope: the per-message calls raise such a
         #: cancellation on entry instead of completing (bound with the loop).
         self._cancel_called: Callable[[], bool] = _never
+        #: The loop's kit (bound with the loop): its fair turns make a task whose
+        #: per-message calls complete without waiting yield within about a millisecond.
+        self._kit: Kit | None = None
         #: The loop's cheapest :func:`current_loop` (bound with the loop): ``request``'s
         #: lean path checks the loop with it.
         self._loop_now: Callable[[], object] = _no_loop
@@ -536,11 +541,26 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         if loop is not self._loop:
             self._bind_loop(loop)
 
+    async def _enter(self) -> None:
+        """The entry of a per-message call: bind the session to the running loop (or
+        refuse another), raise a cancellation already pending, and take the loop's fair
+        turn: a device that answers at once (or a ring with room) would otherwise let
+        a task call ``request``/``send``/``receive`` forever without yielding."""
+        self._check_loop()
+        if self._cancel_called():  # a per-message call: raised on entry
+            await raise_cancelled()
+        kit = self._kit
+        if kit is not None:
+            ops = kit.ops = kit.ops + 1
+            if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
+                await kit.checkpoint()
+
     def _bind_loop(self, loop: object) -> None:
         if self._loop is None:
             self._loop = loop
             self._loop_name = current_library()
-            self._cancel_called = current_kit().cancel_called
+            kit = self._kit = current_kit()
+            self._cancel_called = kit.cancel_called
             self._loop_now = loop_getter()
             return
         raise RuntimeError(
@@ -877,9 +897,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         return await self._send(batch, _RECEIVE if reply else _DISCARD)
 
     async def _send(self, batch: npt.NDArray[Any], sink: int) -> int:
-        self._check_loop()
-        if self._cancel_called():  # a per-message call: raised on entry
-            await raise_cancelled()
+        await self._enter()
         self._check_open()
         first = self._ring.in_head
         await self._write_all(batch, sink)
@@ -941,12 +959,14 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         sending, its reply is discarded when it comes.
         """
         ring = self._ring
+        kit = self._kit
         try:  # on the session's loop? (the general path's _check_loop says what is wrong)
             on_loop = self._loop_now() is self._loop
         except RuntimeError:  # trio's token getter outside trio
             on_loop = False
         if (
             not on_loop
+            or kit is None
             or self._routes  # replies in flight: only the general path routes them
             or self._leader
             or self._writers
@@ -960,6 +980,11 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         # so no other task can interleave: put the record, spin, take the reply.
         if self._cancel_called():  # a per-message call: raised on entry
             await raise_cancelled()
+        ops = kit.ops = kit.ops + 1  # _enter's fair turn, written out: no call here
+        if not ops % TURN_CHECK_EVERY and kit.turn_is_over():
+            await kit.checkpoint()
+            # Other tasks ran: what was checked above may no longer hold.
+            return await self.request(record)
         if not ring.put_one(record):  # the ring is still full of answered requests
             reply = (await self._request(coerce_record(record, self.kernel.request_dtype)))[0]
             return reply
@@ -992,9 +1017,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         return await self._request(batch)
 
     async def _request(self, batch: npt.NDArray[Any]) -> npt.NDArray[RepT]:
-        self._check_loop()
-        if self._cancel_called():  # a per-message call: raised on entry
-            await raise_cancelled()
+        await self._enter()
         self._check_open()
         total = len(batch)
         if total == 0:
@@ -1071,9 +1094,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         """
         if max_count is not None and max_count < 1:
             raise ValueError(f"max_count must be at least 1, not {max_count}")
-        self._check_loop()
-        if self._cancel_called():  # a per-message call: raised on entry
-            await raise_cancelled()
+        await self._enter()
         self._pump()
         if not self._inbox_count:
             if self._terminal is None:

@@ -179,6 +179,11 @@ class CudaResidentKernel(ResidentKernel):
         return self.place.shares_primary
 
     @property
+    def partition(self) -> int | None:
+        """The SMs of its context's partition (a green context's), else None."""
+        return self.place.partition(self.compiled)
+
+    @property
     def label(self) -> str:
         """The kernel's name (for messages)."""
         return repr(self.kernel.name)

@@ -25,7 +25,10 @@ Stages wait for each other (a stage's ``STARTED`` waits for the next stage's), s
 must all be resident at once: a pipeline needs one free SM-slot per stage. It is
 refused with :class:`~pdc_core.CapabilityError` when its stages plus the kernels
 already resident on the device exceed :func:`resident_capacity` (the device's SMs,
-and at most 128 resident grids), or when the device cannot run kernels concurrently.
+and at most 128 resident grids), or when the device cannot run kernels concurrently;
+in a green context, when they do not fit its partition's SMs beside the kernels already
+resident in one (:func:`check_partition`, once the stages are loaded and the driver has
+said how many SMs the partition got).
 """
 
 from __future__ import annotations
@@ -116,6 +119,27 @@ def check_co_residency(site: LaunchSite, stages: int) -> None:
             f"device holds at most {capacity} resident kernels (one per SM, "
             f"{props.multiprocessor_count} SMs, at most {MAX_RESIDENT_GRIDS} grids) and "
             f"{resident} are resident already"
+        )
+
+
+def check_partition(site: LaunchSite, kernel: Any, stages: int) -> None:
+    """Refuse, with :class:`CapabilityError`, a pipeline loaded (``kernel`` is its first
+    stage) into a context with a partition of the device's SMs (placement ``"green"``)
+    whose stages cannot all be resident there beside the kernels already resident in a
+    partition. Every green context of a device is made from the same split of its SMs,
+    so the kernels of all of them count."""
+    sms = site.place.partition(kernel)
+    if sms is None:
+        return
+    resident = sum(1 for other in site.residency.running() if other.partition is not None)
+    capacity = min(sms, MAX_RESIDENT_GRIDS)
+    if stages + resident > capacity:
+        raise CapabilityError(
+            f"a pipeline of {stages} stages cannot be resident in the green context of "
+            f"{site.name}: every stage is a resident block and they wait for each other, "
+            f"so all must run at once, but its partition of {sms} SMs holds at most "
+            f"{capacity} resident kernels and {resident} are resident there already "
+            "(a larger partition: CudaBackend(green_sms=...); or placement 'own')"
         )
 
 
@@ -302,6 +326,7 @@ def launch_pipeline(
     states = [check_state(stage.state, f"placement {place.kind!r}") for stage in pipeline.stages]
     # Every stage compiled and loaded, into one context, before anything else.
     compiled = _compile_stages(place, pipeline, rendered)
+    check_partition(site, compiled[0], count)  # the partition is known once loaded
     links: list[CudaLink] = []
     stages: list[_Stage] = []
     try:

@@ -88,6 +88,10 @@ class ResidentPlace(Protocol):
     def region_address(self, kernel: Any, memory: RingMemory) -> int:
         """The address ``kernel`` uses for the (mapped) ring region ``memory``."""
 
+    def partition(self, kernel: Any) -> int | None:
+        """The SMs ``kernel`` (from :meth:`compile`) may run on when its context has a
+        partition of the device's SMs (a green context's), else None: the whole device."""
+
 
 def ring_owner(memory: RingMemory) -> npt.NDArray[Any]:
     """The host allocation a ring region lies in (its own array, or its base's)."""
@@ -188,6 +192,9 @@ class PrimaryPlace:
         with self._side_stream() as stream:
             array[offset : offset + raw.nbytes].set(raw, stream=stream)
 
+    def partition(self, kernel: Any) -> int | None:
+        return None
+
     def region_address(self, kernel: Any, memory: RingMemory) -> int:
         owner = ring_owner(memory)
         return self.services.device_pointer(owner) + (memory.address - int(owner.ctypes.data))
@@ -235,6 +242,9 @@ class DriverPlace:
         owner = ring_owner(memory)
         base = kernel.context.mapped_address(owner)
         return base + (memory.address - int(owner.ctypes.data))
+
+    def partition(self, kernel: ContextKernel) -> int | None:
+        return kernel.context.sm_count
 
 
 @dataclass(frozen=True)
