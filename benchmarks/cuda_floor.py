@@ -12,7 +12,9 @@ process, pdc's paths on records of the same sizes: ``session.request`` with
 request: the payload crosses the bus as the floor's does (staged by the block, see
 ``ring_kernel.cu``), the body touches both ends. Every pdc figure is printed as a ratio
 to its floor (8 B: the bare round trip; a payload: the block-read floor), plus the
-Python calls of one ``session.request`` (cProfile, ``wait="spin"``).
+Python calls of one ``session.request`` (cProfile, ``wait="spin"``). The floor kernel
+and the checksum kernel are pdc-cuda's (``pdc_cuda._bench``), the ones ``pdc bench
+--backend cuda`` measures too.
 
     python benchmarks/cuda_floor.py            # on a GPU (the cuda backend)
     python benchmarks/cuda_floor.py --host     # the host build: the kernel on CPU threads
@@ -33,74 +35,11 @@ import pstats
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import anyio
 import numpy as np
-
-#: The floor kernel, in the ring kernel's launch form (region, region, state) so that the
-#: host build's launcher runs it too. Control words (u64): 0 the host's request number
-#: (from 1), 1 the kernel's answer, 2 stop, 3 payload bytes, 4 the block reads it
-#: together (else thread 0 alone), 5 a sink that keeps the payload loads.
-FLOOR_SOURCE = r"""
-#include <cuda/atomic>
-struct pdc_state { unsigned long long unused; };
-struct alignas(16) floor_u128 { unsigned long long lo, hi; };
-typedef cuda::atomic_ref<unsigned long long, cuda::thread_scope_system> floor_word;
-
-extern "C" __global__ void pdc_ring_kernel(unsigned char* control, unsigned char* payload,
-                                           pdc_state*) {
-    unsigned long long* words = reinterpret_cast<unsigned long long*>(control);
-    __shared__ unsigned long long s_request;  // thread 0 stores it before barrier 1 only
-    const unsigned long long wide = words[3] / 16;  // plain: written before the launch
-    const bool together = words[4] != 0;
-    const floor_u128* data = reinterpret_cast<const floor_u128*>(payload);
-    unsigned long long seen = 0, sum = 0;
-    for (;;) {
-        if (threadIdx.x == 0) {
-            unsigned long long request;
-            while ((request = floor_word(words[0]).load(cuda::memory_order_acquire)) == seen) {
-                if (floor_word(words[2]).load(cuda::memory_order_relaxed) != 0) {
-                    request = 0;
-                    break;
-                }
-            }
-            s_request = request;
-        }
-        __syncthreads();  // barrier 1
-        const unsigned long long request = s_request;
-        if (request == 0) break;
-        if (together) {
-            for (unsigned long long i = threadIdx.x; i < wide; i += blockDim.x) sum += data[i].lo;
-        } else if (threadIdx.x == 0) {
-            for (unsigned long long i = 0; i < wide; ++i) sum += data[i].lo;
-        }
-        __syncthreads();  // barrier 2
-        if (threadIdx.x == 0) {
-            seen = request;
-            floor_word(words[1]).store(request, cuda::memory_order_release);
-        }
-    }
-    if (sum == 42) floor_word(words[5]).store(sum, cuda::memory_order_relaxed);
-}
-"""
-
-#: A pdc kernel's body: an 8-byte checksum of the request's first and last 8 bytes.
-BODY = r"""
-__device__ int pdc_body(const pdc_request& q, pdc_reply& r) {
-    unsigned long long first = 0, last = 0;
-    const unsigned long long n = sizeof(q.b);
-    for (unsigned long long k = 0; k < 8 && k < n; ++k) {
-        first |= static_cast<unsigned long long>(q.b[k]) << (8 * k);
-        last |= static_cast<unsigned long long>(q.b[n - 1 - k]) << (8 * k);
-    }
-    r.s = first + last;
-    return 0;
-}
-"""
-
-PAYLOADS = {"8 B": 8, "4 KiB": 4096, "64 KiB": 65536}
 
 
 def _calls(profile: cProfile.Profile) -> int:
@@ -108,98 +47,19 @@ def _calls(profile: cProfile.Profile) -> int:
     return int(pstats.Stats(profile).total_calls) - 1  # type: ignore[attr-defined]
 
 
-def percentiles(samples: list[float]) -> tuple[float, float]:
+def percentiles(samples: Sequence[float]) -> tuple[float, float]:
     """p50 and p99 of ``samples`` (ns), in microseconds."""
     p50, p99 = np.percentile(np.asarray(samples), [50, 99]) / 1e3
     return float(p50), float(p99)
 
 
-class Floor:
-    """The floor kernel resident on ``backend`` (a GPU, or the host build's threads)."""
-
-    def __init__(self, backend: Any, host: bool) -> None:
-        from pdc_core.backend import MemoryKind
-
-        self.backend = backend
-        self.host = host
-        self.control = backend.allocate((64,), np.dtype(np.uint8), MemoryKind.MAPPED)
-        self.words = self.control.view(np.uint64)
-        self.payload = backend.allocate((1 << 16,), np.dtype(np.uint8), MemoryKind.MAPPED)
-        self.payload[:] = 1
-        if host:
-            from pdc_cuda.testing import build_ring_kernel
-
-            self.build = build_ring_kernel(FLOOR_SOURCE)
-        else:
-            import cupy
-            from pdc_cuda._kernels import compile_options, compile_raw_module
-
-            with backend.device_context():
-                options = compile_options(())
-                self.function = compile_raw_module(FLOOR_SOURCE, options, "pdc_ring_kernel")
-                self.stream = cupy.cuda.Stream(non_blocking=True)
-
-    def run(self, nbytes: int, together: bool, threads: int, count: int) -> list[float]:
-        """Round trips (ns) of ``count`` requests, after a warm-up."""
-        words = self.words
-        words[:] = 0
-        words[3] = nbytes
-        words[4] = 1 if together else 0
-        launch = self._launch(threads)
-        samples: list[float] = []
-        clock = time.perf_counter_ns
-        try:
-            for request in range(1, count + count // 10 + 2):
-                start = clock()
-                words[0] = request
-                while words[1] != request:
-                    pass
-                if request > count // 10 + 1:
-                    samples.append(clock() - start)
-        finally:
-            words[2] = 1
-            self._join(launch)
-        return samples
-
-    def _launch(self, threads: int) -> Any:
-        if self.host:
-            from pdc_cuda.testing._build import load_instance
-
-            control, payload = int(self.control.ctypes.data), int(self.payload.ctypes.data)
-            regions = [(control, self.control.nbytes, 3), (payload, self.payload.nbytes, 3)]
-            return load_instance(self.build).launch(control, payload, 0, threads, regions)
-        import cupy
-
-        backend = self.backend
-        with backend.device_context(), self.stream:
-            self.function(
-                (1,),
-                (threads,),
-                (
-                    cupy.uint64(backend.device_pointer(self.control)),
-                    cupy.uint64(backend.device_pointer(self.payload)),
-                    cupy.uint64(0),
-                ),
-            )
-        return None
-
-    def _join(self, launch: Any) -> None:
-        if self.host:
-            launch.join()
-            if launch.status != 1:
-                raise RuntimeError(f"the floor kernel failed: {launch.failure}")
-        else:
-            self.stream.synchronize()
-
-
-def pdc_kernel(nbytes: int) -> Any:
-    from pdc_core import PersistentKernel
-
-    request = np.dtype([("b", "u1", (nbytes,))])
-    reply = np.dtype([("s", "<u8")])
-    kernel = PersistentKernel(f"floor{nbytes}", request, reply, capacity=64)
-    kernel.add_body("cuda", BODY)
-    return kernel
+def floor_samples(floor: Any, nbytes: int, together: bool, threads: int, count: int) -> list[int]:
+    """Round trips (ns) of ``count`` requests to ``floor`` (a ``MappedFloor``), after a
+    warm-up."""
+    with floor.resident(nbytes, together, threads) as once:
+        for _ in range(count // 10 + 1):
+            once()
+        return [once() for _ in range(count)]
 
 
 async def timed(call: Callable[[], Awaitable[Any]], count: int) -> list[float]:
@@ -218,9 +78,11 @@ async def pdc_paths(
     backend: Any, nbytes: int, count: int, options: dict[str, Any], library: str
 ) -> dict[str, list[float] | int]:
     """Round trips of ``session.request`` (spin, sleep) and an actor's ``ask``."""
+    from pdc_cuda._bench import checksum_kernel
+
     from pdc_core import PersistentKernelActor, open_nursery, open_persistent_kernel
 
-    kernel = pdc_kernel(nbytes)
+    kernel = checksum_kernel(nbytes)
     record = np.zeros((), kernel.request_dtype)
     record["b"] = 1
     results: dict[str, list[float] | int] = {}
@@ -265,6 +127,8 @@ async def spin_variants(backend: Any, options: dict[str, Any], count: int, round
     interleaved, the median of the rounds' p50 and p99."""
     import os
 
+    from pdc_cuda._bench import checksum_kernel
+
     from pdc_core import open_persistent_kernel
     from pdc_core.backend import HostWaiter
 
@@ -274,7 +138,7 @@ async def spin_variants(backend: Any, options: dict[str, Any], count: int, round
         "os.sched_yield()": _poll_then(os.sched_yield),
         "time.sleep(0)": _poll_then(lambda: time.sleep(0)),
     }
-    kernel = pdc_kernel(8)
+    kernel = checksum_kernel(8)
     record = np.zeros((), kernel.request_dtype)
     figures: dict[str, list[tuple[float, float]]] = {name: [] for name in variants}
     async with open_persistent_kernel(kernel, backend, wait="spin", **options) as session:
@@ -309,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         from pdc_cuda import CudaBackend
+        from pdc_cuda._bench import PAYLOADS, MappedFloor
         from pdc_cuda.testing import HostCudaBackend
     except ImportError as exc:
         sys.exit(f"cuda_floor.py needs pdc-core and pdc-cuda installed: {exc}")
@@ -330,18 +195,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {backend!r}; Python {platform.python_version()}, NumPy {np.__version__}; "
           f"{threads} threads per block")  # fmt: skip
 
-    floor = Floor(backend, args.host)
+    floor = MappedFloor(backend)
     floors: dict[str, tuple[float, float]] = {}
     for label, nbytes in PAYLOADS.items():
         count = counts[nbytes]
         if nbytes == 8:
-            floors[label] = percentiles(floor.run(8, False, threads, count))
+            floors[label] = percentiles(floor_samples(floor, 8, False, threads, count))
             print(
                 f"floor {label:>6}: p50 {floors[label][0]:8.2f} us  p99 {floors[label][1]:8.2f} us"
             )
             continue
-        one = percentiles(floor.run(nbytes, False, threads, count))
-        block = percentiles(floor.run(nbytes, True, threads, count))
+        one = percentiles(floor_samples(floor, nbytes, False, threads, count))
+        block = percentiles(floor_samples(floor, nbytes, True, threads, count))
         floors[label] = block
         print(f"floor {label:>6}, one thread reads it: p50 {one[0]:8.2f} us  p99 {one[1]:8.2f} us")
         print(

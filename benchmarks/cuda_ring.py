@@ -51,6 +51,7 @@ records/s.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import faulthandler
 import functools
@@ -63,6 +64,11 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 import numpy as np
+
+# The launch paths and the echo kernel are pdc-cuda's, shared with `pdc bench --backend
+# cuda`; without pdc-cuda, refuse_without_gpu() says what is missing.
+with contextlib.suppress(ImportError):
+    from pdc_cuda._bench import ECHO_KERNEL, bindings_echo, echo_launcher, echo_threads
 
 PAYLOADS = {"8 B": 8, "64 B": 64, "512 B": 512, "4 KiB": 4096, "64 KiB": 65536}
 BACKOFFS = (0, 64, 256, 1024)
@@ -104,13 +110,6 @@ __device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
 }
 """
 
-ECHO_KERNEL = """
-extern "C" __global__ void echo(const unsigned long long* src, unsigned long long* dst,
-                                unsigned long long words) {
-    for (unsigned long long i = threadIdx.x; i < words; i += blockDim.x) dst[i] = src[i];
-}
-"""
-
 #: Point = (p50 us, p99 us), or a string saying why there is none ("failed", "skipped").
 Point = tuple[float, float] | str
 
@@ -120,11 +119,6 @@ def record_dtype(size: int) -> np.dtype[Any]:
     if size == 8:
         return np.dtype([("id", "<u8")])
     return np.dtype([("id", "<u8"), ("payload", "<u8", ((size - 8) // 8,))])
-
-
-def echo_threads(words: int) -> int:
-    """The block size of the one-block ``echo`` launch for ``words`` 8-byte words."""
-    return min(256, max(32, words))
 
 
 def percentiles(samples_s: list[float]) -> tuple[float, float]:
@@ -264,14 +258,6 @@ def cupy_round_trips(backend: Any, size: int, count: int) -> list[float]:
             return timed(once, host, count)
 
 
-def echo_launcher(backend: Any, size: int, graph: bool) -> Any:
-    """A ``MessageLauncher`` of the ``echo`` kernel for ``size``-byte messages."""
-    from pdc_cuda.graphs import MessageLauncher
-
-    kernel = backend.compile_kernel(ECHO_KERNEL, "echo")
-    return MessageLauncher(kernel, grid=1, block=echo_threads(size // 8), graph=graph)
-
-
 def launcher_round_trips(launcher: Any, size: int, count: int) -> list[float]:
     """Per-message round trips through ``launcher`` (an ``echo`` MessageLauncher); closes it."""
     from pdc_cuda.graphs import In, Out
@@ -284,104 +270,12 @@ def launcher_round_trips(launcher: Any, size: int, count: int) -> list[float]:
         return timed(lambda: launcher(In(host), result, n)[0], host, count)
 
 
-def cuda_driver() -> Any:
-    """``cuda.bindings.driver`` (cuda-bindings >= 12.6), else the older ``cuda.cuda``."""
-    try:
-        from cuda.bindings import driver
-    except ImportError:
-        from cuda import cuda as driver  # type: ignore[no-redef]
-    return driver
-
-
-class PrePackedLaunch:
-    """One message through ``echo`` with the driver API and nothing rebuilt per message.
-
-    ``host_in``/``host_out`` are pinned host arrays of ``words`` 8-byte words, ``src``
-    and ``dst`` device addresses of as many, ``function`` the ``CUfunction`` of ``echo``
-    and ``stream`` a ``CUstream``: the parameters (``src``, ``dst``, ``words``) are
-    packed once into a ``void*[3]`` whose address every launch passes. Calling it
-    copies the message into ``host_in``, then copy in, launch, copy out and
-    synchronize, checking each call's ``CUresult``; it returns a copy of the reply.
-    """
-
-    def __init__(
-        self,
-        driver: Any,
-        function: Any,
-        stream: Any,
-        src: int,
-        dst: int,
-        host_in: Any,
-        host_out: Any,
-        threads: int,
-    ) -> None:
-        self.driver = driver
-        self.function = function
-        self.stream = stream
-        self.src = driver.CUdeviceptr(src)
-        self.dst = driver.CUdeviceptr(dst)
-        self.host_in = host_in
-        self.host_out = host_out
-        self.nbytes = host_in.nbytes
-        self.threads = threads
-        # The argument values, and the void*[] of their addresses (kept alive here).
-        self._values = np.array([src, dst, host_in.size], dtype=np.uint64)
-        base = self._values.ctypes.data
-        self._params = np.array([base, base + 8, base + 16], dtype=np.uint64)
-        self.params = int(self._params.ctypes.data)
-        self.success = driver.CUresult.CUDA_SUCCESS
-
-    def _check(self, result: tuple[Any, ...], call: str) -> None:
-        if result[0] != self.success:
-            raise RuntimeError(f"{call} failed: {result[0]!r}")
-
-    def __call__(self, message: Any) -> Any:
-        driver, stream = self.driver, self.stream
-        np.copyto(self.host_in, message)
-        self._check(
-            driver.cuMemcpyHtoDAsync(self.src, self.host_in.ctypes.data, self.nbytes, stream),
-            "cuMemcpyHtoDAsync",
-        )
-        self._check(
-            driver.cuLaunchKernel(
-                self.function, 1, 1, 1, self.threads, 1, 1, 0, stream, self.params, 0
-            ),
-            "cuLaunchKernel",
-        )
-        self._check(
-            driver.cuMemcpyDtoHAsync(self.host_out.ctypes.data, self.dst, self.nbytes, stream),
-            "cuMemcpyDtoHAsync",
-        )
-        self._check(driver.cuStreamSynchronize(stream), "cuStreamSynchronize")
-        return self.host_out.copy()
-
-
 def bindings_round_trips(backend: Any, size: int, count: int) -> list[float]:
-    """Per message through :class:`PrePackedLaunch`: the CuPy-compiled ``echo`` launched
-    by its ``CUfunction`` handle, device and pinned memory from CuPy, a non-blocking
-    stream."""
-    import cupy
-
-    driver = cuda_driver()
-    words = size // 8
-    kernel = backend.compile_kernel(ECHO_KERNEL, "echo")
-    host = np.arange(words, dtype=np.uint64)
-    with backend.device_context():
-        stream = cupy.cuda.Stream(non_blocking=True)
-        src = cupy.empty(words, np.uint64)
-        dst = cupy.empty_like(src)
-        pinned = [cupy.cuda.alloc_pinned_memory(size) for _ in range(2)]
-        host_in, host_out = (np.frombuffer(memory, np.uint64, words) for memory in pinned)
-        launch = PrePackedLaunch(
-            driver,
-            driver.CUfunction(int(kernel.raw.kernel.ptr)),
-            driver.CUstream(int(stream.ptr)),
-            int(src.data.ptr),
-            int(dst.data.ptr),
-            host_in,
-            host_out,
-            echo_threads(words),
-        )
+    """Per message through :class:`~pdc_cuda._bench.PrePackedLaunch`: the CuPy-compiled
+    ``echo`` launched by its ``CUfunction`` handle, device and pinned memory from CuPy, a
+    non-blocking stream (``pdc_cuda._bench.bindings_echo``)."""
+    host = np.arange(size // 8, dtype=np.uint64)
+    with bindings_echo(backend, size) as launch:
         return timed(lambda: launch(host), host, count)
 
 

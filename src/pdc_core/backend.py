@@ -40,7 +40,10 @@ What is here, by the part of the contract it serves:
 * kernel-to-kernel pipelines (``docs/ring-protocol.md``, *Links*): the spec
   :class:`PersistentPipeline`, :func:`launch_pipeline`, the launch option a stage
   receives (:class:`StageLink`), the reference device side of a stage
-  (:class:`LinkedDevice`) and the handle of a launched pipeline (:class:`PipelineResident`).
+  (:class:`LinkedDevice`) and the handle of a launched pipeline (:class:`PipelineResident`);
+* ``pdc bench --backend NAME``: a backend's own measurements (a hand-written floor,
+  the vendor's launch paths), each a :class:`BenchmarkPath`, registered from the
+  ``pdc_register_benchmarks`` hook as a :data:`BenchmarkPaths` function.
 
 ``pdc_core.testing.BackendConformance`` checks a backend against this contract.
 Import these names from here, never from ``pdc_core``'s private modules: this face
@@ -107,7 +110,7 @@ from ._launch import (
     problem_size,
 )
 from ._persistent._kernel import PersistentKernel, persistent_kernel
-from ._plugins import LazyBackend, hookimpl, lazy_exports
+from ._plugins import BenchmarkPath, BenchmarkPaths, LazyBackend, hookimpl, lazy_exports
 
 __all__ = [
     # the contract
@@ -177,4 +180,7 @@ __all__ = [
     "record_from_mapping",
     "records_copy",
     "sequenced_slot_size",
+    # pdc bench
+    "BenchmarkPath",
+    "BenchmarkPaths",
 ]

@@ -55,6 +55,142 @@ def test_a_backend_s_resident_ring_against_its_floor(
         assert latency[f"{async_backend} / {path}"]["p50_vs_ring floor (cpu)"] > 0
 
 
+#: A plugin with a backend of persistent kernels (the cpu backend's, under another name)
+#: and, through ``pdc_register_benchmarks``, a floor of its own and a path held against it.
+RINGED = """
+import time
+
+import anyio.lowlevel
+from pdc_cpu import CpuBackend
+
+from pdc_core.backend import BenchmarkPath, HostWorkerKernel, hookimpl
+
+LISTED = []
+
+
+class Ringed(CpuBackend):
+    name = "ringed"
+    distribution = "pdc-ringed"
+
+    def launch_persistent_kernel(self, kernel, rings, **options):
+        return HostWorkerKernel.launch(self, kernel, rings, **options)  # the "ringed" body
+
+
+async def checkpoints(n, warmup):
+    samples = []
+    for i in range(warmup + n):
+        start = time.perf_counter_ns()
+        await anyio.lowlevel.checkpoint()
+        if i >= warmup:
+            samples.append(time.perf_counter_ns() - start)
+    return samples
+
+
+async def two_checkpoints(n, warmup):
+    once = await checkpoints(2 * n, 2 * warmup)
+    return [once[i] + once[i + 1] for i in range(0, 2 * n, 2)]
+
+
+def paths(backend):
+    LISTED.append(backend)
+    return [
+        BenchmarkPath("checkpoint floor", checkpoints, resident_baseline=True),
+        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),
+    ]
+
+
+@hookimpl
+def pdc_register_backends(register):
+    register(Ringed)
+
+
+@hookimpl
+def pdc_register_benchmarks(register):
+    register("ringed", paths, "a floor of checkpoints")
+"""
+
+
+@pytest.fixture
+def ringed(install_plugins: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    from pdc_core._cli import _bench_paths
+
+    install_plugins("pdc-ringed", {"ringed": "pdc_ringed"}, {"pdc_ringed": RINGED})
+    monkeypatch.setitem(_bench_paths.BODIES, "ringed", _bench_paths.double)
+    import pdc_ringed  # type: ignore[import-not-found]
+
+    return pdc_ringed
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_backend_s_own_paths_join_its_resident_ring(
+    ringed: Any, async_backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A plugin's ``pdc_register_benchmarks`` paths are measured beside the backend's
+    resident ring, labelled with the backend; each of its own pdc paths is held against
+    its baselines, and pdc's resident paths against those marked ``resident_baseline``."""
+    argv = ["bench", "--quick", "--n", "30", "--backend", "ringed", "--async-backend"]
+    assert main([*argv, async_backend, "--json"]) == 0
+    latency = json.loads(capsys.readouterr().out)["latency"]
+    floor = latency[f"{async_backend} / checkpoint floor (ringed)"]
+    assert floor["baseline"] is True
+    assert floor["n"] == 30
+    assert 0 < floor["p50_us"] <= floor["p99_us"]
+    mine = latency[f"{async_backend} / two checkpoints (ringed)"]
+    assert mine["baseline"] is False
+    assert mine["p50_vs_checkpoint floor (ringed)"] > 0
+    for path in ("resident ring (ringed)", "resident ring (ringed), spin"):
+        entry = latency[f"{async_backend} / {path}"]
+        assert entry["p50_vs_checkpoint floor (ringed)"] > 0
+        assert entry["p50_vs_ring floor (ringed)"] > 0
+        assert "p50_vs_two checkpoints (ringed)" not in entry  # not a resident baseline
+    assert all(backend.name == "ringed" for backend in ringed.LISTED)
+    assert main(["plugins"]) == 0
+    assert "  benchmarks: ringed (pdc bench --backend)" in capsys.readouterr().out
+    assert main(["plugins", "--json"]) == 0
+    listed = {entry["name"]: entry for entry in json.loads(capsys.readouterr().out)}
+    assert listed["ringed"]["benchmarks"] == ["ringed"]
+    assert listed["cpu"]["benchmarks"] == []
+
+
+@pytest.mark.parametrize(
+    ("paths", "reason"),
+    [
+        ("raise RuntimeError('no device here')", "failed to list: RuntimeError: no device here"),
+        ("return ['floor']", "'floor' is not a pdc_core.backend.BenchmarkPath"),
+        (
+            "return [BenchmarkPath('a', checkpoints), BenchmarkPath('a', checkpoints)]",
+            "two paths are labelled 'a'",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, ('b',)), BenchmarkPath('b', checkpoints)]",
+            "'a' is held against ['b'], which no path listed before it is labelled",
+        ),
+    ],
+)
+def test_a_backend_s_paths_that_cannot_run_exit_2_naming_the_plugin(
+    install_plugins: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    paths: str,
+    reason: str,
+) -> None:
+    from pdc_core._cli import _bench_paths
+
+    source = RINGED.replace(
+        "def paths(backend):\n    LISTED.append(backend)\n", f"def paths(backend):\n    {paths}\n"
+    )
+    assert source != RINGED
+    install_plugins("pdc-ringed", {"ringed": "pdc_ringed"}, {"pdc_ringed": source})
+    monkeypatch.setitem(_bench_paths.BODIES, "ringed", _bench_paths.double)
+    assert main(["bench", "--quick", "--backend", "ringed"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        "--backend ringed: the benchmark paths of plugin 'ringed' (pdc-ringed) for the "
+        "ringed backend" in err
+    )
+    assert reason in err
+
+
 class _LaunchingBackend(HostMemoryBackend):
     """Launches "kernels" that are Python functions over byte arrays, synchronously."""
 
@@ -253,6 +389,35 @@ def test_plot_has_a_throughput_panel_a_legend_and_a_colour_per_path() -> None:
         assert tuple(patches[2].get_facecolor()) == tuple(
             entries["persistent kernel (cpu)"].get_facecolor()
         )
+    finally:
+        plt.close(fig)
+
+
+def test_plot_gives_every_path_a_colour_of_its_own_when_a_backend_adds_many() -> None:
+    """``--backend`` adds a dozen paths and more per loop: past the palettes, every path
+    and every baseline still gets a colour no other has, and the latency panel widens."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from pdc_core._cli._bench import figure
+
+    result = _measured()
+    samples = result.latency_samples["asyncio / pdc ask"]
+    for i in range(12):
+        for label, baselines in ((f"floor {i}", ()), (f"path {i}", (f"floor {i}",))):
+            result.latency_samples[f"asyncio / {label}"] = samples
+            result.baselines[f"asyncio / {label}"] = baselines
+    fig = figure(result)
+    try:
+        (legend,) = fig.legends
+        colours = [
+            tuple(handle.get_facecolor())
+            for text, handle in zip(legend.get_texts(), legend.legend_handles, strict=True)
+            if text.get_text() not in {"median", "p99"}
+        ]
+        assert len(colours) == 2 * 12 + 5
+        assert len(set(colours)) == len(colours), "two paths share a colour"
+        assert fig.get_figwidth() > 16
     finally:
         plt.close(fig)
 

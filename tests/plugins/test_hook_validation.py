@@ -125,7 +125,8 @@ def test_a_misspelled_hook_is_an_error_of_that_plugin_alone(working, install_plu
     assert error == (
         "invalid hook implementation: pdc_register_backend matches no pdc hook (did you "
         "mean pdc_register_backends? pdc's hooks are pdc_register_backends, "
-        "pdc_register_info, pdc_register_placements); the plugin is not loaded"
+        "pdc_register_benchmarks, pdc_register_info, pdc_register_placements); the plugin "
+        "is not loaded"
     )
     assert not _plugin("typo").loaded
     assert _plugin("typo").hooks == []

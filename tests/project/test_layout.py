@@ -171,7 +171,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"_places"},
         {"_persistent", "_pipeline"},
         {"_backend"},
-        {"", "_graphs", "graphs", "testing", "testing._backend", "testing._build"}
+        {"", "_bench", "_graphs", "graphs", "testing", "testing._backend", "testing._build"}
         | {"testing._plan", "testing._tsan", "testing.__main__"},
     ],
     "pdc_metal": [

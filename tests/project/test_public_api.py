@@ -130,6 +130,8 @@ CORE = [
 BACKEND = [
     "Availability",
     "Backend",
+    "BenchmarkPath",
+    "BenchmarkPaths",
     "CONTROL_BLOCK_SIZE",
     "Capability",
     "DEFAULT_MAX_THREADS_PER_BLOCK",

@@ -22,7 +22,8 @@ def test_plugin_is_registered_and_loads():
     assert "cuda" in plugins
     assert plugins["cuda"].error is None
     assert plugins["cuda"].backends == ["cuda"]
-    assert plugins["cuda"].hooks == ["pdc_register_backends"]
+    assert plugins["cuda"].hooks == ["pdc_register_backends", "pdc_register_benchmarks"]
+    assert plugins["cuda"].benchmarks == ["cuda"]  # pdc bench --backend cuda's own paths
     info = {i.name: i for i in pdc_core.available_backends()}["cuda"]
     assert info.distribution == "pdc-cuda"
     assert info.priority > {i.name: i for i in pdc_core.available_backends()}["cpu"].priority

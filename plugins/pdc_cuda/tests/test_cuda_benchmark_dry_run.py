@@ -24,6 +24,7 @@ pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -
 from cuda_test_support import fake_backend, load_benchmark
 from graph_fakes import FakeGraphOps, FakeRaw
 from pdc_cuda import CudaKernel
+from pdc_cuda._bench import PrePackedLaunch
 from pdc_cuda.graphs import MessageLauncher
 
 import pdc_core
@@ -122,9 +123,7 @@ class FakeDriver:
 
 def pre_packed(driver: FakeDriver, words: int) -> Any:
     src, dst, host_in, host_out = (np.zeros(words, np.uint64) for _ in range(4))
-    launch = benchmark.PrePackedLaunch(
-        driver, 1, 2, src.ctypes.data, dst.ctypes.data, host_in, host_out, 32
-    )
+    launch = PrePackedLaunch(driver, 1, 2, src.ctypes.data, dst.ctypes.data, host_in, host_out, 32)
     launch.keep = (src, dst)  # the fake's "device memory" lives as long as the launch
     return launch
 

@@ -107,13 +107,16 @@ async def test_small_records_staged_and_large_ones_in_place_when_forced() -> Non
 
 
 async def test_the_floor_benchmark_runs_on_the_host_build() -> None:
-    """``benchmarks/cuda_floor.py``'s floor kernel compiles (NVRTC, then g++) and
-    answers every request, by one thread and by the block, and its pdc paths run."""
+    """``benchmarks/cuda_floor.py``'s floor kernel (pdc-cuda's ``MappedFloor``) compiles
+    (NVRTC, then g++) and answers every request, by one thread and by the block, and its
+    pdc paths run."""
+    from pdc_cuda._bench import MappedFloor
+
     floor_benchmark = load_benchmark("cuda_floor")
     backend = HostCudaBackend()
-    floor = floor_benchmark.Floor(backend, host=True)
+    floor = MappedFloor(backend)
     for together in (False, True):
-        samples = floor.run(4096, together, 2, 20)
+        samples = floor_benchmark.floor_samples(floor, 4096, together, 2, 20)
         assert len(samples) == 20
         assert all(sample > 0 for sample in samples)
     options = {"threads": 2}

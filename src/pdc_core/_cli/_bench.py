@@ -41,6 +41,9 @@ from typing import Any, Final
 
 import numpy as np
 
+from .._exceptions import PluginError
+from .._plugins import BenchmarkPath
+from ..backend import Backend, Capability
 from . import _bench_paths as paths
 from ._bench_stats import environment
 from ._bench_stats import summarize as _summary
@@ -59,6 +62,7 @@ __all__ = [
     "LatencyPath",
     "ThroughputPath",
     "add_arguments",
+    "backend_benchmarks",
     "figure",
     "latency_paths",
     "plot",
@@ -109,7 +113,6 @@ class ThroughputPath:
 
 def _has_cpu_kernels() -> bool:
     from .._plugins import available_backends
-    from ..backend import Capability
 
     return any(
         info.name == "cpu"
@@ -124,46 +127,93 @@ def ring_floor(backend: str) -> str:
     return f"ring floor ({backend})"
 
 
-def _launches(backend: str) -> bool:
+def _shown(backend: Backend | str) -> str:
+    """The backend as the labels name it: as given, or an instance's name."""
+    return backend if isinstance(backend, str) else backend.name
+
+
+def _launches(backend: Backend | str) -> bool:
     """Whether ``backend`` launches kernels and the bench has a launch kernel for it."""
     from .._plugins import resolve_backend
-    from ..backend import Capability
 
-    return backend.partition(":")[0] in paths.LAUNCH_SOURCES and resolve_backend(backend).has(
+    return paths.backend_kind(backend) in paths.LAUNCH_SOURCES and resolve_backend(backend).has(
         Capability.KERNELS
     )
 
 
-def resident_paths(async_backend: str, backend: str) -> list[LatencyPath]:
+def backend_benchmarks(backend: Backend | str) -> list[BenchmarkPath]:
+    """The paths ``backend``'s plugin adds to ``pdc bench --backend`` (its
+    ``pdc_register_benchmarks`` hook), checked: :class:`~pdc_core.PluginError` naming
+    the plugin when they are not :class:`~pdc_core.backend.BenchmarkPath` objects with
+    distinct labels whose baselines are among them, or when listing them raised."""
+    from .._plugins import registered_benchmarks, resolve_backend
+
+    registration = registered_benchmarks().get(paths.backend_kind(backend))
+    if registration is None:
+        return []
+    origin = (
+        f"the benchmark paths of plugin {registration.plugin.name!r} "
+        f"({registration.plugin.distribution}) for the {registration.name} backend"
+    )
+    try:
+        found = list(registration.target(resolve_backend(backend)))
+    except Exception as exc:
+        raise PluginError(f"{origin} failed to list: {type(exc).__name__}: {exc}") from exc
+    labels: set[str] = set()
+    for path in found:
+        if not isinstance(path, BenchmarkPath):
+            raise PluginError(f"{origin}: {path!r} is not a pdc_core.backend.BenchmarkPath")
+        if path.label in labels:
+            raise PluginError(f"{origin}: two paths are labelled {path.label!r}")
+        unknown = [name for name in path.baselines if name not in labels]
+        if unknown:
+            raise PluginError(
+                f"{origin}: {path.label!r} is held against {unknown!r}, which no path listed "
+                "before it is labelled"
+            )
+        labels.add(path.label)
+    return found
+
+
+def resident_paths(async_backend: str, backend: Backend | str) -> list[LatencyPath]:
     """``pdc bench --backend NAME``: the resident ring of ``backend`` (a session's
     request, awaiting and spinning, and a kernel actor's ask) against its floor and,
-    where the backend launches kernels, a launch per message."""
-    floor = ring_floor(backend)
+    where the backend launches kernels, a launch per message; then the paths the
+    backend's plugin adds (:func:`backend_benchmarks`), labelled ``"<label> (NAME)"``,
+    those marked ``resident_baseline`` among the resident paths' baselines."""
+    name = _shown(backend)
+    floor = ring_floor(name)
     out = [LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend))]
     baselines: tuple[str, ...] = (floor,)
     if _launches(backend):
-        launch = f"launch per message ({backend})"
+        launch = f"launch per message ({name})"
         out.append(LatencyPath(async_backend, launch, paths.launch_round_trip(backend)))
         baselines = (floor, launch)
+    for path in backend_benchmarks(backend):
+        label = f"{path.label} ({name})"
+        theirs = tuple(f"{baseline} ({name})" for baseline in path.baselines)
+        out.append(LatencyPath(async_backend, label, path.sampler, theirs))
+        if path.resident_baseline:
+            baselines += (label,)
     return [
         *out,
         LatencyPath(
-            async_backend, f"resident ring ({backend})", paths.persistent_round_trip(backend),
+            async_backend, f"resident ring ({name})", paths.persistent_round_trip(backend),
             baselines,
         ),
         LatencyPath(
-            async_backend, f"resident ring ({backend}), spin",
+            async_backend, f"resident ring ({name}), spin",
             paths.persistent_round_trip(backend, wait="spin"), baselines,
         ),
         LatencyPath(
-            async_backend, f"resident actor ask ({backend})",
+            async_backend, f"resident actor ask ({name})",
             paths.persistent_actor_round_trip(backend), baselines,
         ),
     ]  # fmt: skip
 
 
 def latency_paths(
-    async_backends: tuple[str, ...] = ("asyncio", "trio"), backend: str | None = None
+    async_backends: tuple[str, ...] = ("asyncio", "trio"), backend: Backend | str | None = None
 ) -> list[LatencyPath]:
     """Every latency path that can run here (PyDotCompute only if installed), and with
     ``backend`` that backend's resident ring (:func:`resident_paths`)."""
@@ -173,17 +223,17 @@ def latency_paths(
     for library in async_backends:
         if backend is not None:
             out += resident_paths(library, backend)
-    for backend in async_backends:
+    for library in async_backends:
         baselines = (BARE, PYDOTCOMPUTE) if theirs is not None else (BARE,)
         out += [
-            LatencyPath(backend, BARE, paths.bare_streams),
-            LatencyPath(backend, "pdc ask", paths.pdc_ask, baselines),
-            LatencyPath(backend, "pdc seed facade", paths.facade_round_trip(), baselines),
+            LatencyPath(library, BARE, paths.bare_streams),
+            LatencyPath(library, "pdc ask", paths.pdc_ask, baselines),
+            LatencyPath(library, "pdc seed facade", paths.facade_round_trip(), baselines),
         ]
         if kernels:
             out += [
-                LatencyPath(backend, PER_MESSAGE, paths.task_per_message_round_trip),
-                LatencyPath(backend, PERSISTENT, paths.persistent_round_trip(), (PER_MESSAGE,)),
+                LatencyPath(library, PER_MESSAGE, paths.task_per_message_round_trip),
+                LatencyPath(library, PERSISTENT, paths.persistent_round_trip(), (PER_MESSAGE,)),
             ]
     if theirs is not None and "asyncio" in async_backends:
         out.append(LatencyPath("asyncio", PYDOTCOMPUTE, theirs))
@@ -303,7 +353,7 @@ def run_suite(
     throughput_n: int,
     async_backends: tuple[str, ...] = ("asyncio", "trio"),
     on_step: Callable[[str], None] | None = None,
-    backend: str | None = None,
+    backend: Backend | str | None = None,
 ) -> BenchResult:
     """Run every path ``rounds`` times (rotating order, fresh event loop each time).
 
@@ -318,7 +368,7 @@ def run_suite(
         "warmup": warmup,
         "throughput_n": throughput_n,
         "async_backends": list(async_backends),
-        "backend": backend,
+        "backend": backend if backend is None or isinstance(backend, str) else repr(backend),
     }
     for path in lat:
         result.latency_samples.setdefault(path.key, [])
@@ -340,7 +390,9 @@ def run_suite(
     return result
 
 
-def steps(rounds: int, async_backends: tuple[str, ...], backend: str | None = None) -> int:
+def steps(
+    rounds: int, async_backends: tuple[str, ...], backend: Backend | str | None = None
+) -> int:
     """How many steps :func:`run_suite` reports through ``on_step``."""
     return rounds * (
         len(latency_paths(async_backends, backend)) + len(throughput_paths(async_backends))
@@ -429,12 +481,11 @@ def figure(result: BenchResult) -> Any:
     }
     pdc_families = [family for family, is_baseline in baseline_of.items() if not is_baseline]
     baseline_families = [family for family, is_baseline in baseline_of.items() if is_baseline]
-    colour = {
-        **dict(zip(pdc_families, _cycle(_PDC_COLOURS, len(pdc_families)), strict=True)),
-        **dict(
-            zip(baseline_families, _cycle(_BASELINE_COLOURS, len(baseline_families)), strict=True)
-        ),
-    }
+    if len(pdc_families) <= len(_PDC_COLOURS) and len(baseline_families) <= len(_BASELINE_COLOURS):
+        colours = [*_PDC_COLOURS[: len(pdc_families)], *_BASELINE_COLOURS]
+    else:  # more paths than the palettes (--backend): one distinct colour each
+        colours = _distinct(len(pdc_families) + len(baseline_families))
+    colour = dict(zip([*pdc_families, *baseline_families], colours, strict=False))
 
     def style(label: str) -> dict[str, Any]:
         family = _family(label.removesuffix(" (asyncio)"))
@@ -446,12 +497,15 @@ def figure(result: BenchResult) -> Any:
         }
 
     rows = max(1, len(backends))
+    # Room for every violin: ``pdc bench --backend`` adds a dozen or more paths per loop.
+    most = max((len(_panel_entries(result.latency_samples, b)) for b in backends), default=0)
+    wide = max(0.0, 0.45 * (most - 12))
     fig, axes = plt.subplots(
         rows,
         2,
-        figsize=(16, 4.8 * rows + 1.0),
+        figsize=(16 + wide, 4.8 * rows + 1.0),
         squeeze=False,
-        gridspec_kw={"width_ratios": [1.25, 1]},
+        gridspec_kw={"width_ratios": [1.25 + wide / 7, 1]},
     )
     # One scale per comparison: every latency panel gets the same limits, and every
     # throughput panel (each lists its own paths, so no axis is shared outright).
@@ -530,8 +584,14 @@ def figure(result: BenchResult) -> Any:
     return fig
 
 
-def _cycle(colours: tuple[str, ...], count: int) -> list[str]:
-    return [colours[i % len(colours)] for i in range(count)]
+def _distinct(count: int) -> list[str]:
+    """``count`` distinct colours (up to 60: matplotlib's tab20, tab20b and tab20c)."""
+    import matplotlib
+    from matplotlib.colors import to_hex
+
+    palettes = [matplotlib.colormaps[name] for name in ("tab20", "tab20b", "tab20c")]
+    every = [to_hex(palette(i)) for palette in palettes for i in range(20)]
+    return [every[i % len(every)] for i in range(count)]
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -564,7 +624,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _refuse_backend(name: str) -> str | None:
     """Why ``--backend name`` cannot be measured here, or ``None``."""
     from .._plugins import resolve_backend
-    from ..backend import Capability
 
     try:
         backend = resolve_backend(name)
@@ -574,6 +633,10 @@ def _refuse_backend(name: str) -> str | None:
         return f"--backend {name}: the {backend.name} backend runs no persistent kernels"
     if backend.name.partition(":")[0] not in paths.BODIES:
         return f"--backend {name}: the benchmark has no kernel body for the {backend.name} backend"
+    try:
+        backend_benchmarks(backend)
+    except PluginError as exc:
+        return f"--backend {name}: {exc}"
     return None
 
 

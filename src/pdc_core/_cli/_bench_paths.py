@@ -54,6 +54,7 @@ __all__ = [
     "ThroughputRunner",
     "ask_many",
     "ask_stream",
+    "backend_kind",
     "bare_streams",
     "double",
     "double_kernel",
@@ -426,11 +427,15 @@ BODIES: Final[dict[str, Any]] = {
 }
 
 
-def double_kernel(backend: str) -> PersistentKernel:
+def backend_kind(backend: Backend | str) -> str:
+    """The backend's name without a device: ``"cuda"`` for ``"cuda:1"`` or a cuda instance."""
+    return (backend if isinstance(backend, str) else backend.name).partition(":")[0]
+
+
+def double_kernel(backend: Backend | str) -> PersistentKernel:
     """The benchmark's persistent kernel with its body for ``backend``."""
-    return PersistentKernel("double", REQ, REP, capacity=CAPACITY).add_body(
-        backend, BODIES[backend.partition(":")[0]]
-    )
+    kind = backend_kind(backend)
+    return PersistentKernel("double", REQ, REP, capacity=CAPACITY).add_body(kind, BODIES[kind])
 
 
 def _records(count: int) -> npt.NDArray[Any]:
@@ -446,7 +451,7 @@ def _cpu_seconds() -> float:
 
 
 async def persistent_round_trips_and_idle(
-    backend: str, n: int, warmup: int, idle: float = 0.0, **options: Any
+    backend: Backend | str, n: int, warmup: int, idle: float = 0.0, **options: Any
 ) -> tuple[list[int], float]:
     """Round trips (``session.request``, ns), then the share of a core the process
     burns during ``idle`` seconds while the kernel waits for work (0 if not measured).
@@ -472,7 +477,7 @@ async def persistent_round_trips_and_idle(
     return samples, used
 
 
-def persistent_round_trip(backend: str = "cpu", **options: Any) -> LatencySampler:
+def persistent_round_trip(backend: Backend | str = "cpu", **options: Any) -> LatencySampler:
     """One record to a persistent kernel on ``backend`` and its reply back."""
 
     async def sample(n: int, warmup: int) -> list[int]:
@@ -508,7 +513,7 @@ def launch_round_trip(backend: Backend | str) -> LatencySampler:
         from .._plugins import resolve_backend
 
         target = resolve_backend(backend)
-        source, entry = LAUNCH_SOURCES[target.name.partition(":")[0]]
+        source, entry = LAUNCH_SOURCES[backend_kind(target)]
         kernel = target.compile_kernel(source, entry)
         one = _records(1)
         reply = np.zeros(1, REP)
@@ -534,7 +539,7 @@ def launch_round_trip(backend: Backend | str) -> LatencySampler:
     return sample
 
 
-def ring_floor_round_trip(backend: str) -> LatencySampler:
+def ring_floor_round_trip(backend: Backend | str) -> LatencySampler:
     """The ring protocol's own round trip from Python, no session and no event loop:
     the resident kernel driven through :class:`~pdc_core.backend.RingHost` (put one
     record, wake, spin with the kernel's host waiter, take the reply). What the
@@ -583,7 +588,7 @@ def ring_floor_round_trip(backend: str) -> LatencySampler:
     return sample
 
 
-def persistent_actor_round_trip(backend: str = "cpu") -> LatencySampler:
+def persistent_actor_round_trip(backend: Backend | str = "cpu") -> LatencySampler:
     """``await ref.ask(record)`` on the same kernel run as an actor of a nursery."""
 
     async def sample(n: int, warmup: int) -> list[int]:
@@ -598,7 +603,7 @@ def persistent_actor_round_trip(backend: str = "cpu") -> LatencySampler:
     return sample
 
 
-def persistent_batched(backend: str = "cpu") -> ThroughputRunner:
+def persistent_batched(backend: Backend | str = "cpu") -> ThroughputRunner:
     """``request_batch`` of ``n`` records (written ring-full by ring-full)."""
 
     async def run(n: int) -> float:

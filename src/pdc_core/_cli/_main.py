@@ -77,6 +77,7 @@ def _plugins_payload() -> list[dict[str, Any]]:
             "backends": info.backends,
             "placements": info.placements,
             "info_sections": info.info_sections,
+            "benchmarks": info.benchmarks,
             "error": info.error,
         }
         for info in _plugins.list_plugins()
@@ -117,6 +118,8 @@ def _run_plugins(args: argparse.Namespace) -> int:
             print(f"  placements: {', '.join(plugin['placements'])}")
         if plugin["info_sections"]:
             print(f"  info:     {', '.join(plugin['info_sections'])}")
+        if plugin["benchmarks"]:
+            print(f"  benchmarks: {', '.join(plugin['benchmarks'])} (pdc bench --backend)")
         if plugin["error"]:
             print(f"  error:    {plugin['error']}")
     if selection is not None:

@@ -2,7 +2,14 @@
 that turns backend names into backend instances. Imports nothing above the backend
 contract."""
 
-from ._hookspecs import ENTRY_POINT_GROUP, LazyBackend, hookimpl, lazy_exports
+from ._hookspecs import (
+    ENTRY_POINT_GROUP,
+    BenchmarkPath,
+    BenchmarkPaths,
+    LazyBackend,
+    hookimpl,
+    lazy_exports,
+)
 from ._loader import (
     PluginInfo,
     PluginSelection,
@@ -13,6 +20,7 @@ from ._loader import (
     plugin_of_backend,
     plugin_selection,
     registered_backends,
+    registered_benchmarks,
     registered_info_sections,
     registered_placements,
 )
@@ -35,6 +43,8 @@ __all__ = [
     "CPU_INSTALL_HINT",
     "ENTRY_POINT_GROUP",
     "BackendInfo",
+    "BenchmarkPath",
+    "BenchmarkPaths",
     "LazyBackend",
     "PluginInfo",
     "PluginSelection",
@@ -55,6 +65,7 @@ __all__ = [
     "plugin_of_backend",
     "plugin_selection",
     "registered_backends",
+    "registered_benchmarks",
     "registered_info_sections",
     "registered_placements",
     "reload_plugins",

@@ -19,13 +19,17 @@ Hooks are synchronous and *register* things::
     @hookimpl
     def pdc_register_info(register):
         register("ray", ray_cluster_report, "the Ray cluster this machine can reach")
+
+    @hookimpl
+    def pdc_register_benchmarks(register):
+        register("mine", mine_benchmark_paths, "the hand-written floor of mine's kernels")
 """
 
 from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ENTRY_POINT_GROUP",
     "PROJECT_NAME",
+    "BenchmarkPath",
+    "BenchmarkPaths",
     "InfoReport",
     "LazyBackend",
     "lazy_exports",
@@ -57,6 +63,37 @@ OpenPlacement = Callable[[], AbstractAsyncContextManager[Any]]
 #: What ``pdc_register_info`` registers: called by ``pdc info``, returns a JSON-ready
 #: mapping (str keys; str, number, bool, None, list or nested mapping values).
 InfoReport = Callable[[], Mapping[str, Any]]
+
+
+@dataclass(frozen=True)
+class BenchmarkPath:
+    """One measurement a backend adds to ``pdc bench --backend NAME``.
+
+    ``await sampler(n, warmup)`` makes ``warmup`` untimed round trips, then ``n`` timed
+    ones, and returns the ``n`` samples in nanoseconds. pdc runs it in a fresh event
+    loop of each loop it measures (asyncio, trio), interleaved with the other paths; it
+    must check every reply, reach a checkpoint now and then (so Ctrl-C ends it) and
+    leave nothing running when it returns or is cancelled.
+
+    pdc shows it as ``"<label> (NAME)"``. A path with no ``baselines`` is a baseline
+    (a floor, a launch path); one with ``baselines`` is one of pdc's own and its p50 is
+    also shown as a ratio to each of theirs (labels of the same backend's paths, as
+    given here). With ``resident_baseline`` pdc's built-in resident paths of the
+    backend (a session's request, awaiting and spinning, and a kernel actor's
+    ``ask``, on one 16-byte record) are held against it too: the floor or launch
+    path of that record size.
+    """
+
+    label: str
+    sampler: Callable[[int, int], Awaitable[list[int]]]
+    baselines: tuple[str, ...] = ()
+    resident_baseline: bool = False
+
+
+#: What ``pdc_register_benchmarks`` registers: called by ``pdc bench --backend NAME``
+#: with the backend instance being measured, returns the :class:`BenchmarkPath` objects
+#: that can run on it (none where it has nothing of its own to add).
+BenchmarkPaths = Callable[["Backend"], Iterable[BenchmarkPath]]
 
 
 @dataclass(frozen=True)
@@ -159,4 +196,18 @@ class PdcHookSpecs:
         (:data:`InfoReport`), shown under ``title``; what it raises is shown as the
         section's error. It must not start anything (a cluster, a device context) just
         to describe it, and should answer within a few seconds.
+        """
+
+    @hookspec
+    def pdc_register_benchmarks(self, register: Callable[[str, BenchmarkPaths, str], None]) -> None:
+        """Register a backend's own measurements for ``pdc bench --backend NAME`` by
+        calling ``register(name, paths, description)``.
+
+        ``name`` is the backend's name (``"cuda"``). ``paths(backend)`` is called with the
+        backend instance each time ``pdc bench --backend NAME`` lists what it will
+        measure (a few times per run) and returns the :class:`BenchmarkPath` objects that
+        can run on it (:data:`BenchmarkPaths`), such as a hand-written floor or the
+        vendor's launch paths; pdc measures them beside its own resident paths. Listing
+        must start nothing (the samplers do the work), and registering must stay cheap:
+        import the measured code inside ``paths``, never here.
         """

@@ -71,6 +71,7 @@ __all__ = [
     "plugin_selection",
     "plugin_state",
     "registered_backends",
+    "registered_benchmarks",
     "registered_info_sections",
     "registered_placements",
 ]
@@ -103,6 +104,7 @@ class PluginInfo:
     backends: list[str] = field(default_factory=list)
     placements: list[str] = field(default_factory=list)
     info_sections: list[str] = field(default_factory=list)
+    benchmarks: list[str] = field(default_factory=list)
     error: str | None = None
 
     @property
@@ -119,10 +121,11 @@ class PluginInfo:
 @dataclass(frozen=True)
 class Registration:
     """A named thing a plugin registered through ``pdc_register_placements`` (``target``
-    opens the placement) or ``pdc_register_info`` (``target`` reports a section)."""
+    opens the placement), ``pdc_register_info`` (``target`` reports a section) or
+    ``pdc_register_benchmarks`` (``target(backend)`` lists a backend's benchmark paths)."""
 
     name: str
-    target: Callable[[], Any]
+    target: Callable[..., Any]
     description: str
     plugin: PluginInfo
 
@@ -218,6 +221,7 @@ class _PluginState:
         self.backend_plugin: dict[str, str] = {}
         self.placements: dict[str, Registration] = {}
         self.info_sections: dict[str, Registration] = {}
+        self.benchmarks: dict[str, Registration] = {}
         self.selection = PluginSelection()
 
 
@@ -478,8 +482,9 @@ def _load() -> _PluginState:
         elif candidate in plan.load:
             _load_plugin(state, candidate)
     _call_register_hooks(state)
-    _call_named_hooks(state, "pdc_register_placements", "placement", state.placements)
-    _call_named_hooks(state, "pdc_register_info", "info section", state.info_sections)
+    _call_named_hooks(state, "pdc_register_placements", "placement", "placements")
+    _call_named_hooks(state, "pdc_register_info", "info section", "info_sections")
+    _call_named_hooks(state, "pdc_register_benchmarks", "benchmark", "benchmarks")
     if plan.warning is not None:
         warnings.warn(plan.warning, UserWarning, stacklevel=2)
     for info in state.plugins.values():
@@ -693,10 +698,9 @@ def _call_register_hooks(state: _PluginState) -> None:
 _NAME = re.compile(r"[a-z][a-z0-9_-]*\Z")
 
 
-def _call_named_hooks(
-    state: _PluginState, hook: str, kind: str, registry: dict[str, Registration]
-) -> None:
-    """Call each plugin's ``hook`` (``register(name, target, description)``) on its own.
+def _call_named_hooks(state: _PluginState, hook: str, kind: str, field_name: str) -> None:
+    """Call each plugin's ``hook`` (``register(name, target, description)``) on its own,
+    into the registry ``state.<field_name>`` (and ``PluginInfo.<field_name>``).
 
     A plugin whose hook raises, returns a value or registers something invalid gets
     the error recorded and registers nothing through that hook; a name already taken
@@ -704,6 +708,7 @@ def _call_named_hooks(
     plugin's other registrations (its backends) stay.
     """
     caller = getattr(state.manager.hook, hook)
+    registry: dict[str, Registration] = getattr(state, field_name)
     for impl in sorted(
         caller.get_hookimpls(),
         key=lambda impl: (state.plugins[impl.plugin_name].name, impl.plugin_name),
@@ -713,7 +718,7 @@ def _call_named_hooks(
 
         def register(
             name: str,
-            target: Callable[[], Any],
+            target: Callable[..., Any],
             description: str = "",
             *,
             _info: PluginInfo = info,
@@ -755,8 +760,7 @@ def _call_named_hooks(
                 info.error = clash if info.error is None else f"{info.error}; {clash}"
                 continue
             registry[registration.name] = registration
-            names = info.placements if registry is state.placements else info.info_sections
-            names.append(registration.name)
+            getattr(info, field_name).append(registration.name)
 
 
 def _validate_name(what: str, name: object) -> None:
@@ -852,6 +856,11 @@ def registered_placements() -> dict[str, Registration]:
 def registered_info_sections() -> dict[str, Registration]:
     """``pdc info`` sections registered by plugins, by name."""
     return dict(plugin_state().info_sections)
+
+
+def registered_benchmarks() -> dict[str, Registration]:
+    """Backends' own ``pdc bench`` paths registered by plugins, by backend name."""
+    return dict(plugin_state().benchmarks)
 
 
 def plugin_of_backend(name: str) -> str | None:

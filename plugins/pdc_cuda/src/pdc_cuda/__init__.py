@@ -8,11 +8,11 @@ it cannot run. Nor does it import the backend's own modules: the plugin register
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from pdc_core import Backend
-from pdc_core.backend import LazyBackend, hookimpl, lazy_exports
+from pdc_core.backend import BenchmarkPath, BenchmarkPaths, LazyBackend, hookimpl, lazy_exports
 
 from ._availability import PRIORITY, CudaProbe, availability, diagnose, probe
 from ._version import __version__
@@ -56,6 +56,7 @@ __all__ = [
     "diagnose",
     "launch_config",
     "pdc_register_backends",
+    "pdc_register_benchmarks",
     "probe",
     "render_ring_kernel",
 ]
@@ -107,3 +108,19 @@ def pdc_register_backends(register: Callable[[type[Backend] | LazyBackend], None
             availability=availability,
         )
     )
+
+
+def _benchmark_paths(backend: Backend) -> Iterable[BenchmarkPath]:
+    from ._bench import benchmark_paths
+
+    return benchmark_paths(backend)
+
+
+@hookimpl
+def pdc_register_benchmarks(register: Callable[[str, BenchmarkPaths, str], None]) -> None:
+    """The plugin's hook: ``pdc bench --backend cuda`` also measures the hand-written
+    mapped-memory floor (8 B, and 4 KiB / 64 KiB read by one thread and by the block),
+    pdc's resident ring on those payloads and, on a GPU, the ``cuda.bindings``
+    pre-packed launch and a CUDA-graph replay per message; each pdc path is shown as a
+    ratio to them. Imports nothing until ``pdc bench`` asks."""
+    register("cuda", _benchmark_paths, "the mapped-memory floor and the launch paths")
