@@ -27,7 +27,9 @@ What is here, by the part of the contract it serves:
   :func:`dim3`, :func:`check_block`, :func:`check_grid`, :func:`problem_size` and
   CUDA's limits ``MAX_BLOCK_DIMS``, ``MAX_GRID_DIMS`` and
   ``DEFAULT_MAX_THREADS_PER_BLOCK``;
-* persistent kernels: the spec (:class:`PersistentKernel`, :class:`DeviceSource`),
+* persistent kernels: the spec a backend launches (:class:`PersistentKernelSpec`,
+  :class:`DeviceSource`; users build the subclass :class:`PersistentKernel`, also
+  made by :func:`persistent_kernel`),
   the ring protocol (:class:`RingLayout`, :class:`RingMemory`, :class:`Offset`,
   :class:`StopMode`, :class:`ErrorCode`, the record helpers, and the constants
   ``LINE_SIZE``, ``CONTROL_BLOCK_SIZE``, ``RING_ALIGNMENT``, ``RING_MAGIC``,
@@ -66,7 +68,7 @@ from ._backend._links import (
     StageLink,
     launch_pipeline,
 )
-from ._backend._persistent_kernel import DeviceSource, PersistentKernel, persistent_kernel
+from ._backend._persistent_kernel import DeviceSource, PersistentKernelSpec
 from ._backend._resident import HostWaiter, KernelStatus, PollingWaiter, ResidentKernel
 from ._backend._ring import (
     CONTROL_BLOCK_SIZE,
@@ -107,6 +109,7 @@ from ._launch import (
     launch_config,
     problem_size,
 )
+from ._persistent._kernel import PersistentKernel, persistent_kernel
 from ._plugins import BenchmarkPath, BenchmarkPaths, LazyBackend, hookimpl, lazy_exports
 
 __all__ = [
@@ -154,6 +157,7 @@ __all__ = [
     "KernelStatus",
     "Offset",
     "PersistentKernel",
+    "PersistentKernelSpec",
     "PollingWaiter",
     "ResidentKernel",
     "RingDevice",

@@ -24,23 +24,10 @@ SRC = Path(pdc_core.__file__).parent
 ROOT = Path(__file__).parents[2]
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def _imports(
-    tree: ast.AST,
-    module: str,
-    is_package: bool,
-    modules: frozenset[str] = frozenset(),
-    *,
-    type_checking: bool = True,
+    tree: ast.AST, module: str, is_package: bool, modules: frozenset[str] = frozenset()
 ) -> list[str]:
-    """Absolute names of the modules ``module`` imports (with ``type_checking=False``,
-    only those outside TYPE_CHECKING blocks: what runs).
+    """Absolute names of the modules ``module`` imports (TYPE_CHECKING blocks included).
 
     ``from pkg import name`` imports ``pkg`` itself unless every name is a submodule of
     it (one of ``modules``): ``from . import _sibling`` reads no name of the package.
@@ -49,10 +36,6 @@ def _imports(
     package = module if is_package else module.rpartition(".")[0]
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node) and not type_checking:
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -73,7 +56,7 @@ def _imports(
     return found
 
 
-def _graph(src: Path = SRC, *, type_checking: bool = True) -> dict[str, set[str]]:
+def _graph(src: Path = SRC) -> dict[str, set[str]]:
     """The import graph of the package at ``src`` (pdc_core by default)."""
     root = src.parent
 
@@ -87,9 +70,7 @@ def _graph(src: Path = SRC, *, type_checking: bool = True) -> dict[str, set[str]
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         tree = ast.parse(path.read_text())
-        found = _imports(
-            tree, name, path.name == "__init__.py", frozenset(modules), type_checking=type_checking
-        )
+        found = _imports(tree, name, path.name == "__init__.py", frozenset(modules))
         for target in found:
             parts = target.split(".")
             for depth in range(1, len(parts) + 1):
@@ -149,30 +130,28 @@ def test_the_graph_sees_function_level_imports() -> None:
     assert "pdc_core._cli._bench" in graph["pdc_core._cli._main"]  # imported inside a function
 
 
-#: Type-only arrows that still close a circle, each with the reason it is left. A
-#: persistent kernel declares, for type checkers only, the handle ``start_actor`` returns
-#: for it (``KernelActorRef``, of the actor layer above): the typed handle of
-#: ``nursery.start_actor(kernel)`` needs it, and no lower module can name that handle.
-TYPE_ONLY_CIRCLES = {
-    ("pdc_core._backend._persistent_kernel", "pdc_core._persistent._actor"),
-    ("pdc_core._backend._persistent_kernel", "pdc_core._persistent"),
-}
-
-
 def test_no_import_cycles_inside_pdc_core() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_device_layer_knows_no_actor() -> None:
+    """The backend contract and the persistent-kernel spec name no actor, not even for
+    types: the device stack and the actor stack meet only in _persistent, where the
+    kernel users build declares the type of its handle, beside the handle."""
     graph = _graph()
-    runtime = _graph(type_checking=False)
-    for source, target in TYPE_ONLY_CIRCLES:
-        assert target not in runtime[source], f"{source} -> {target} must stay type-only"
-        graph[source].discard(target)
-    assert _cycles(graph) == []
+    actors = ("pdc_core._actors", "pdc_core._persistent", "pdc_core.lowlevel")
+    assert not {
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith("pdc_core._backend")
+        for target in targets
+        if target.startswith(actors)
+    }
 
 
 def test_type_only_imports_are_arrows_too() -> None:
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import pdc_core.a\n")
-    everything = ["typing", "typing.TYPE_CHECKING", "pdc_core.a"]
-    assert _imports(tree, "pdc_core.b", False) == everything
-    assert _imports(tree, "pdc_core.b", False, type_checking=False) == everything[:2]
+    assert _imports(tree, "pdc_core.b", False) == ["typing", "typing.TYPE_CHECKING", "pdc_core.a"]
 
 
 PLUGINS = sorted(path.parent for path in (ROOT / "plugins").glob("*/src/*/__init__.py"))

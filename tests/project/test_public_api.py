@@ -154,6 +154,7 @@ BACKEND = [
     "MemoryStatistics",
     "Offset",
     "PersistentKernel",
+    "PersistentKernelSpec",
     "PersistentPipeline",
     "PipelineResident",
     "PollingWaiter",

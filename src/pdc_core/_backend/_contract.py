@@ -28,7 +28,7 @@ from ._device import MemoryKind
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ._persistent_kernel import PersistentKernel
+    from ._persistent_kernel import PersistentKernelSpec
     from ._resident import ResidentKernel
     from ._ring import RingMemory
 
@@ -395,7 +395,7 @@ class Backend(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__}.run_python_kernel")
 
     def launch_persistent_kernel(
-        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> ResidentKernel:
         """Launch ``kernel`` resident on ``rings`` and return its :class:`ResidentKernel`.
 

@@ -60,7 +60,7 @@ import numpy.typing as npt
 
 from .._exceptions import RecordError, RingProtocolError
 from ._contract import MemoryKind
-from ._persistent_kernel import PersistentKernel
+from ._persistent_kernel import PersistentKernelSpec
 from ._resident import HostWaiter, PollingWaiter, ResidentKernel
 from ._ring import (
     ErrorCode,
@@ -152,7 +152,7 @@ class HostWorkerKernel(ResidentKernel):
     def __init__(
         self,
         backend: Backend,
-        kernel: PersistentKernel,
+        kernel: PersistentKernelSpec,
         memory: RingMemory,
         *,
         worker_wait: WorkerWait = "doorbell",
@@ -206,7 +206,7 @@ class HostWorkerKernel(ResidentKernel):
 
     @classmethod
     def launch(
-        cls, backend: Backend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        cls, backend: Backend, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> HostWorkerKernel:
         """``launch_persistent_kernel`` for a host backend: check, then start the worker.
 
@@ -218,7 +218,7 @@ class HostWorkerKernel(ResidentKernel):
                 f"unknown launch option(s) for the {backend.name} backend: {', '.join(unknown)} "
                 f"(known: {', '.join(sorted(cls.launch_options))})"
             )
-        if not isinstance(kernel, PersistentKernel):
+        if not isinstance(kernel, PersistentKernelSpec):
             raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
         link = options.get("link")
         if link is not None:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy.typing as npt
 
 from .._exceptions import CapabilityError, PersistentKernelError
-from ._persistent_kernel import PersistentKernel
+from ._persistent_kernel import PersistentKernelSpec
 from ._resident import HostWaiter, ResidentKernel
 from ._ring import (
     Offset,
@@ -97,7 +97,7 @@ class PersistentPipeline:
     leaves no stage running.
     """
 
-    def __init__(self, *stages: PersistentKernel, name: str | None = None) -> None:
+    def __init__(self, *stages: PersistentKernelSpec, name: str | None = None) -> None:
         if len(stages) == 1 and isinstance(stages[0], list | tuple):
             stages = tuple(stages[0])
         if len(stages) < 2:
@@ -106,7 +106,7 @@ class PersistentPipeline:
                 "run a single kernel as a PersistentKernel"
             )
         for index, stage in enumerate(stages):
-            if not isinstance(stage, PersistentKernel):
+            if not isinstance(stage, PersistentKernelSpec):
                 raise TypeError(
                     f"stage {index} of a pipeline must be a PersistentKernel, "
                     f"not {type(stage).__name__}"
@@ -121,9 +121,9 @@ class PersistentPipeline:
                 )
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"a pipeline name must be a non-empty str, not {name!r}")
-        self.stages: tuple[PersistentKernel, ...] = tuple(stages)
+        self.stages: tuple[PersistentKernelSpec, ...] = tuple(stages)
         self.name = name if name is not None else "->".join(stage.name for stage in stages)
-        self.kernel: PersistentKernel = _PipelineKernel(self)
+        self.kernel: PersistentKernelSpec = _PipelineKernel(self)
 
     def __len__(self) -> int:
         return len(self.stages)
@@ -138,7 +138,7 @@ class PersistentPipeline:
         return f"<PersistentPipeline {self.name!r} stages={len(self.stages)}>"
 
 
-class _PipelineKernel(PersistentKernel):
+class _PipelineKernel(PersistentKernelSpec):
     """The pipeline as the host session sees it: one kernel, first requests in, last
     replies out. Its host region has the first stage's capacity for requests and the
     last stage's for replies. It has no body of its own: :meth:`body_for` checks that
@@ -286,7 +286,7 @@ class StageLink:
         """Whether this is the pipeline's last stage (its output is the reply ring)."""
         return self.index == self.count - 1
 
-    def check(self, kernel: PersistentKernel, rings: RingMemory) -> None:
+    def check(self, kernel: PersistentKernelSpec, rings: RingMemory) -> None:
         """Refuse a launch whose kernel or rings are not this stage's."""
         if kernel is not self.kernel:
             raise TypeError(

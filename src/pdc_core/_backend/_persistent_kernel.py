@@ -1,10 +1,14 @@
 """The persistent-kernel spec: what to run resident, on which backends, over which records.
 
-A :class:`PersistentKernel` names the record layouts of its request and reply slots,
-the capacity of its rings, one *body* per backend (CUDA C device-function source as a
-:class:`DeviceSource` for compiling backends, a Python callable for host backends)
+A :class:`PersistentKernelSpec` names the record layouts of its request and reply
+slots, the capacity of its rings, one *body* per backend (CUDA C device-function source
+as a :class:`DeviceSource` for compiling backends, a Python callable for host backends)
 and optional device-resident state. Backends read it in
-``Backend.launch_persistent_kernel``; users build it with :func:`persistent_kernel`.
+``Backend.launch_persistent_kernel``. Users build the subclass
+:class:`~pdc_core.PersistentKernel` (or use :func:`~pdc_core.persistent_kernel`),
+which adds only what this layer cannot say: the type of the handle
+``nursery.start_actor(kernel)`` returns, an actor of the layer above. This layer
+knows no actor.
 """
 
 from __future__ import annotations
@@ -24,21 +28,19 @@ from ._ring import RingLayout, record_dtype
 __all__ = [
     "DEFAULT_CAPACITY",
     "DeviceSource",
-    "PersistentKernel",
+    "PersistentKernelSpec",
     "RepT",
     "ReqT",
-    "persistent_kernel",
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: Slots of each ring when no ``capacity`` is given (why 4096: :func:`persistent_kernel`).
+#: Slots of each ring when no ``capacity`` is given (why 4096:
+#: :func:`~pdc_core.persistent_kernel`).
 DEFAULT_CAPACITY: Final = 4096
 
 if TYPE_CHECKING:
     from typing_extensions import TypeVar as DefaultTypeVar
-
-    from .._persistent._actor import KernelActorRef
 
     #: The NumPy scalar type of a kernel's request records: ``numpy.void`` for a
     #: structured dtype, ``numpy.float64`` for ``float64``; ``Any`` when not known.
@@ -74,13 +76,18 @@ def _backend_key(backend: str) -> str:
 _CALLABLE_BODIES: Final = {"cpu": "NumPy record arrays", "metal": "MLX arrays"}
 
 
-class PersistentKernel(Generic[ReqT, RepT]):
+class PersistentKernelSpec(Generic[ReqT, RepT]):
     """What a persistent kernel is: record layouts, ring capacity, bodies, state.
+
+    This is what backends read; users build a :class:`~pdc_core.PersistentKernel`, the
+    subclass that also types the handle ``start_actor`` returns for it (everything
+    below applies to it). A backend accepts any spec: a
+    :class:`~pdc_core.PersistentPipeline`'s kernel is one too.
 
     ``request_dtype`` and ``reply_dtype`` are the record layouts of the input and
     output slots (structured dtypes, ideally with ``align=True``; see
     ``docs/ring-protocol.md``). ``capacity`` is the number of slots of each ring
-    (default 4096: see :func:`persistent_kernel` for the measurement behind it).
+    (default 4096: see :func:`~pdc_core.persistent_kernel` for the measurement behind it).
     The kernel answers every request with exactly one reply, in request order.
     ``max_batch`` caps how many requests one body call gets (default: ``capacity``).
     ``state`` is the initial value of optional device-resident state: the backend
@@ -103,18 +110,13 @@ class PersistentKernel(Generic[ReqT, RepT]):
     * compiling backends: a :class:`DeviceSource` (a plain ``str`` is taken as the
       source of a function named ``pdc_body``).
 
-    Use :meth:`body` as a decorator, :meth:`add_body`, or :func:`persistent_kernel`.
+    Use :meth:`body` as a decorator, :meth:`add_body`, or
+    :func:`~pdc_core.persistent_kernel`.
     """
-
-    if TYPE_CHECKING:
-        # For type checkers only (see pdc_core.lowlevel.StartsAs): the handle that
-        # nursery.start_actor(kernel) returns. At run time the persistent-kernel actor
-        # registers kernels as start_actor targets; this layer knows no actor.
-        def __pdc_handle__(self) -> KernelActorRef[ReqT, RepT]: ...
 
     @overload
     def __init__(
-        self: PersistentKernel[ReqT, RepT],
+        self: PersistentKernelSpec[ReqT, RepT],
         name: str,
         request_dtype: np.dtype[ReqT],
         reply_dtype: np.dtype[RepT],
@@ -127,7 +129,7 @@ class PersistentKernel(Generic[ReqT, RepT]):
 
     @overload
     def __init__(
-        self: PersistentKernel[Any, Any],
+        self: PersistentKernelSpec[Any, Any],
         name: str,
         request_dtype: npt.DTypeLike,
         reply_dtype: npt.DTypeLike,
@@ -231,91 +233,3 @@ class PersistentKernel(Generic[ReqT, RepT]):
             f"<PersistentKernel {self.name!r} {self.request_dtype} -> {self.reply_dtype} "
             f"capacity={self.capacity} bodies={sorted(self._bodies)}>"
         )
-
-
-@overload
-def persistent_kernel(
-    *,
-    request_dtype: np.dtype[ReqT],
-    reply_dtype: np.dtype[RepT],
-    capacity: int = DEFAULT_CAPACITY,
-    name: str | None = None,
-    max_batch: int | None = None,
-    state: npt.ArrayLike | None = None,
-    backend: str = "cpu",
-) -> Callable[[Callable[..., Any]], PersistentKernel[ReqT, RepT]]: ...
-
-
-@overload
-def persistent_kernel(
-    *,
-    request_dtype: npt.DTypeLike,
-    reply_dtype: npt.DTypeLike,
-    capacity: int = DEFAULT_CAPACITY,
-    name: str | None = None,
-    max_batch: int | None = None,
-    state: npt.ArrayLike | None = None,
-    backend: str = "cpu",
-) -> Callable[[Callable[..., Any]], PersistentKernel[Any, Any]]: ...
-
-
-def persistent_kernel(
-    *,
-    request_dtype: npt.DTypeLike,
-    reply_dtype: npt.DTypeLike,
-    capacity: int = DEFAULT_CAPACITY,
-    name: str | None = None,
-    max_batch: int | None = None,
-    state: npt.ArrayLike | None = None,
-    backend: str = "cpu",
-) -> Callable[[Callable[..., Any]], PersistentKernel[Any, Any]]:
-    """Decorator: make a :class:`PersistentKernel` whose ``backend`` body is the function.
-
-    ::
-
-        @persistent_kernel(request_dtype=REQ, reply_dtype=REP, capacity=64)
-        def double(requests):
-            replies = np.empty(len(requests), REP)
-            replies["y"] = requests["x"] * 2
-            return replies
-
-        double.add_body("cuda", CUDA_SOURCE)
-
-    ``capacity`` (default 4096) is the slots of each ring: the most requests in flight
-    at once, and by default (``max_batch``) the most one body call gets. The default is
-    measured (``benchmarks/kernel_capacity.py``, cpu backend, 100,000-record
-    ``request_batch``): throughput grows about 3x with each 4x of capacity up to 4096
-    (9-12x the 256 slots of earlier releases), then 1.7-2.8x more at 16384 and at most
-    1.25x more beyond, while a lone request's round trip does not change. The ring is
-    memory held for the kernel's whole life (pinned and host-mapped on a GPU): about
-    ``capacity x (request size + reply size)`` plus the cuda backend's sequence words,
-    193 KiB at 4096 slots of 16-byte records, 8.3 MiB for 1 KiB records. 4096 keeps
-    that modest for the record sizes kernels use and gets most of the gain; a kernel
-    streaming large batches of small records should take 16384.
-
-    The name of the kernel is ``name``, else the function's. Raises what
-    :class:`PersistentKernel` raises for the arguments (``TypeError``,
-    ``ValueError``, :class:`~pdc_core.RecordError` for a dtype that cannot be a
-    record), when it decorates.
-
-    Types: given ``numpy.dtype`` objects (``np.dtype([...])`` is a
-    ``np.dtype[np.void]``, ``np.dtype(np.float64)`` a ``np.dtype[np.float64]``), the
-    decorated name is a ``PersistentKernel[ReqT, RepT]`` of their scalar types, as if
-    built with :class:`PersistentKernel`, and its sessions, kernel actors and batches
-    carry them; given anything else a dtype can be made from (a list of fields, a
-    string), a ``PersistentKernel[Any, Any]``.
-    """
-
-    def make(fn: Callable[..., Any]) -> PersistentKernel[Any, Any]:
-        kernel = PersistentKernel(
-            name or str(getattr(fn, "__name__", "kernel")),
-            request_dtype,
-            reply_dtype,
-            capacity=capacity,
-            max_batch=max_batch,
-            state=state,
-        )
-        kernel.add_body(backend, fn)
-        return kernel
-
-    return make

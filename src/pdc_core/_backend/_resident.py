@@ -34,7 +34,7 @@ from ._device import DeviceLike
 from ._ring import Offset, RingHost, RingMemory, StopMode
 
 if TYPE_CHECKING:
-    from ._persistent_kernel import PersistentKernel
+    from ._persistent_kernel import PersistentKernelSpec
 
 __all__ = ["HostWaiter", "KernelStatus", "PollingWaiter", "ResidentKernel", "stop_timeout_error"]
 
@@ -201,7 +201,9 @@ class ResidentKernel(abc.ABC):
     rather than this handle to exchange records.
     """
 
-    def __init__(self, backend: DeviceLike, kernel: PersistentKernel, memory: RingMemory) -> None:
+    def __init__(
+        self, backend: DeviceLike, kernel: PersistentKernelSpec, memory: RingMemory
+    ) -> None:
         self.backend = backend
         self.kernel = kernel
         self.memory = memory

@@ -58,7 +58,7 @@ from .._actors import (
     runner_for,
 )
 from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
-from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
+from .._backend._persistent_kernel import PersistentKernelSpec, RepT, ReqT
 from .._backend._ring import StopMode
 from .._exceptions import ActorCrashed, ActorStopped
 from .._loop import (
@@ -115,7 +115,7 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
         return self._runner.actor_id
 
     @property
-    def kernel(self) -> PersistentKernel:
+    def kernel(self) -> PersistentKernelSpec[ReqT, RepT]:
         """The kernel this actor runs."""
         return self._runner.kernel
 
@@ -319,7 +319,7 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
 
 
 def _records(
-    messages: npt.NDArray[Any] | Iterable[RecordLike], kernel: PersistentKernel
+    messages: npt.NDArray[Any] | Iterable[RecordLike], kernel: PersistentKernelSpec
 ) -> npt.NDArray[Any]:
     """A batch the session can coerce: arrays pass through, iterables become lists."""
     if isinstance(messages, np.ndarray):
@@ -350,7 +350,7 @@ class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
 
     def __init__(
         self,
-        kernel: PersistentKernel[ReqT, RepT],
+        kernel: PersistentKernelSpec[ReqT, RepT],
         backend: Backend | str | None = None,
         *,
         name: str | None = None,
@@ -499,9 +499,9 @@ class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
         self.finished.set()
 
 
-@runner_for.register(PersistentKernel)
+@runner_for.register(PersistentKernelSpec)
 def _kernel_runner(
-    target: PersistentKernel, /, args: tuple[Any, ...], options: StartOptions
+    target: PersistentKernelSpec, /, args: tuple[Any, ...], options: StartOptions
 ) -> PersistentKernelActor:
     """``start_actor(kernel)``: the kernel on the best available backend."""
     if args:

@@ -12,7 +12,7 @@ from typing import Any
 
 from .._actors import member_targets
 from .._backend._contract import Backend
-from .._backend._persistent_kernel import PersistentKernel
+from .._backend._persistent_kernel import PersistentKernelSpec
 from .._plugins import backend_devices, default_backend_name, get_backend
 from ._actor import PersistentKernelActor
 
@@ -46,9 +46,9 @@ def _device_backends(devices: object) -> list[Backend]:
     )
 
 
-@member_targets.register(PersistentKernel)
+@member_targets.register(PersistentKernelSpec)
 def _kernel_per_device(
-    kernel: PersistentKernel[Any, Any], devices: object, /
+    kernel: PersistentKernelSpec[Any, Any], devices: object, /
 ) -> list[tuple[str, Callable[[str], object]]]:
     pairs: list[tuple[str, Callable[[str], object]]] = []
     for backend in _device_backends(devices):

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._actors import StartOptions, runner_for
 from .._backend._links import PersistentPipeline, launch_pipeline
-from .._backend._persistent_kernel import PersistentKernel
+from .._backend._persistent_kernel import PersistentKernelSpec
 from .._backend._ring import RingMemory
 from .._loop import check_duration, current_kit, full_checkpoint, seconds_or_inf
 from ._actor import PersistentKernelActor
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["PersistentPipelineActor", "PipelineSession", "open_persistent_pipeline"]
 
 
-def _pipeline_of(target: PersistentPipeline | PersistentKernel) -> PersistentPipeline:
+def _pipeline_of(target: PersistentPipeline | PersistentKernelSpec) -> PersistentPipeline:
     if isinstance(target, PersistentPipeline):
         return target
     pipeline = getattr(target, "pipeline", None)
@@ -71,7 +71,7 @@ class PipelineSession(PersistentKernelSession):
     @classmethod
     async def start(
         cls,
-        kernel: PersistentPipeline | PersistentKernel,
+        kernel: PersistentPipeline | PersistentKernelSpec,
         backend: Backend | str | None = None,
         *,
         launch_timeout: float = 10.0,

@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._backend._contract import Backend, Capability
-from .._backend._persistent_kernel import PersistentKernel, RepT, ReqT
+from .._backend._persistent_kernel import PersistentKernelSpec, RepT, ReqT
 from .._backend._resident import ResidentKernel, stop_timeout_error
 from .._backend._ring import (
     ErrorCode,
@@ -109,14 +109,14 @@ __all__ = [
 _log = logging.getLogger("pdc.persistent")
 
 
-def backend_for(kernel: PersistentKernel, backend: Backend | str | None) -> Backend:
+def backend_for(kernel: PersistentKernelSpec, backend: Backend | str | None) -> Backend:
     """The backend that will run ``kernel``: ``backend``, a name, or the best available.
 
     Checks everything that can be checked before a launch: raises :class:`TypeError`,
     :class:`~pdc_core.BackendUnavailable`, :class:`~pdc_core.CapabilityError` (no
     persistent kernels) or :class:`~pdc_core.KernelBodyMissing` (no body for it).
     """
-    if not isinstance(kernel, PersistentKernel):
+    if not isinstance(kernel, PersistentKernelSpec):
         raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
     backend = resolve_backend(backend)
     backend.require(Capability.PERSISTENT_KERNELS, "run persistent kernels")
@@ -308,7 +308,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
     def __init__(
         self,
-        kernel: PersistentKernel,
+        kernel: PersistentKernelSpec,
         backend: Backend,
         resident: ResidentKernel,
         *,
@@ -383,7 +383,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
     @classmethod
     async def start(
         cls,
-        kernel: PersistentKernel[ReqT, RepT],
+        kernel: PersistentKernelSpec[ReqT, RepT],
         backend: Backend | str | None = None,
         *,
         launch_timeout: float = 10.0,
@@ -1222,7 +1222,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
 
 @asynccontextmanager
 async def open_persistent_kernel(
-    kernel: PersistentKernel[ReqT, RepT],
+    kernel: PersistentKernelSpec[ReqT, RepT],
     backend: Backend | str | None = None,
     *,
     launch_timeout: float = 10.0,

@@ -54,7 +54,7 @@ from ._telemetry import KernelTelemetry, Telemetry
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
-    from .._backend._persistent_kernel import PersistentKernel
+    from .._backend._persistent_kernel import PersistentKernelSpec
 
 __all__ = ["PersistentRingKernel", "launch_persistent"]
 
@@ -314,7 +314,7 @@ class _RuntimeKernelActor(PersistentKernelActor):
 
 def launch_persistent(
     kernel_id: str,
-    kernel: PersistentKernel,
+    kernel: PersistentKernelSpec,
     backend: Backend | str | None,
     *,
     telemetry: bool,

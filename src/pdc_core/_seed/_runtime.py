@@ -20,7 +20,7 @@ from .._actors import (
     RestartPolicy,
     open_nursery,
 )
-from .._backend._persistent_kernel import PersistentKernel
+from .._backend._persistent_kernel import PersistentKernelSpec
 from .._exceptions import (
     KernelAlreadyExistsError,
     KernelNotFoundError,
@@ -212,7 +212,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
     async def launch(
         self,
         kernel_id: str,
-        kernel_func: KernelFunction | RingKernelDefinition | PersistentKernel | None = None,
+        kernel_func: KernelFunction | RingKernelDefinition | PersistentKernelSpec | None = None,
         *,
         input_type: type | None = None,
         output_type: type | None = None,
@@ -255,7 +255,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
             )
         kernel: RingKernel | PersistentRingKernel
         runner: ActorRunner
-        if isinstance(kernel_func, PersistentKernel):
+        if isinstance(kernel_func, PersistentKernelSpec):
             queue_options = {
                 "input_type": input_type,
                 "output_type": output_type,

@@ -33,6 +33,7 @@ from pdc_core import (
     persistent_kernel,
     ring_kernel,
 )
+from pdc_core.backend import PersistentKernelSpec
 from pdc_core.lowlevel import ActorRunner, Placement
 
 # -- actors: a subclass, an instance, a factory, an async handler ------------------------
@@ -218,6 +219,14 @@ async def persistent() -> None:
         assert_type(await typed_ref.ask_many([(1, 2.0), (2, 3.0)]), list[np.void])
         await typed_ref.tell((1, 2.0))
         await typed_ref.tell_many([(1, 2.0)])
+        # The handle's own faces keep the kernel's record types.
+        assert_type(typed_ref.session, PersistentKernelSession[np.void, np.void] | None)
+        assert_type(typed_ref.kernel.reply_dtype, np.dtype[np.void])
+        await typed_ref.pause()
+        await typed_ref.resume()
+        annotated: KernelActorRef[np.void, np.void] = await nursery.start_actor(kernel)
+        spec: PersistentKernelSpec[np.void, np.void] = kernel  # what a backend receives
+        print(annotated, spec, isinstance(annotated, KernelActorRef))
         as_actor: ActorRef[Any, np.void] = typed_ref
         assert_type(await as_actor.ask((1, 2.0)), np.void)
         runner = PersistentKernelActor(kernel, backend="cpu")

@@ -11,11 +11,12 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import Backend, Capability, DeviceInfo, PersistentKernel
+from pdc_core import Backend, Capability, DeviceInfo
 from pdc_core.backend import (
     Availability,
     MemoryKind,
     MemoryStatistics,
+    PersistentKernelSpec,
     ResidentKernel,
     RingMemory,
     Stream,
@@ -239,7 +240,7 @@ class CpuBackend(Backend):
             raise TypeError(f"the cpu backend needs a cpu stream, not {stream!r}")
 
     def launch_persistent_kernel(
-        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> ResidentKernel:
         """Run ``kernel`` in a worker thread on ``rings``.
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pdc_core import Backend, PersistentKernel
-from pdc_core.backend import HostWorkerKernel, RingMemory
+from pdc_core import Backend
+from pdc_core.backend import HostWorkerKernel, PersistentKernelSpec, RingMemory
 
 __all__ = ["CpuResidentKernel", "launch"]
 
@@ -35,7 +35,7 @@ class CpuResidentKernel(HostWorkerKernel):
 
 
 def launch(
-    backend: Backend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    backend: Backend, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
 ) -> HostWorkerKernel:
     """``CpuBackend.launch_persistent_kernel``: start the worker thread."""
     return CpuResidentKernel.launch(backend, kernel, rings, **options)

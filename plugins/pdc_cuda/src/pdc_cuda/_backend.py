@@ -36,8 +36,8 @@ from ._residency import Residency, ResidentKernelBlocks
 from ._streams import CudaEvent, CudaStream, synchronize_stream
 
 if TYPE_CHECKING:
-    from pdc_core import PersistentKernel, PersistentPipeline
-    from pdc_core.backend import RingMemory
+    from pdc_core import PersistentPipeline
+    from pdc_core.backend import PersistentKernelSpec, RingMemory
 
     from ._persistent import CudaResidentKernel
     from ._pipeline import CudaPipelineResident
@@ -611,7 +611,7 @@ class CudaBackend(Backend):
         self._numba_compiled.add(id(body))
 
     def launch_persistent_kernel(
-        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> CudaResidentKernel:
         """Launch ``kernel``'s resident ring loop once, on its own non-blocking stream.
 
@@ -630,7 +630,7 @@ class CudaBackend(Backend):
         return launch_persistent_kernel(site, kernel, rings, **options)
 
     def preload_persistent_kernels(
-        self, kernels: Sequence[PersistentKernel], **options: Any
+        self, kernels: Sequence[PersistentKernelSpec], **options: Any
     ) -> None:
         """Compile and load ``kernels`` (with the launch ``options`` they will be launched
         with, ``context`` included) into one context before any is launched.

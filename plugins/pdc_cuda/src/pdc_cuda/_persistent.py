@@ -31,8 +31,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import Backend, CapabilityError, DeviceSource, PersistentKernel
-from pdc_core.backend import Offset, ResidentKernel, RingMemory, StopMode
+from pdc_core import Backend, CapabilityError, DeviceSource
+from pdc_core.backend import (
+    Offset,
+    PersistentKernelSpec,
+    ResidentKernel,
+    RingMemory,
+    StopMode,
+)
 
 from ._nvrtc import find_nvrtc, min_compute_capability
 from ._places import LaunchSite, ResidentPlace, check_state
@@ -55,7 +61,7 @@ LAUNCH_OPTIONS = frozenset(
 
 
 def ring_body(
-    kernel: PersistentKernel, options: dict[str, Any]
+    kernel: PersistentKernelSpec, options: dict[str, Any]
 ) -> tuple[CudaRingBody, tuple[str, ...]]:
     """The :class:`CudaRingBody` and compiler options for ``kernel`` on CUDA.
 
@@ -142,7 +148,7 @@ class CudaResidentKernel(ResidentKernel):
     def __init__(
         self,
         backend: Backend,
-        kernel: PersistentKernel,
+        kernel: PersistentKernelSpec,
         memory: RingMemory,
         compiled: Any,
         stream: Any,
@@ -253,7 +259,7 @@ class CudaResidentKernel(ResidentKernel):
 
 
 def render_kernel(
-    kernel: PersistentKernel, options: dict[str, Any], wiring: RingWiring
+    kernel: PersistentKernelSpec, options: dict[str, Any], wiring: RingWiring
 ) -> tuple[CudaRingBody, str, tuple[str, ...]]:
     """What the launch of ``kernel`` (a kernel of its own, or a pipeline stage: ``wiring``)
     with launch ``options`` compiles: its body, the rendered source and NVRTC options.
@@ -265,7 +271,7 @@ def render_kernel(
 
 
 def preload_persistent_kernels(
-    site: LaunchSite, kernels: Sequence[PersistentKernel], **options: Any
+    site: LaunchSite, kernels: Sequence[PersistentKernelSpec], **options: Any
 ) -> None:
     """Compile and load every kernel of ``kernels`` into one context of ``site``'s place,
     as their launches with ``options`` will (a kernel's own rings, sequenced input when
@@ -276,7 +282,7 @@ def preload_persistent_kernels(
     sequenced = bool(getattr(site.backend, "ring_sequenced_input", False))
     specs = []
     for kernel in kernels:
-        if not isinstance(kernel, PersistentKernel):
+        if not isinstance(kernel, PersistentKernelSpec):
             raise TypeError(f"expected PersistentKernel objects, not {type(kernel).__name__}")
         wiring = RingWiring(sequenced_input=sequenced)
         _, source, compile_options = render_kernel(kernel, dict(options), wiring)
@@ -285,11 +291,11 @@ def preload_persistent_kernels(
 
 
 def launch_persistent_kernel(
-    site: LaunchSite, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    site: LaunchSite, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
 ) -> CudaResidentKernel:
     """Compile and launch ``kernel``'s resident loop on ``rings`` in ``site``'s place;
     see the module docs."""
-    if not isinstance(kernel, PersistentKernel):
+    if not isinstance(kernel, PersistentKernelSpec):
         raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
     if not isinstance(rings, RingMemory):
         raise TypeError(f"expected the RingMemory the core allocated, not {type(rings).__name__}")

@@ -45,13 +45,13 @@ from pdc_core import (
     Capability,
     CapabilityError,
     DeviceInfo,
-    PersistentKernel,
     UnifiedBuffer,
 )
 from pdc_core.backend import (
     Availability,
     MemoryKind,
     MemoryStatistics,
+    PersistentKernelSpec,
     ResidentKernel,
     RingMemory,
     Stream,
@@ -612,7 +612,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
     # -- persistent kernels ---------------------------------------------------------------
 
     def launch_persistent_kernel(
-        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> ResidentKernel:
         """Emulate ``kernel`` resident on ``rings``: a worker thread runs the ring
         protocol and the kernel's ``metal`` body on a dedicated MLX stream.

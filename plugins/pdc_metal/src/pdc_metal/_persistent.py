@@ -22,8 +22,13 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import Backend, PersistentKernel, RecordError
-from pdc_core.backend import HostWorkerKernel, RingMemory, record_from_mapping
+from pdc_core import Backend, RecordError
+from pdc_core.backend import (
+    HostWorkerKernel,
+    PersistentKernelSpec,
+    RingMemory,
+    record_from_mapping,
+)
 
 from . import _mlx
 
@@ -65,7 +70,7 @@ class MetalResidentKernel(HostWorkerKernel):
     body_backend = "metal"
 
     def __init__(
-        self, backend: Backend, kernel: PersistentKernel, memory: RingMemory, **options: Any
+        self, backend: Backend, kernel: PersistentKernelSpec, memory: RingMemory, **options: Any
     ) -> None:
         kernel.body_for(self.body_backend)  # a missing body is reported first
         device = cast(_mlx.MlxDevice, backend)  # the metal backend (or a stand-in for it)
@@ -179,7 +184,7 @@ def _store(
 
 
 def launch(
-    backend: Backend, kernel: PersistentKernel, rings: RingMemory, **options: Any
+    backend: Backend, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
 ) -> HostWorkerKernel:
     """``MetalBackend.launch_persistent_kernel``: start the worker thread."""
     return MetalResidentKernel.launch(backend, kernel, rings, **options)
