@@ -24,7 +24,7 @@ from support.inline_echo import InlineBackend, InlineEcho
 
 from pdc_core import PersistentKernel, PersistentKernelActor, open_nursery, open_persistent_kernel
 from pdc_core._loop import TURN_CHECK_EVERY
-from pdc_core.backend import Backend, ResidentKernel, RingMemory
+from pdc_core.backend import Backend, PersistentKernelSpec, ResidentKernel, RingMemory
 
 REQ = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
 
@@ -116,7 +116,7 @@ class FailingDoorbellBackend(InlineBackend):
     name: ClassVar[str] = "failing-doorbell"
 
     def launch_persistent_kernel(
-        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> ResidentKernel:
         return FailingDoorbell(self, kernel, rings)
 

@@ -10,8 +10,15 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pdc_core import Capability, PersistentKernel
-from pdc_core.backend import Backend, Offset, ResidentKernel, RingMemory, StopMode
+from pdc_core import Capability
+from pdc_core.backend import (
+    Backend,
+    Offset,
+    PersistentKernelSpec,
+    ResidentKernel,
+    RingMemory,
+    StopMode,
+)
 
 from .host_memory_backend import HostMemoryBackend
 
@@ -30,7 +37,7 @@ class InlineEcho(ResidentKernel):
     ``IN_HEAD`` and ``OUT_TAIL``) as far as the reply ring has room, with NumPy stores
     only (no Python call of its own), and stops when asked."""
 
-    def __init__(self, backend: Backend, kernel: PersistentKernel, memory: RingMemory) -> None:
+    def __init__(self, backend: Backend, kernel: PersistentKernelSpec, memory: RingMemory) -> None:
         super().__init__(backend, kernel, memory)
         self._done = False
         self._capacity = memory.layout.in_capacity
@@ -64,6 +71,6 @@ class InlineBackend(HostMemoryBackend):
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.PERSISTENT_KERNELS})
 
     def launch_persistent_kernel(
-        self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> ResidentKernel:
         return InlineEcho(self, kernel, rings)
