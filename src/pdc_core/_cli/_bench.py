@@ -127,11 +127,6 @@ def ring_floor(backend: str) -> str:
     return f"ring floor ({backend})"
 
 
-def _shown(backend: Backend | str) -> str:
-    """The backend as the labels name it: as given, or an instance's name."""
-    return backend if isinstance(backend, str) else backend.name
-
-
 def _launches(backend: Backend | str) -> bool:
     """Whether ``backend`` launches kernels and the bench has a launch kernel for it."""
     from .._plugins import resolve_backend
@@ -181,7 +176,7 @@ def resident_paths(async_backend: str, backend: Backend | str) -> list[LatencyPa
     where the backend launches kernels, a launch per message; then the paths the
     backend's plugin adds (:func:`backend_benchmarks`), labelled ``"<label> (NAME)"``,
     those marked ``resident_baseline`` among the resident paths' baselines."""
-    name = _shown(backend)
+    name = paths.backend_name(backend)
     floor = ring_floor(name)
     out = [LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend))]
     baselines: tuple[str, ...] = (floor,)
@@ -631,7 +626,7 @@ def _refuse_backend(name: str) -> str | None:
         return f"--backend {name}: {exc}"
     if not backend.has(Capability.PERSISTENT_KERNELS):
         return f"--backend {name}: the {backend.name} backend runs no persistent kernels"
-    if backend.name.partition(":")[0] not in paths.BODIES:
+    if paths.backend_kind(backend) not in paths.BODIES:
         return f"--backend {name}: the benchmark has no kernel body for the {backend.name} backend"
     try:
         backend_benchmarks(backend)

@@ -55,6 +55,7 @@ __all__ = [
     "ask_many",
     "ask_stream",
     "backend_kind",
+    "backend_name",
     "bare_streams",
     "double",
     "double_kernel",
@@ -427,9 +428,14 @@ BODIES: Final[dict[str, Any]] = {
 }
 
 
+def backend_name(backend: Backend | str) -> str:
+    """The backend as the labels name it: as given, or an instance's name."""
+    return backend if isinstance(backend, str) else backend.name
+
+
 def backend_kind(backend: Backend | str) -> str:
     """The backend's name without a device: ``"cuda"`` for ``"cuda:1"`` or a cuda instance."""
-    return (backend if isinstance(backend, str) else backend.name).partition(":")[0]
+    return backend_name(backend).partition(":")[0]
 
 
 def double_kernel(backend: Backend | str) -> PersistentKernel:
