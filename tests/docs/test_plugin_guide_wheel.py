@@ -1,6 +1,6 @@
-"""The plugin guide's example backend, built from the guide's own text, passes the kit.
+"""The plugin tutorial's example backend, built from the tutorial's own text, passes the kit.
 
-docs/plugin-guide.md shows every file of ``examples/pdc_example_backend`` whole, each
+docs/plugin-tutorial.md shows every file of ``examples/pdc_example_backend`` whole, each
 block under a ``<!-- file: PATH -->`` marker. This test
 
 1. checks that the blocks are exactly the files under ``examples/`` (no file left
@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).parents[2]
-GUIDE = ROOT / "docs" / "plugin-guide.md"
+GUIDE = ROOT / "docs" / "plugin-tutorial.md"
 EXAMPLE = Path("examples") / "pdc_example_backend"
 FILE_BLOCK = re.compile(
     r"^<!-- file: (?P<path>\S+) -->\n(?:<!--[^\n]*-->\n)*```[a-z]*\n(?P<text>.*?)^```$",
