@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, cast, overload
 
 import anyio
 
@@ -29,7 +29,13 @@ from .._exceptions import (
 from .._loop import check_duration, check_timeout, current_kit, full_checkpoint, seconds_or_inf
 from ._lifecycle import FINAL_STATES, KernelState
 from ._persistent_runtime import PersistentRingKernel, launch_persistent
-from ._ring_kernel import KernelFunction, RingKernel, RingKernelDefinition, get_ring_kernel
+from ._ring_kernel import (
+    KernelFunction,
+    RingKernel,
+    RingKernelDefinition,
+    check_queue_size,
+    get_ring_kernel,
+)
 from ._telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -39,6 +45,14 @@ __all__ = ["RingKernelRuntime", "TelemetryT"]
 
 #: What ``get_telemetry`` returns: ``Telemetry``, or ``None`` with telemetry disabled.
 TelemetryT = TypeVar("TelemetryT", bound="Telemetry | None")
+
+
+class KernelConfig(Protocol):
+    """What ``launch(config=)`` takes: PyDotCompute's ``RingKernelConfig``
+    (:mod:`pdc_core.ring_kernels.lifecycle`, a layer above this module), which makes
+    pdc's definition of a kernel function."""
+
+    def definition(self, func: KernelFunction) -> RingKernelDefinition: ...
 
 
 class RingKernelRuntime(Generic[TelemetryT]):
@@ -214,6 +228,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         kernel_id: str,
         kernel_func: KernelFunction | RingKernelDefinition | PersistentKernelSpec | None = None,
         *,
+        config: KernelConfig | None = None,
         input_type: type | None = None,
         output_type: type | None = None,
         queue_size: int | None = None,
@@ -227,7 +242,12 @@ class RingKernelRuntime(Generic[TelemetryT]):
         Without ``kernel_func``, the kernel registered under ``kernel_id`` by
         ``@ring_kernel`` is used (:class:`~pdc_core.KernelNotFoundError` lists the
         registered ids if there is none). Keyword arguments override the registered
-        configuration. Launching an id that is still live raises
+        configuration. ``config`` (PyDotCompute's
+        :class:`~pdc_core.ring_kernels.lifecycle.RingKernelConfig`) configures the
+        function as PyDotCompute's ``launch(..., config=)`` did (queue sizes,
+        backpressure, grid and block; the id is ``kernel_id``), replacing a registered
+        configuration; ``queue_size`` and ``backpressure``, given too, override it.
+        Launching an id that is still live raises
         :class:`~pdc_core.KernelAlreadyExistsError`; a terminated one is replaced.
         Returns once the kernel task is running.
 
@@ -257,6 +277,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         runner: ActorRunner
         if isinstance(kernel_func, PersistentKernelSpec):
             queue_options = {
+                "config": config,
                 "input_type": input_type,
                 "output_type": output_type,
                 "queue_size": queue_size,
@@ -279,7 +300,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
                     f"{kernel_id!r} is a kernel function"
                 )
             definition = self._definition(
-                kernel_id, kernel_func, input_type, output_type, queue_size, backpressure
+                kernel_id, kernel_func, config, input_type, output_type, queue_size, backpressure
             )
             kernel = RingKernel(definition, current_kit(), telemetry=self._enable_telemetry)
             runner = kernel._runner
@@ -296,18 +317,31 @@ class RingKernelRuntime(Generic[TelemetryT]):
     def _definition(
         kernel_id: str,
         kernel_func: KernelFunction | RingKernelDefinition | None,
+        config: KernelConfig | None,
         input_type: type | None,
         output_type: type | None,
         queue_size: int | None,
         backpressure: Backpressure | str | None,
     ) -> RingKernelDefinition:
+        if queue_size is not None:  # checked as given: 0 is refused, never "the default"
+            queue_size = check_queue_size(queue_size, "queue_size")
         if kernel_func is None:
             base = get_ring_kernel(kernel_id)
         elif isinstance(kernel_func, RingKernelDefinition):
             base = kernel_func
         else:
             base = RingKernelDefinition(kernel_func, kernel_id=kernel_id)
-        if (
+        if config is not None:
+            if not callable(getattr(config, "definition", None)):
+                raise TypeError(
+                    "config must be a pdc_core.ring_kernels.lifecycle.RingKernelConfig, "
+                    f"got {config!r}"
+                )
+            configured = config.definition(base.func)
+            input_type = input_type or base.input_type
+            output_type = output_type or base.output_type
+            base = configured
+        elif (
             input_type is None
             and output_type is None
             and queue_size is None
@@ -319,9 +353,9 @@ class RingKernelRuntime(Generic[TelemetryT]):
             kernel_id=kernel_id,
             input_type=input_type or base.input_type,
             output_type=output_type or base.output_type,
-            input_queue_size=queue_size or base.input_queue_size,
-            output_queue_size=queue_size or base.output_queue_size,
-            backpressure=backpressure or base.backpressure,
+            input_queue_size=base.input_queue_size if queue_size is None else queue_size,
+            output_queue_size=base.output_queue_size if queue_size is None else queue_size,
+            backpressure=base.backpressure if backpressure is None else backpressure,
             grid_size=base.grid_size,
             block_size=base.block_size,
         )

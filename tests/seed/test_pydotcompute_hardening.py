@@ -1,0 +1,172 @@
+"""Edges of the layers on PyDotCompute's paths (issue 40): each keeps its promise.
+
+Async tests run under asyncio and trio (the root conftest).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from pdc_core import Message, Request, Response, RingKernelMessage, RingKernelRuntime
+from pdc_core.decorators.ring_kernel import RingKernelBuilder
+from pdc_core.exceptions import QueueFullError, QueueTimeoutError
+from pdc_core.ring_kernels import lifecycle
+from pdc_core.ring_kernels.lifecycle import KernelContext, RingKernelConfig
+from pdc_core.ring_kernels.queue import BackpressureStrategy, MessageQueue
+
+LIMIT = 10.0
+
+
+async def doubler(ctx: KernelContext) -> None:
+    while not ctx.should_terminate:
+        if not ctx.is_active:
+            await ctx.wait_active()
+            continue
+        try:
+            request = await ctx.receive(timeout=0.05)
+        except TimeoutError:
+            continue
+        await ctx.send(request.respond(request.data * 2))
+
+
+# -- MessageQueue.put's timeout ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("seconds", [0, 0.0, -1, 1e-9])
+async def test_a_put_with_a_zero_or_negative_timeout_enqueues_when_there_is_room(
+    seconds: float,
+) -> None:
+    queue: MessageQueue[RingKernelMessage] = MessageQueue(maxsize=1)
+    first = Request(data=1)
+    assert await queue.put(first, timeout=seconds) is True
+    assert queue.qsize == 1
+    with pytest.raises(QueueTimeoutError, match="had no room"):
+        await queue.put(Request(data=2), timeout=seconds)
+    assert queue.qsize == 1
+    assert await queue.get() is first
+
+
+async def test_a_put_now_follows_the_other_policies_when_full() -> None:
+    reject: MessageQueue[RingKernelMessage] = MessageQueue(
+        maxsize=1, backpressure=BackpressureStrategy.REJECT
+    )
+    await reject.put(Request(data=1), timeout=0)
+    with pytest.raises(QueueFullError):
+        await reject.put(Request(data=2), timeout=0)
+    drop: MessageQueue[RingKernelMessage] = MessageQueue(
+        maxsize=1, backpressure=BackpressureStrategy.DROP_OLDEST
+    )
+    await drop.put(Request(data=1), timeout=0)
+    newest = Request(data=2)
+    assert await drop.put(newest, timeout=0) is True
+    assert await drop.get() is newest
+
+
+# -- runtime.launch(config=), queue_size and the integer rule of grid and block ----------
+
+
+@dataclass(slots=True)
+class Sum(Message):
+    a: float = 0.0
+    b: float = 0.0
+
+
+async def adder(ctx: KernelContext) -> None:
+    while not ctx.should_terminate:
+        if not ctx.is_active:
+            await ctx.wait_active()
+            continue
+        try:
+            request = await ctx.receive(timeout=0.05)
+        except TimeoutError:
+            continue
+        await ctx.send(Response(result=request.a + request.b, correlation_id=request.message_id))
+
+
+async def test_launch_takes_pydotcompute_s_config() -> None:
+    config = RingKernelConfig(
+        kernel_id="ignored_id", input_queue_size=3, output_queue_size=5, grid_size=2
+    )
+    async with RingKernelRuntime() as runtime:
+        kernel = await runtime.launch(
+            "config_add", adder, config=config, input_type=Sum, output_type=Response
+        )
+        definition = kernel.definition  # type: ignore[union-attr]
+        assert (definition.kernel_id, definition.input_type, definition.output_type) == (
+            "config_add",
+            Sum,
+            Response,
+        )
+        assert (definition.input_queue_size, definition.output_queue_size) == (3, 5)
+        assert definition.grid_size == 2
+        await runtime.activate("config_add")
+        await runtime.send("config_add", Sum(a=42.0, b=58.0))
+        reply = await runtime.receive("config_add", timeout=LIMIT)
+        assert reply.result == 100.0
+        with pytest.raises(TypeError, match="accepts Sum messages, got Request"):
+            await runtime.send("config_add", Request(data=1))  # the type given still holds
+
+
+async def test_queue_size_and_backpressure_given_beside_config_override_it() -> None:
+    config = RingKernelConfig(kernel_id="k", input_queue_size=3, backpressure_strategy="block")
+    async with RingKernelRuntime() as runtime:
+        kernel = await runtime.launch(
+            "config_override", adder, config=config, queue_size=7, backpressure="drop_oldest"
+        )
+        definition = kernel.definition  # type: ignore[union-attr]
+        assert (definition.input_queue_size, definition.backpressure.value) == (7, "drop_oldest")
+        with pytest.raises(TypeError, match=r"config must be a .*RingKernelConfig, got 3"):
+            await runtime.launch("config_bad", adder, config=3)  # type: ignore[arg-type]
+        assert "config_bad" not in runtime.kernel_ids
+
+
+@pytest.mark.parametrize("size", [0, -1])
+async def test_queue_size_zero_is_refused_naming_queue_size(size: int) -> None:
+    async with RingKernelRuntime() as runtime:
+        with pytest.raises(ValueError, match=f"queue_size must be at least 1, got {size}"):
+            await runtime.launch("sized", doubler, queue_size=size)
+        assert runtime.kernel_ids == []
+    kernel = lifecycle.RingKernel("free_sized", doubler, queue_size=size)
+    with pytest.raises(ValueError, match=f"queue_size must be at least 1, got {size}") as caught:
+        await kernel.launch()
+    assert "input_queue_size" not in str(caught.value)
+
+
+@pytest.mark.parametrize("argument", ["grid_size", "block_size"])
+@pytest.mark.parametrize("value", [1.5, 2.0, True, "2", None])
+def test_grid_and_block_follow_the_integer_rule(argument: str, value: Any) -> None:
+    expected = re.escape(f"{argument} must be an int, got {type(value).__name__} {value!r}")
+    with pytest.raises(TypeError, match=expected):
+        RingKernelConfig(kernel_id="k", **{argument: value})
+    builder = RingKernelBuilder("k").with_handler(doubler)
+    with pytest.raises(TypeError, match=f"{argument} must be an int"):
+        getattr(builder, f"with_{argument}")(value)
+
+
+@pytest.mark.parametrize("argument", ["grid_size", "block_size"])
+def test_grid_and_block_below_one_are_refused_naming_them(argument: str) -> None:
+    with pytest.raises(ValueError, match=f"{argument} must be at least 1, got 0"):
+        RingKernelConfig(kernel_id="k", **{argument: 0})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=f"{argument} must be at least 1, got -2"):
+        getattr(RingKernelBuilder("k"), f"with_{argument}")(-2)
+    definition = getattr(RingKernelBuilder("k_ok").with_handler(doubler), f"with_{argument}")(
+        np_int(4)
+    ).build()
+    assert getattr(definition, argument) == 4
+
+
+def np_int(value: int) -> Any:
+    import numpy as np
+
+    return np.int32(value)
+
+
+def test_the_builder_s_queue_sizes_are_checked_when_set() -> None:
+    with pytest.raises(ValueError, match="queue_size must be at least 1, got 0"):
+        RingKernelBuilder("k").with_queue_size(0)
+    with pytest.raises(ValueError, match=r"input_queue_size must be an int, got float 1\.5"):
+        RingKernelBuilder("k").with_input_queue_size(1.5)  # type: ignore[arg-type]
