@@ -6,6 +6,7 @@ Async tests run under asyncio and trio (the root conftest).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,3 +171,60 @@ def test_the_builder_s_queue_sizes_are_checked_when_set() -> None:
         RingKernelBuilder("k").with_queue_size(0)
     with pytest.raises(ValueError, match=r"input_queue_size must be an int, got float 1\.5"):
         RingKernelBuilder("k").with_input_queue_size(1.5)  # type: ignore[arg-type]
+
+
+# -- the process-wide pool's MiB settings; a limit lowered below what is held -------------
+
+
+@pytest.fixture
+def fresh_pool() -> Iterator[Any]:
+    from pdc_core.core import memory_pool as path
+
+    saved = path.MemoryPool._instance
+    path.MemoryPool._instance = None
+    try:
+        yield path
+    finally:
+        path.MemoryPool._instance = saved
+
+
+@pytest.mark.parametrize("value", [True, 1.5, "1", b"1"])
+def test_the_pool_s_mib_settings_follow_the_integer_rule(fresh_pool: Any, value: Any) -> None:
+    pool = fresh_pool.MemoryPool()
+    expected = re.escape(f"must be an int, got {type(value).__name__} {value!r}")
+    with pytest.raises(TypeError, match=f"^size_mb {expected}$"):
+        pool.set_limit(value)
+    with pytest.raises(TypeError, match=f"^max_size_mb {expected}$"):
+        fresh_pool.MemoryPool(max_size_mb=value)  # checked even though the pool exists
+    with pytest.raises(TypeError, match=f"^max_size_mb {expected}$"):
+        fresh_pool.configure_memory_pool(max_size_mb=value)
+    with pytest.raises(TypeError, match=f"^initial_size_mb {expected}$"):
+        fresh_pool.MemoryPool(value)
+    assert pool.limit is None  # nothing was set
+
+
+def test_a_negative_mib_setting_names_the_value_given(fresh_pool: Any) -> None:
+    pool = fresh_pool.MemoryPool()
+    with pytest.raises(ValueError, match=r"^size_mb must be at least 0, got -1$"):
+        pool.set_limit(-1)
+    pool.set_limit(np_int(3))
+    assert pool.limit == 3 * 2**20
+
+
+def test_a_release_that_does_not_fit_a_lowered_limit_closes_the_buffer() -> None:
+    import numpy as np
+
+    import pdc_core
+
+    pool = pdc_core.MemoryPool(backend="cpu")
+    first = pool.acquire((256,), np.float32)  # 1 KiB each
+    second = pool.acquire((256,), np.float32)
+    pool.limit = 1024  # below the 2 KiB held (both in use)
+    pool.release(first)
+    assert first.closed
+    assert pool.statistics().bytes_held <= 2048 - 1024
+    pool.release(second)  # fits now: kept for reuse
+    assert not second.closed
+    stats = pool.statistics()
+    assert (stats.bytes_held, stats.buffers_free) == (1024, 1)
+    assert pool.acquire((256,), np.float32) is second
