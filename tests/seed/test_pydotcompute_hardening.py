@@ -228,3 +228,44 @@ def test_a_release_that_does_not_fit_a_lowered_limit_closes_the_buffer() -> None
     stats = pool.statistics()
     assert (stats.bytes_held, stats.buffers_free) == (1024, 1)
     assert pool.acquire((256,), np.float32) is second
+
+
+# -- buffers of raw bytes, records of them, and subarray dtypes --------------------------
+
+
+@pytest.mark.parametrize("dtype", ["V5", [("a", "V3")], [("a", "V3"), ("b", "<i4", (2,))]])
+def test_a_buffer_of_raw_bytes_or_records_of_them_is_usable(dtype: Any) -> None:
+    import numpy as np
+
+    import pdc_core
+
+    buffer = pdc_core.UnifiedBuffer(3, dtype)
+    assert buffer.host.tobytes() == b"\0" * buffer.nbytes  # zeroed on first use
+    buffer.host.view(np.uint8)[:] = 7
+    buffer.sync_to_device()
+    assert buffer.zeros().host.tobytes() == b"\0" * buffer.nbytes
+    pool = pdc_core.MemoryPool(backend="cpu")
+    with pool.lease(3, dtype) as leased:
+        assert leased.host.tobytes() == b"\0" * leased.nbytes
+    assert pool.statistics().buffers_free == 1
+
+
+def test_a_subarray_dtype_is_its_shape_appended() -> None:
+    import numpy as np
+
+    import pdc_core
+    from pdc_core.backend import normalize_shape_dtype
+    from pdc_core.backends.cpu import CPUBackend
+
+    triple = np.dtype((np.int16, (3,)))
+    buffer = pdc_core.UnifiedBuffer(3, triple)
+    assert (buffer.shape, buffer.dtype) == ((3, 3), np.dtype(np.int16))
+    buffer.host[:] = np.arange(9, dtype=np.int16).reshape(3, 3)
+    buffer.sync_to_device()
+    assert buffer.host[2, 2] == 8
+    like = pdc_core.UnifiedBuffer.from_array(np.zeros(3, triple))
+    assert (like.shape, like.dtype) == (buffer.shape, buffer.dtype)
+    assert normalize_shape_dtype((2,), triple) == ((2, 3), np.dtype(np.int16))
+    with pdc_core.MemoryPool(backend="cpu").lease(4, triple) as leased:
+        assert leased.shape == (4, 3)
+    assert CPUBackend().allocate_zeros((2,), triple).shape == (2, 3)
