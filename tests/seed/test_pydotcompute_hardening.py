@@ -269,3 +269,53 @@ def test_a_subarray_dtype_is_its_shape_appended() -> None:
     with pdc_core.MemoryPool(backend="cpu").lease(4, triple) as leased:
         assert leased.shape == (4, 3)
     assert CPUBackend().allocate_zeros((2,), triple).shape == (2, 3)
+
+
+# -- the free-standing RingKernel's state after a cancelled launch -----------------------
+
+
+async def test_a_cancelled_launch_leaves_a_state_that_says_what_launch_will_do(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import anyio
+
+    from pdc_core.exceptions import KernelStateError
+
+    gate = anyio.Event()
+    starting = anyio.Event()
+
+    class HeldRuntime(RingKernelRuntime):
+        async def launch(self, *args: Any, **kwargs: Any) -> Any:
+            starting.set()
+            await gate.wait()  # the kernel is still starting when the caller gives up
+            return await super().launch(*args, **kwargs)
+
+    monkeypatch.setattr(lifecycle, "RingKernelRuntime", HeldRuntime)
+    kernel = lifecycle.RingKernel("held", doubler)
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(kernel.launch)
+            await starting.wait()
+            assert kernel.state == lifecycle.KernelState.LAUNCHED  # launch() would refuse
+            with pytest.raises(KernelStateError, match="still starting"):
+                await kernel.activate()
+            group.cancel_scope.cancel()
+        assert kernel.state == lifecycle.KernelState.TERMINATED  # at once, not later
+        with pytest.raises(KernelStateError, match="launch kernel 'held' in state TERMINATED"):
+            await kernel.launch()
+        gate.set()
+        await kernel.terminate()  # waits for the stop the cancel began
+        assert kernel.state == lifecycle.KernelState.TERMINATED
+        with pytest.raises(KernelStateError, match="in state TERMINATED"):
+            await kernel.send(Request(data=1))
+
+
+async def test_a_failed_launch_reads_failed() -> None:
+    from pdc_core.exceptions import KernelStateError
+
+    kernel = lifecycle.RingKernel("bad_policy", doubler, backpressure="sideways")
+    with pytest.raises(ValueError, match="sideways"):
+        await kernel.launch()
+    assert kernel.state == lifecycle.KernelState.FAILED
+    with pytest.raises(KernelStateError, match="launch kernel 'bad_policy' in state FAILED"):
+        await kernel.launch()
