@@ -284,7 +284,7 @@ async def test_a_cancelled_launch_leaves_a_state_that_says_what_launch_will_do(
     gate = anyio.Event()
     starting = anyio.Event()
 
-    class HeldRuntime(RingKernelRuntime):
+    class HeldRuntime(RingKernelRuntime[Any]):
         async def launch(self, *args: Any, **kwargs: Any) -> Any:
             starting.set()
             await gate.wait()  # the kernel is still starting when the caller gives up
