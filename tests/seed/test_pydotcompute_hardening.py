@@ -319,3 +319,52 @@ async def test_a_failed_launch_reads_failed() -> None:
     assert kernel.state == lifecycle.KernelState.FAILED
     with pytest.raises(KernelStateError, match="launch kernel 'bad_policy' in state FAILED"):
         await kernel.launch()
+
+
+# -- KernelCompiler: each function compiles as itself ------------------------------------
+
+
+def _adder(step: int) -> Any:
+    from pdc_core import cuda
+
+    def add(data: Any, out: Any) -> None:
+        i = cuda.grid(1)
+        if i < data.shape[0]:
+            out[i] = data[i] + step
+
+    return add
+
+
+def test_closures_of_one_function_compile_as_themselves() -> None:
+    import numpy as np
+
+    from pdc_core.compilation.compiler import KernelCompiler
+
+    compiler = KernelCompiler()
+    one, two = _adder(1), _adder(2)
+    data = np.zeros(4, dtype=np.float32)
+    results = []
+    for function in (one, two, one):
+        compiled = compiler.compile(function)
+        out = np.zeros_like(data)
+        kernel: Any = compiled.kernel  # a pdc Kernel: k[grid, block](...)
+        kernel[1, 4](data, out)
+        results.append(out[0])
+    assert results == [1.0, 2.0, 1.0]
+    assert compiler.compile(two) is compiler.compile(two)  # the same function: kept
+
+
+def test_lambdas_on_one_line_and_exec_d_functions_compile_as_themselves() -> None:
+    pytest.importorskip("numba")
+    from pdc_core.compilation.compiler import CompilationOptions, KernelCompiler
+
+    compiler = KernelCompiler(CompilationOptions(device="cpu"))
+    first, second = (lambda x: x + 1), (lambda x: x + 2)
+    assert compiler.compile(first).kernel(1) == 2
+    assert compiler.compile(second).kernel(1) == 3
+    made = []
+    for offset in (10, 20):
+        namespace: dict[str, Any] = {"OFFSET": offset}
+        exec("def shifted(x):\n    return x + OFFSET\n", namespace)
+        made.append(namespace["shifted"])
+    assert [compiler.compile(function).kernel(1) for function in made] == [11, 21]
