@@ -368,3 +368,27 @@ def test_lambdas_on_one_line_and_exec_d_functions_compile_as_themselves() -> Non
         exec("def shifted(x):\n    return x + OFFSET\n", namespace)
         made.append(namespace["shifted"])
     assert [compiler.compile(function).kernel(1) for function in made] == [11, 21]
+
+
+# -- KernelRegistry.register ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["", None, 3, b"k", ("k",)])
+def test_the_registry_refuses_a_name_that_is_not_a_non_empty_str(name: Any) -> None:
+    from pdc_core.decorators.kernel import KernelRegistry
+
+    registry = KernelRegistry()
+    before = registry.list()
+    with pytest.raises(TypeError, match=re.escape(f"must be a non-empty str, got {name!r}")):
+        registry.register(name, doubler)
+    assert registry.list() == before
+
+
+@pytest.mark.parametrize("kernel", [None, 42, "doubler"])
+def test_the_registry_refuses_a_kernel_that_is_not_callable(kernel: Any) -> None:
+    from pdc_core.decorators.kernel import KernelRegistry
+
+    registry = KernelRegistry()
+    with pytest.raises(TypeError, match=re.escape(f"kernel 'k' must be callable, got {kernel!r}")):
+        registry.register("k", kernel)
+    assert registry.get("k") is None
