@@ -392,3 +392,75 @@ def test_the_registry_refuses_a_kernel_that_is_not_callable(kernel: Any) -> None
     with pytest.raises(TypeError, match=re.escape(f"kernel 'k' must be callable, got {kernel!r}")):
         registry.register("k", kernel)
     assert registry.get("k") is None
+
+
+# -- a runtime started by start(): shutdown from another task; never shut down --------------
+
+
+async def test_shutdown_from_another_task_than_start_s_names_both() -> None:
+    import anyio
+
+    from pdc_core import LifecycleError
+
+    runtime: RingKernelRuntime[Any] = RingKernelRuntime()
+    refused: list[BaseException] = []
+
+    async def starter() -> None:
+        await runtime.start()
+
+    async def stranger() -> None:
+        try:
+            await runtime.shutdown()
+        except LifecycleError as error:
+            refused.append(error)
+
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(starter, name="the-starter")
+        async with anyio.create_task_group() as group:
+            group.start_soon(stranger, name="a-stranger")
+        assert len(refused) == 1
+        message = str(refused[0])
+        assert "'a-stranger'" in message
+        assert "'the-starter'" in message
+        assert runtime.is_active  # refused: nothing stopped
+        await runtime.launch("still_running", doubler)
+    # Only the starter may stop it; a runtime never shut down ends with the run.
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_runtime_started_and_never_shut_down_ends_with_the_run(loop: str) -> None:
+    import anyio
+
+    kernels: list[Any] = []
+
+    async def main() -> None:
+        runtime: RingKernelRuntime[Any] = RingKernelRuntime()
+        await runtime.start()
+        kernels.append(await runtime.launch("forgotten", doubler))
+        await runtime.activate("forgotten")
+        reply = await runtime.send_and_receive("forgotten", Request(data=21), timeout=LIMIT)
+        assert reply.result == 42
+        # returns without shutdown()
+
+    anyio.run(main, backend=loop)  # no TrioInternalError, no error at the run's end
+    assert kernels[0].kernel_state in (
+        lifecycle.KernelState.TERMINATED,
+        lifecycle.KernelState.FAILED,
+    )
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "trio"])
+def test_a_runtime_started_in_a_child_task_that_ended_still_serves(loop: str) -> None:
+    import anyio
+
+    async def main() -> None:
+        runtime: RingKernelRuntime[Any] = RingKernelRuntime()
+        async with anyio.create_task_group() as group:
+            group.start_soon(runtime.start)  # that task ends; the runtime stays up
+        await runtime.launch("served", doubler)
+        await runtime.activate("served")
+        reply = await runtime.send_and_receive("served", Request(data=2), timeout=LIMIT)
+        assert reply.result == 4
+
+    anyio.run(main, backend=loop)

@@ -55,6 +55,21 @@ class KernelConfig(Protocol):
     def definition(self, func: KernelFunction) -> RingKernelDefinition: ...
 
 
+class _Host:
+    """A started runtime's host task: who started it, and the events between them."""
+
+    def __init__(self, starter: object, starter_name: str | None) -> None:
+        # The task object itself, held: an id (anyio's TaskInfo) is reused once the
+        # task ends, and another task could then pass for it.
+        self.starter = starter
+        self.starter_name = starter_name
+        self.ready = anyio.Event()  # the nursery is open (or failed to open)
+        self.stop = anyio.Event()  # shutdown() asks the host to close it
+        self.done = anyio.Event()  # the host has ended
+        self.timeout = 5.0  # shutdown()'s drain time, set before ``stop``
+        self.error: BaseException | None = None
+
+
 class RingKernelRuntime(Generic[TelemetryT]):
     """Launches ring kernels and routes messages to them (PyDotCompute's runtime).
 
@@ -110,7 +125,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         self._kernels: dict[str, RingKernel | PersistentRingKernel] = {}
         self._nursery: ActorNursery | None = None
         self._active = False
-        self._started = False  # by start(): shutdown() closes the nursery
+        self._host: _Host | None = None  # by start(): the task that runs the nursery
 
     async def __aenter__(self) -> Self:
         await full_checkpoint(current_kit())  # a checkpoint on every path
@@ -154,17 +169,55 @@ class RingKernelRuntime(Generic[TelemetryT]):
         """Start the runtime without ``async with`` (PyDotCompute's way); ``await
         shutdown()`` ends it.
 
-        It opens the runtime's nursery in the calling task, so :meth:`shutdown` must
-        be awaited by that same task (``try: ... finally: await runtime.shutdown()``),
-        and the kernels live until it is. A kernel that crashes meanwhile cancels that
-        task, as in an ``async with`` block, and ``shutdown`` then raises
+        The runtime's nursery runs in a task of the event loop's own (as a free-standing
+        :class:`~pdc_core.ring_kernels.lifecycle.RingKernel`'s does), so a runtime never
+        shut down is cancelled, with its kernels, when the event loop's run ends, under
+        asyncio and trio alike. :meth:`shutdown` must be awaited by the task that called
+        ``start()`` (``try: ... finally: await runtime.shutdown()``); from another task
+        it raises :class:`~pdc_core.LifecycleError` naming both. A kernel that crashes
+        meanwhile stops the runtime (``is_active`` turns False) and ``shutdown`` raises
         :class:`~pdc_core.ActorCrashed`. Prefer ``async with RingKernelRuntime() as
         runtime:``, which cannot forget the ``shutdown``. Raises
         :class:`~pdc_core.LifecycleError` if the runtime was started before. A caller
-        already cancelled on entry starts nothing.
+        already cancelled on entry starts nothing; cancelled while it starts, the
+        runtime is stopped again.
         """
-        await self.__aenter__()
-        self._started = True
+        kit = current_kit()
+        await full_checkpoint(kit)  # a checkpoint on every path
+        if self._nursery is not None or self._host is not None:
+            raise LifecycleError("a RingKernelRuntime can be entered only once")
+        host = self._host = _Host(kit.current_task(), anyio.get_current_task().name)
+        kit.spawn_system_task(lambda: self._run_host(host), name="pdc-ring-kernel-runtime")
+        try:
+            await host.ready.wait()
+        except BaseException:
+            host.stop.set()  # the caller gave up: the runtime does not outlive start()
+            raise
+        if not self._active and host.error is not None:
+            raise host.error
+
+    async def _run_host(self, host: _Host) -> None:
+        """The task of the event loop's own that runs a started runtime's nursery until
+        :meth:`shutdown` (or a crash, or the run's end). It keeps errors for
+        ``shutdown`` (a system task must not raise) and ends when cancelled."""
+        try:
+            await self.__aenter__()
+            try:
+                host.ready.set()
+                await host.stop.wait()
+            except BaseException as exc:  # a kernel's crash cancelled it, or the run ends
+                if not await self._close(type(exc), exc, exc.__traceback__, host.timeout):
+                    raise
+                return
+            await self._close(None, None, None, host.timeout)
+        except anyio.get_cancelled_exc_class():
+            raise  # the run is ending: a system task may end so
+        except BaseException as exc:  # kept for start()/shutdown()
+            host.error = exc
+        finally:
+            self._active = False
+            host.ready.set()
+            host.done.set()
 
     @asynccontextmanager
     async def kernel_scope(
@@ -405,15 +458,30 @@ class RingKernelRuntime(Generic[TelemetryT]):
 
         A caller already cancelled on entry terminates nothing; cancelled while it
         waits, the kernels stay terminating (they take no new messages). For a runtime
-        started by :meth:`start` it is the end of the ``async with`` block: the
-        runtime stops even when the caller is cancelled, and a kernel's crash is raised
-        as :class:`~pdc_core.ActorCrashed`.
+        started by :meth:`start` it is the end of the ``async with`` block, awaited by
+        the task that called ``start()`` (from another task: a
+        :class:`~pdc_core.LifecycleError` naming both, and nothing stops): the runtime
+        stops even when the caller is cancelled, and a kernel's crash is raised as
+        :class:`~pdc_core.ActorCrashed`.
         """
-        if self._started:  # started by start(), not by ``async with``: leave the runtime
-            self._started = False
-            await self._close(None, None, None, timeout)
+        host = self._host
+        if host is None:  # in ``async with``: its end closes the nursery
+            await self._terminate_all(timeout)
             return
-        await self._terminate_all(timeout)
+        if current_kit().current_task() is not host.starter:
+            raise LifecycleError(
+                f"shutdown() was called from task {anyio.get_current_task().name!r}, but "
+                f"start() ran in task {host.starter_name!r}: await shutdown() in the task "
+                "that called start()"
+            )
+        host.timeout = seconds_or_inf(check_timeout(timeout))  # checked before it stops
+        host.stop.set()
+        with anyio.CancelScope(shield=True):  # the runtime stops even when cancelled
+            await host.done.wait()
+        error, host.error = host.error, None
+        if error is not None:
+            raise error
+        await full_checkpoint(current_kit())  # a checkpoint on every path
 
     async def _terminate_all(self, timeout: float) -> None:
         await full_checkpoint(current_kit())  # a checkpoint on every path
