@@ -49,6 +49,7 @@ __all__ = [
     "ShapeLike",
     "UnifiedBuffer",
     "normalize_shape_dtype",
+    "zero_fill",
 ]
 
 ShapeLike = SupportsIndex | Sequence[SupportsIndex]

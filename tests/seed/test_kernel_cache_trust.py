@@ -59,7 +59,7 @@ def test_without_xdg_cache_home_the_default_is_under_home_s_cache(
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     expected = "Library/Caches" if sys.platform == "darwin" else ".cache"
-    assert cache_module.user_cache_dir() == tmp_path / expected
+    assert cache_module._user_cache_dir() == tmp_path / expected
 
 
 @posix_only

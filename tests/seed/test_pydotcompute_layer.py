@@ -148,8 +148,7 @@ async def test_a_crash_after_start_is_raised_by_shutdown_and_the_runtime_stops()
         try:
             await runtime.launch("layer_crash", crash)
             await runtime.activate("layer_crash")
-            while runtime.is_active:  # the crash stops the runtime, in its own task
-                await anyio.sleep(0.001)
+            await runtime.get_kernel("layer_crash").wait()  # it crashed
         finally:
             await runtime.shutdown()
 

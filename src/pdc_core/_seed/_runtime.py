@@ -47,7 +47,7 @@ __all__ = ["RingKernelRuntime", "TelemetryT"]
 TelemetryT = TypeVar("TelemetryT", bound="Telemetry | None")
 
 
-class KernelConfig(Protocol):
+class _KernelConfig(Protocol):
     """What ``launch(config=)`` takes: PyDotCompute's ``RingKernelConfig``
     (:mod:`pdc_core.ring_kernels.lifecycle`, a layer above this module), which makes
     pdc's definition of a kernel function."""
@@ -281,7 +281,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         kernel_id: str,
         kernel_func: KernelFunction | RingKernelDefinition | PersistentKernelSpec | None = None,
         *,
-        config: KernelConfig | None = None,
+        config: _KernelConfig | None = None,
         input_type: type | None = None,
         output_type: type | None = None,
         queue_size: int | None = None,
@@ -370,7 +370,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
     def _definition(
         kernel_id: str,
         kernel_func: KernelFunction | RingKernelDefinition | None,
-        config: KernelConfig | None,
+        config: _KernelConfig | None,
         input_type: type | None,
         output_type: type | None,
         queue_size: int | None,

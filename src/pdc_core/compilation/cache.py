@@ -77,7 +77,7 @@ class CacheEntry:
     hit_count: int = 0
 
 
-def user_cache_dir() -> Path:
+def _user_cache_dir() -> Path:
     """The user's own cache directory on this platform (not created here)."""
     if sys.platform == "win32":
         local = os.environ.get("LOCALAPPDATA")
@@ -171,7 +171,7 @@ class KernelCache:
         self._max_entries = check_count(max_entries, "max_entries")
         self._max_size_bytes = check_count(max_size_mb, "max_size_mb") * 1024 * 1024
         if cache_dir is None:
-            cache_dir = user_cache_dir() / "pdc" / "pydotcompute_cache"
+            cache_dir = _user_cache_dir() / "pdc" / "pydotcompute_cache"
         self._cache_dir = _private_directory(Path(cache_dir))
         self._index_file = self._cache_dir / "index.json"
         # Least recently used first: a use moves an entry to the end.
