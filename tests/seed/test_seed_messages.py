@@ -202,6 +202,14 @@ _ARRAY = '"data": {"$array": {"dtype": "<i2", "shape": %s, "data": "%s", "scalar
         (_REQUEST % '"data": {"$tuple": {"a": 1}}', "a $tuple value must be a list"),
         (_REQUEST % '"data": {"$dict": [[1, 2, 3]]}', "a $dict value must be a list of [key"),
         (_REQUEST % '"data": {"$bytes": 5}', "a $bytes value must be a base64 string"),
+        (
+            _REQUEST % '"data": {"$uuid": "{12345678-1234-5678-1234-567812345678}"}',
+            "a $uuid value must be a UUID in canonical form",
+        ),
+        (
+            _REQUEST % '"message_id": {"$uuid": "12345678-1234-5678-1234-56781234567A"}',
+            "canonical form",
+        ),
         (_REQUEST % (_ARRAY % ("[-1]", "", "false")), "shape must be a list of non-negative"),
         (_REQUEST % (_ARRAY % ("[true]", "AAA=", "false")), "shape must be a list of non-negative"),
         (_REQUEST % (_ARRAY % ("[3]", "AAA=", "false")), "holds 2 bytes, not 6"),

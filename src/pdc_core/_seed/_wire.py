@@ -27,12 +27,12 @@ an untrusted peer cannot run code; a class is found by its module and qualified 
 
 The decoder accepts only what the encoder writes: a duplicate key anywhere, a message
 object with keys other than ``$message`` and ``fields``, a ``message_id`` that is not
-a ``$uuid`` (or a ``correlation_id`` that is neither one nor ``null``), a ``$tuple``
-or ``$dict`` that is not a list (of pairs), and an ``$array`` whose shape is not a
-list of non-negative ints, whose data does not fill exactly that shape, or that is a
-``scalar`` of more than zero dimensions are refused, each naming the problem. So a
-peer cannot hand a kernel an id it cannot hash, nor bytes that decode differently
-from how they would encode.
+a ``$uuid`` (or a ``correlation_id`` that is neither one nor ``null``), a ``$uuid``
+not in canonical form, a ``$tuple`` or ``$dict`` that is not a list (of pairs), and
+an ``$array`` whose shape is not a list of non-negative ints, whose data does not
+fill exactly that shape, or that is a ``scalar`` of more than zero dimensions are
+refused, each naming the problem. So a peer cannot hand a kernel an id it cannot
+hash, nor bytes that decode differently from how they would encode.
 """
 
 from __future__ import annotations
@@ -176,7 +176,10 @@ def _restore(value: Any) -> Any:
     if tag == "$uuid":
         if not isinstance(content, str):  # uuid.UUID(123) is an AttributeError
             raise TypeError(f"a $uuid value must be a string, not {content!r}")
-        return uuid.UUID(content)
+        parsed = uuid.UUID(content)
+        if str(parsed) != content:  # braces, a urn: prefix, capitals: never written
+            raise ValueError(f"a $uuid value must be a UUID in canonical form, not {content!r}")
+        return parsed
     if tag == "$bytes":
         if not isinstance(content, str):
             raise TypeError(f"a $bytes value must be a base64 string, not {content!r}")
