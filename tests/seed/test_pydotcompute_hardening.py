@@ -121,7 +121,7 @@ async def test_queue_size_and_backpressure_given_beside_config_override_it() -> 
         definition = kernel.definition  # type: ignore[union-attr]
         assert (definition.input_queue_size, definition.backpressure.value) == (7, "drop_oldest")
         with pytest.raises(TypeError, match=r"config must be a .*RingKernelConfig, got 3"):
-            await runtime.launch("config_bad", adder, config=3)  # type: ignore[arg-type]
+            await runtime.launch("config_bad", adder, config=3)
         assert "config_bad" not in runtime.kernel_ids
 
 
@@ -403,29 +403,36 @@ async def test_shutdown_from_another_task_than_start_s_names_both() -> None:
     from pdc_core import LifecycleError
 
     runtime: RingKernelRuntime[Any] = RingKernelRuntime()
+    started, tried = anyio.Event(), anyio.Event()
     refused: list[BaseException] = []
 
     async def starter() -> None:
         await runtime.start()
+        await runtime.launch("still_running", doubler)
+        started.set()
+        await tried.wait()
+        await runtime.shutdown()  # the task that started it stops it
 
     async def stranger() -> None:
         try:
             await runtime.shutdown()
         except LifecycleError as error:
             refused.append(error)
+            assert runtime.is_active  # refused: nothing stopped
+            assert runtime.kernel_ids == ["still_running"]
+        finally:
+            tried.set()
 
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as group:
             group.start_soon(starter, name="the-starter")
-        async with anyio.create_task_group() as group:
+            await started.wait()
             group.start_soon(stranger, name="a-stranger")
-        assert len(refused) == 1
-        message = str(refused[0])
-        assert "'a-stranger'" in message
-        assert "'the-starter'" in message
-        assert runtime.is_active  # refused: nothing stopped
-        await runtime.launch("still_running", doubler)
-    # Only the starter may stop it; a runtime never shut down ends with the run.
+    assert len(refused) == 1
+    message = str(refused[0])
+    assert "'a-stranger'" in message
+    assert "'the-starter'" in message
+    assert not runtime.is_active
 
 
 @pytest.mark.parametrize("loop", ["asyncio", "trio"])

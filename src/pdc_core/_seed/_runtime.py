@@ -281,7 +281,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         kernel_id: str,
         kernel_func: KernelFunction | RingKernelDefinition | PersistentKernelSpec | None = None,
         *,
-        config: _KernelConfig | None = None,
+        config: Any = None,  # a RingKernelConfig: a layer above, so not named here
         input_type: type | None = None,
         output_type: type | None = None,
         queue_size: int | None = None,
