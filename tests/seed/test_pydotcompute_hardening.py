@@ -471,3 +471,13 @@ def test_a_runtime_started_in_a_child_task_that_ended_still_serves(loop: str) ->
         assert reply.result == 4
 
     anyio.run(main, backend=loop)
+
+
+async def test_a_bad_shutdown_timeout_stops_nothing() -> None:
+    runtime: RingKernelRuntime[Any] = RingKernelRuntime()
+    await runtime.start()
+    with pytest.raises(TypeError, match="timeout"):
+        await runtime.shutdown(timeout="soon")  # type: ignore[arg-type]
+    assert runtime.is_active
+    await runtime.shutdown()
+    assert not runtime.is_active

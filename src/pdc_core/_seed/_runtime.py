@@ -468,20 +468,26 @@ class RingKernelRuntime(Generic[TelemetryT]):
         if host is None:  # in ``async with``: its end closes the nursery
             await self._terminate_all(timeout)
             return
-        if current_kit().current_task() is not host.starter:
+        kit = current_kit()
+        if kit.current_task() is not host.starter:
+            await full_checkpoint(kit)  # a checkpoint on every path
             raise LifecycleError(
                 f"shutdown() was called from task {anyio.get_current_task().name!r}, but "
                 f"start() ran in task {host.starter_name!r}: await shutdown() in the task "
                 "that called start()"
             )
-        host.timeout = seconds_or_inf(check_timeout(timeout))  # checked before it stops
+        try:
+            host.timeout = seconds_or_inf(check_timeout(timeout))  # checked before it stops
+        except (TypeError, ValueError):
+            await full_checkpoint(kit)  # a checkpoint on every path
+            raise
         host.stop.set()
         with anyio.CancelScope(shield=True):  # the runtime stops even when cancelled
             await host.done.wait()
         error, host.error = host.error, None
         if error is not None:
             raise error
-        await full_checkpoint(current_kit())  # a checkpoint on every path
+        await full_checkpoint(kit)  # a checkpoint on every path
 
     async def _terminate_all(self, timeout: float) -> None:
         await full_checkpoint(current_kit())  # a checkpoint on every path
