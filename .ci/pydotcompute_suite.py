@@ -118,13 +118,19 @@ def unpack(sdist: Path, work: Path) -> Path:
     return tree
 
 
+def _with_callers_path(first: Path) -> str:
+    """``first``, then the caller's PYTHONPATH: a worktree that puts its sources there
+    (instead of the venv's install) is the pdc_core judged."""
+    return os.pathsep.join(filter(None, [str(first), os.environ.get("PYTHONPATH")]))
+
+
 def run_tests(tree: Path, work: Path) -> dict[str, str]:
     """Run the rewritten tests in ``tree``; each test id's outcome."""
     (work / "_pdc_suite_recorder.py").write_text(RECORDER, encoding="utf-8")
     outcomes = work / "outcomes.json"
     env = {
         **os.environ,
-        "PYTHONPATH": str(work),
+        "PYTHONPATH": _with_callers_path(work),
         "PDC_SUITE_OUTCOMES": str(outcomes),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
@@ -178,7 +184,7 @@ def check_migration_guide(source: Path) -> int:
     """tests/seed/test_pydotcompute_paths.py with the sdist's package findable in ``source``."""
     # The test finds the package's files with importlib.util.find_spec and reads them;
     # it never imports PyDotCompute.
-    env = {**os.environ, "PYTHONPATH": str(source), "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONPATH": _with_callers_path(source), "PYTHONDONTWRITEBYTECODE": "1"}
     test = "tests/seed/test_pydotcompute_paths.py"
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test]
     print(f"+ PYTHONPATH=<the sdist's source> {' '.join(command[2:])}", flush=True)

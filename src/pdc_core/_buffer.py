@@ -49,6 +49,7 @@ __all__ = [
     "ShapeLike",
     "UnifiedBuffer",
     "normalize_shape_dtype",
+    "zero_fill",
 ]
 
 ShapeLike = SupportsIndex | Sequence[SupportsIndex]
@@ -85,6 +86,8 @@ def normalize_shape_dtype(
 ) -> tuple[tuple[int, ...], np.dtype[Any]]:
     """Validate a shape and dtype and return them in canonical form.
 
+    A subarray dtype gives its base dtype with its shape appended (``(3,)`` of
+    ``(int16, (3,))`` is ``(3, 3)`` of ``int16``), as NumPy's arrays have them.
     Raises ``TypeError`` for a shape that is not made of integers or a dtype that
     NumPy does not know or that cannot live in device memory (object, or flexible
     without a size), and ``ValueError`` for a negative dimension or for an array too
@@ -155,7 +158,17 @@ def _normalize_shape_dtype(
         raise TypeError(f"dtype {canonical} holds Python objects, which cannot live on a device")
     if canonical.itemsize == 0:
         raise TypeError(f"dtype {canonical} has no size; give one, such as 'U8' or 'S16'")
+    if canonical.subdtype is not None:
+        # A subarray dtype (int16, (3,)) is its shape appended, as NumPy makes arrays.
+        base, inner = canonical.subdtype
+        return (*normalized, *inner), base
     return tuple(normalized), canonical
+
+
+def zero_fill(array: npt.NDArray[Any]) -> None:
+    """Every byte of ``array`` zero, whatever its dtype (``fill(0)`` refuses raw bytes
+    ``V5`` and records holding them)."""
+    array[...] = np.zeros((), array.dtype)
 
 
 class BufferState(enum.Enum):
@@ -258,7 +271,7 @@ class UnifiedBuffer:
         self._check_open()
         if self._host is None:
             host = self._allocate_host(self._shape, self._dtype)
-            host.fill(0)
+            zero_fill(host)
             self._attach_host(host, view)
             return host
         return self._host
@@ -512,8 +525,10 @@ class UnifiedBuffer:
         return self
 
     def zeros(self) -> UnifiedBuffer:
-        """Set every element to zero; returns the buffer."""
-        return self.fill(0)
+        """Set every element to zero (every byte: records and raw bytes too); returns
+        the buffer."""
+        zero_fill(self.host)
+        return self
 
     # -- lifetime ---------------------------------------------------------------------
 

@@ -106,7 +106,8 @@ class MemoryPool:
     def limit(self) -> int | None:
         """The byte limit, or ``None``. Setting it (checked as in the constructor) evicts
         free buffers, oldest first, until the bytes held fit; buffers in use stay, and
-        later acquisitions wait for no room: they are refused until releases make some."""
+        later acquisitions wait for no room: they are refused until releases make some.
+        While the bytes held exceed the limit, a released buffer is closed, not kept."""
         return self._limit
 
     @limit.setter
@@ -191,8 +192,10 @@ class MemoryPool:
                     raise PoolError(f"{buffer!r} was released twice")
                 raise PoolError(f"{buffer!r} was not handed out by this pool")
             self._bytes_in_use -= buffer.nbytes
-            if not self._enabled:
-                buffer.close()  # a pass-through pool gives the memory back now
+            if not self._enabled or (self._limit is not None and self._bytes_held > self._limit):
+                # A pass-through pool gives the memory back now; so does one whose limit
+                # was lowered below what it holds: it never keeps more than its limit.
+                buffer.close()
             if buffer.closed:  # its memory went back already: nothing to keep for reuse
                 self._bytes_held -= buffer.nbytes
                 return

@@ -148,7 +148,7 @@ async def test_a_crash_after_start_is_raised_by_shutdown_and_the_runtime_stops()
         try:
             await runtime.launch("layer_crash", crash)
             await runtime.activate("layer_crash")
-            await anyio.sleep_forever()  # cancelled by the crash, as in ``async with``
+            await runtime.get_kernel("layer_crash").wait()  # it crashed
         finally:
             await runtime.shutdown()
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import re
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -396,3 +398,95 @@ def test_every_public_pydotcompute_name_is_provided_or_said_not_to_be() -> None:
     for path, names in missing.items():  # only real names are said missing, and only once
         assert names <= real[path], (path, names - real[path])
         assert not names & provided.get(path, set()), path
+
+
+def _parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    """The names a caller can pass by keyword (``self``/``cls`` and ``*args`` left out)."""
+    arguments = function.args
+    named = [arg.arg for arg in arguments.args + arguments.kwonlyargs]
+    return [name for name in named if name not in ("self", "cls")]
+
+
+def _accepted(target: Any) -> set[str] | None:
+    """The keywords ``target`` accepts, or None for any (a ``**kwargs`` of its own)."""
+    owner = getattr(target, "__objclass__", None)
+    if isinstance(owner, type) and issubclass(owner, BaseException):
+        return set()  # a built-in exception's __init__ takes no keyword
+    try:
+        parameters = inspect.signature(target).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return None
+    return {
+        parameter.name
+        for parameter in parameters
+        if parameter.kind is not parameter.POSITIONAL_ONLY
+    }
+
+
+def _pydotcompute_differences() -> dict[str, set[str] | None]:
+    """PyDotCompute's public functions and methods on the paths pdc provides whose
+    keywords pdc's object does not accept (the names missing), or which pdc's class
+    does not have (None); keyed ``Class.method``, ``Class`` (its constructor) or
+    ``function``."""
+    spec = importlib.util.find_spec("pydotcompute")
+    if spec is None or spec.origin is None:
+        pytest.skip("PyDotCompute is not installed")
+    root = Path(spec.origin).parent
+    found: dict[str, set[str] | None] = {}
+    for path, names in _documented_paths().items():
+        if not names:
+            continue
+        file = root.joinpath(*path.split(".")) if path else root
+        file = file / "__init__.py" if file.is_dir() else file.with_suffix(".py")
+        module = importlib.import_module(_pdc_module(path))
+        for node in ast.parse(file.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in names:
+                members = [(node.name, getattr(module, node.name), node)]
+            elif isinstance(node, ast.ClassDef) and node.name in names:
+                owner = getattr(module, node.name)
+                members = [
+                    (
+                        node.name if item.name == "__init__" else f"{node.name}.{item.name}",
+                        getattr(owner, item.name, None),
+                        item,
+                    )
+                    for item in node.body
+                    if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef)
+                    and (item.name == "__init__" or not item.name.startswith("_"))
+                ]
+            else:
+                continue
+            for key, target, function in members:
+                wanted = set(_parameters(function))
+                accepted = wanted if target is None else _accepted(target)
+                if target is None:
+                    found[key] = None
+                elif accepted is not None and wanted - accepted:
+                    found[key] = wanted - accepted
+    return found
+
+
+def _documented_differences() -> dict[str, set[str]]:
+    """The section's code spans ``Name(keyword=, ...)`` or ``Name``: name -> keywords."""
+    text = DOC.read_text(encoding="utf-8")
+    start = text.index("\n## Keywords and methods that differ\n")
+    end = text.find("\n## ", start + 1)
+    listed: dict[str, set[str]] = {}
+    for code in _CODE.findall(text[start : end if end != -1 else None]):
+        match = re.fullmatch(r"([\w.]+)(?:\(((?:\w+=(?:, )?)+)\))?", code)
+        if match:
+            keywords = set(re.findall(r"(\w+)=", match[2] or ""))
+            listed.setdefault(match[1], set()).update(keywords)
+    return listed
+
+
+def test_every_pydotcompute_keyword_is_accepted_or_its_edit_listed() -> None:
+    listed = _documented_differences()
+    unlisted = {
+        key: missing
+        for key, missing in _pydotcompute_differences().items()
+        if key not in listed or not (missing or set()) <= listed[key]
+    }
+    assert unlisted == {}

@@ -173,3 +173,98 @@ def test_bytes_of_another_class_are_refused() -> None:
 
     with pytest.raises(MessageDeserializationError, match="hold a Response message"):
         Request.deserialize(Response(result=1).serialize())
+
+
+_REQUEST = '{"$message": "pdc_core:Request", "fields": {%s}}'
+_ARRAY = '"data": {"$array": {"dtype": "<i2", "shape": %s, "data": "%s", "scalar": %s}}'
+
+
+@pytest.mark.parametrize(
+    ("document", "fragment"),
+    [
+        # ids a kernel hashes to route replies (issue 40, item 3)
+        (_REQUEST % '"message_id": [1]', "message_id of a pdc_core:Request message must be a UUID"),
+        (_REQUEST % '"message_id": "0b4c"', "must be a UUID, not '0b4c'"),
+        (_REQUEST % '"message_id": null', "must be a UUID, not None"),
+        (_REQUEST % '"correlation_id": {"a": 1}', "correlation_id of a pdc_core:Request"),
+        (_REQUEST % '"correlation_id": 7', "must be a UUID or null, not 7"),
+        # what the encoder never writes (item 4)
+        (_REQUEST % '"data": {"a": 1, "a": 2}', "duplicate key 'a'"),
+        (
+            '{"$message": "pdc_core:Request", "$message": "pdc_core:Response", "fields": {}}',
+            "duplicate key '$message'",
+        ),
+        (
+            '{"$message": "pdc_core:Request", "fields": {}, "x": 1}',
+            "keys ['$message', 'fields', 'x']",
+        ),
+        (_REQUEST % '"data": {"$tuple": "abc"}', "a $tuple value must be a list, not 'abc'"),
+        (_REQUEST % '"data": {"$tuple": {"a": 1}}', "a $tuple value must be a list"),
+        (_REQUEST % '"data": {"$dict": [[1, 2, 3]]}', "a $dict value must be a list of [key"),
+        (_REQUEST % '"data": {"$bytes": 5}', "a $bytes value must be a base64 string"),
+        (
+            _REQUEST % '"data": {"$uuid": "{12345678-1234-5678-1234-567812345678}"}',
+            "a $uuid value must be a UUID in canonical form",
+        ),
+        (
+            _REQUEST % '"message_id": {"$uuid": "12345678-1234-5678-1234-56781234567A"}',
+            "canonical form",
+        ),
+        (_REQUEST % (_ARRAY % ("[-1]", "", "false")), "shape must be a list of non-negative"),
+        (_REQUEST % (_ARRAY % ("[true]", "AAA=", "false")), "shape must be a list of non-negative"),
+        (_REQUEST % (_ARRAY % ("[3]", "AAA=", "false")), "holds 2 bytes, not 6"),
+        (_REQUEST % (_ARRAY % ("[1]", "AAA=", "true")), "shape [1] cannot be scalar=True"),
+        (_REQUEST % (_ARRAY % ("[]", "AAA=", "1")), "cannot be scalar=1"),
+        (
+            _REQUEST % '"data": {"$array": {"dtype": "<i2", "shape": [], "data": "AAA="}}',
+            "must hold dtype, shape, data and scalar",
+        ),
+        (
+            _REQUEST % '"data": {"$array": {"dtype": [["a"]], "shape": [], "data": "", '
+            '"scalar": true}}',
+            "is not a NumPy description",
+        ),
+    ],
+)
+def test_the_decoder_refuses_what_the_encoder_never_writes(document: str, fragment: str) -> None:
+    from pdc_core import MessageDeserializationError
+
+    with pytest.raises(MessageDeserializationError) as info:
+        Request.deserialize(document.encode())
+    assert fragment in str(info.value)
+
+
+def test_a_nested_message_s_ids_are_checked_too() -> None:
+    from pdc_core import MessageDeserializationError
+
+    inner = '{"$message": "pdc_core:Response", "fields": {"correlation_id": [1]}}'
+    with pytest.raises(MessageDeserializationError, match="correlation_id of a pdc_core:Response"):
+        Request.deserialize((_REQUEST % f'"data": {inner}').encode())
+
+
+def test_what_the_encoder_writes_still_decodes_with_its_ids() -> None:
+    reply = Response(result=(1,), correlation_id=uuid.uuid4())
+    assert Response.deserialize(reply.serialize()) == reply
+    assert Request.deserialize(Request(data=[Request()]).serialize()).data[0].correlation_id is None
+
+
+def test_structured_arrays_come_back_with_their_fields() -> None:
+    import numpy as np
+
+    record = np.dtype(
+        [("id", "<u4"), ("xyz", "<f4", (3,)), ("inner", [("flag", "u1")])], align=True
+    )
+    titled = np.dtype([(("a title", "a"), "<i4"), ("b", "V3")])
+    for dtype in (record, titled, np.dtype("V5")):
+        array = np.zeros(4, dtype)
+        array.view(np.uint8)[:] = np.arange(array.nbytes, dtype=np.uint8)
+        restored = Request.deserialize(Request(data=array).serialize()).data
+        assert (restored.dtype, restored.dtype.names, restored.shape) == (
+            dtype,
+            dtype.names,
+            (4,),
+        )
+        assert restored.tobytes() == array.tobytes()
+        scalar = Request.deserialize(Request(data=array[1]).serialize()).data
+        assert scalar.dtype == dtype
+        assert repr(scalar.tolist()) == repr(array[1].tolist())  # the fields, not padding

@@ -181,10 +181,8 @@ class RingKernelDefinition:
             raise ValueError(f"kernel_id must be a non-empty string, got {kernel_id!r}")
         input_queue_size = check_queue_size(input_queue_size, "input_queue_size")
         output_queue_size = check_queue_size(output_queue_size, "output_queue_size")
-        if grid_size < 1 or block_size < 1:
-            raise ValueError(
-                f"grid_size and block_size must be >= 1, got {grid_size}, {block_size}"
-            )
+        grid_size = check_count(grid_size, "grid_size")
+        block_size = check_count(block_size, "block_size")
         for label, kind in (("input_type", input_type), ("output_type", output_type)):
             if kind is not None and not isinstance(kind, type):
                 raise TypeError(f"{label} must be a class, got {kind!r}")

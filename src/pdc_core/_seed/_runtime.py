@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Literal, Self, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar, cast, overload
 
 import anyio
 
@@ -29,7 +29,13 @@ from .._exceptions import (
 from .._loop import check_duration, check_timeout, current_kit, full_checkpoint, seconds_or_inf
 from ._lifecycle import FINAL_STATES, KernelState
 from ._persistent_runtime import PersistentRingKernel, launch_persistent
-from ._ring_kernel import KernelFunction, RingKernel, RingKernelDefinition, get_ring_kernel
+from ._ring_kernel import (
+    KernelFunction,
+    RingKernel,
+    RingKernelDefinition,
+    check_queue_size,
+    get_ring_kernel,
+)
 from ._telemetry import Telemetry
 
 if TYPE_CHECKING:
@@ -39,6 +45,29 @@ __all__ = ["RingKernelRuntime", "TelemetryT"]
 
 #: What ``get_telemetry`` returns: ``Telemetry``, or ``None`` with telemetry disabled.
 TelemetryT = TypeVar("TelemetryT", bound="Telemetry | None")
+
+
+class _KernelConfig(Protocol):
+    """What ``launch(config=)`` takes: PyDotCompute's ``RingKernelConfig``
+    (:mod:`pdc_core.ring_kernels.lifecycle`, a layer above this module), which makes
+    pdc's definition of a kernel function."""
+
+    def definition(self, func: KernelFunction) -> RingKernelDefinition: ...
+
+
+class _Host:
+    """A started runtime's host task: who started it, and the events between them."""
+
+    def __init__(self, starter: object, starter_name: str | None) -> None:
+        # The task object itself, held: an id (anyio's TaskInfo) is reused once the
+        # task ends, and another task could then pass for it.
+        self.starter = starter
+        self.starter_name = starter_name
+        self.ready = anyio.Event()  # the nursery is open (or failed to open)
+        self.stop = anyio.Event()  # shutdown() asks the host to close it
+        self.done = anyio.Event()  # the host has ended
+        self.timeout = 5.0  # shutdown()'s drain time, set before ``stop``
+        self.error: BaseException | None = None
 
 
 class RingKernelRuntime(Generic[TelemetryT]):
@@ -96,7 +125,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         self._kernels: dict[str, RingKernel | PersistentRingKernel] = {}
         self._nursery: ActorNursery | None = None
         self._active = False
-        self._started = False  # by start(): shutdown() closes the nursery
+        self._host: _Host | None = None  # by start(): the task that runs the nursery
 
     async def __aenter__(self) -> Self:
         await full_checkpoint(current_kit())  # a checkpoint on every path
@@ -140,17 +169,55 @@ class RingKernelRuntime(Generic[TelemetryT]):
         """Start the runtime without ``async with`` (PyDotCompute's way); ``await
         shutdown()`` ends it.
 
-        It opens the runtime's nursery in the calling task, so :meth:`shutdown` must
-        be awaited by that same task (``try: ... finally: await runtime.shutdown()``),
-        and the kernels live until it is. A kernel that crashes meanwhile cancels that
-        task, as in an ``async with`` block, and ``shutdown`` then raises
+        The runtime's nursery runs in a task of the event loop's own (as a free-standing
+        :class:`~pdc_core.ring_kernels.lifecycle.RingKernel`'s does), so a runtime never
+        shut down is cancelled, with its kernels, when the event loop's run ends, under
+        asyncio and trio alike. :meth:`shutdown` must be awaited by the task that called
+        ``start()`` (``try: ... finally: await runtime.shutdown()``); from another task
+        it raises :class:`~pdc_core.LifecycleError` naming both. A kernel that crashes
+        meanwhile stops the runtime (``is_active`` turns False) and ``shutdown`` raises
         :class:`~pdc_core.ActorCrashed`. Prefer ``async with RingKernelRuntime() as
         runtime:``, which cannot forget the ``shutdown``. Raises
         :class:`~pdc_core.LifecycleError` if the runtime was started before. A caller
-        already cancelled on entry starts nothing.
+        already cancelled on entry starts nothing; cancelled while it starts, the
+        runtime is stopped again.
         """
-        await self.__aenter__()
-        self._started = True
+        kit = current_kit()
+        await full_checkpoint(kit)  # a checkpoint on every path
+        if self._nursery is not None or self._host is not None:
+            raise LifecycleError("a RingKernelRuntime can be entered only once")
+        host = self._host = _Host(kit.current_task(), anyio.get_current_task().name)
+        kit.spawn_system_task(lambda: self._run_host(host), name="pdc-ring-kernel-runtime")
+        try:
+            await host.ready.wait()
+        except BaseException:
+            host.stop.set()  # the caller gave up: the runtime does not outlive start()
+            raise
+        if not self._active and host.error is not None:
+            raise host.error
+
+    async def _run_host(self, host: _Host) -> None:
+        """The task of the event loop's own that runs a started runtime's nursery until
+        :meth:`shutdown` (or a crash, or the run's end). It keeps errors for
+        ``shutdown`` (a system task must not raise) and ends when cancelled."""
+        try:
+            await self.__aenter__()
+            try:
+                host.ready.set()
+                await host.stop.wait()
+            except BaseException as exc:  # a kernel's crash cancelled it, or the run ends
+                if not await self._close(type(exc), exc, exc.__traceback__, host.timeout):
+                    raise
+                return
+            await self._close(None, None, None, host.timeout)
+        except anyio.get_cancelled_exc_class():
+            raise  # the run is ending: a system task may end so
+        except BaseException as exc:  # kept for start()/shutdown()
+            host.error = exc
+        finally:
+            self._active = False
+            host.ready.set()
+            host.done.set()
 
     @asynccontextmanager
     async def kernel_scope(
@@ -214,6 +281,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         kernel_id: str,
         kernel_func: KernelFunction | RingKernelDefinition | PersistentKernelSpec | None = None,
         *,
+        config: Any = None,  # a RingKernelConfig: a layer above, so not named here
         input_type: type | None = None,
         output_type: type | None = None,
         queue_size: int | None = None,
@@ -227,7 +295,12 @@ class RingKernelRuntime(Generic[TelemetryT]):
         Without ``kernel_func``, the kernel registered under ``kernel_id`` by
         ``@ring_kernel`` is used (:class:`~pdc_core.KernelNotFoundError` lists the
         registered ids if there is none). Keyword arguments override the registered
-        configuration. Launching an id that is still live raises
+        configuration. ``config`` (PyDotCompute's
+        :class:`~pdc_core.ring_kernels.lifecycle.RingKernelConfig`) configures the
+        function as PyDotCompute's ``launch(..., config=)`` did (queue sizes,
+        backpressure, grid and block; the id is ``kernel_id``), replacing a registered
+        configuration; ``queue_size`` and ``backpressure``, given too, override it.
+        Launching an id that is still live raises
         :class:`~pdc_core.KernelAlreadyExistsError`; a terminated one is replaced.
         Returns once the kernel task is running.
 
@@ -257,6 +330,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
         runner: ActorRunner
         if isinstance(kernel_func, PersistentKernelSpec):
             queue_options = {
+                "config": config,
                 "input_type": input_type,
                 "output_type": output_type,
                 "queue_size": queue_size,
@@ -279,7 +353,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
                     f"{kernel_id!r} is a kernel function"
                 )
             definition = self._definition(
-                kernel_id, kernel_func, input_type, output_type, queue_size, backpressure
+                kernel_id, kernel_func, config, input_type, output_type, queue_size, backpressure
             )
             kernel = RingKernel(definition, current_kit(), telemetry=self._enable_telemetry)
             runner = kernel._runner
@@ -296,18 +370,31 @@ class RingKernelRuntime(Generic[TelemetryT]):
     def _definition(
         kernel_id: str,
         kernel_func: KernelFunction | RingKernelDefinition | None,
+        config: _KernelConfig | None,
         input_type: type | None,
         output_type: type | None,
         queue_size: int | None,
         backpressure: Backpressure | str | None,
     ) -> RingKernelDefinition:
+        if queue_size is not None:  # checked as given: 0 is refused, never "the default"
+            queue_size = check_queue_size(queue_size, "queue_size")
         if kernel_func is None:
             base = get_ring_kernel(kernel_id)
         elif isinstance(kernel_func, RingKernelDefinition):
             base = kernel_func
         else:
             base = RingKernelDefinition(kernel_func, kernel_id=kernel_id)
-        if (
+        if config is not None:
+            if not callable(getattr(config, "definition", None)):
+                raise TypeError(
+                    "config must be a pdc_core.ring_kernels.lifecycle.RingKernelConfig, "
+                    f"got {config!r}"
+                )
+            configured = config.definition(base.func)
+            input_type = input_type or base.input_type
+            output_type = output_type or base.output_type
+            base = configured
+        elif (
             input_type is None
             and output_type is None
             and queue_size is None
@@ -319,9 +406,9 @@ class RingKernelRuntime(Generic[TelemetryT]):
             kernel_id=kernel_id,
             input_type=input_type or base.input_type,
             output_type=output_type or base.output_type,
-            input_queue_size=queue_size or base.input_queue_size,
-            output_queue_size=queue_size or base.output_queue_size,
-            backpressure=backpressure or base.backpressure,
+            input_queue_size=base.input_queue_size if queue_size is None else queue_size,
+            output_queue_size=base.output_queue_size if queue_size is None else queue_size,
+            backpressure=base.backpressure if backpressure is None else backpressure,
             grid_size=base.grid_size,
             block_size=base.block_size,
         )
@@ -371,15 +458,36 @@ class RingKernelRuntime(Generic[TelemetryT]):
 
         A caller already cancelled on entry terminates nothing; cancelled while it
         waits, the kernels stay terminating (they take no new messages). For a runtime
-        started by :meth:`start` it is the end of the ``async with`` block: the
-        runtime stops even when the caller is cancelled, and a kernel's crash is raised
-        as :class:`~pdc_core.ActorCrashed`.
+        started by :meth:`start` it is the end of the ``async with`` block, awaited by
+        the task that called ``start()`` (from another task: a
+        :class:`~pdc_core.LifecycleError` naming both, and nothing stops): the runtime
+        stops even when the caller is cancelled, and a kernel's crash is raised as
+        :class:`~pdc_core.ActorCrashed`.
         """
-        if self._started:  # started by start(), not by ``async with``: leave the runtime
-            self._started = False
-            await self._close(None, None, None, timeout)
+        host = self._host
+        if host is None:  # in ``async with``: its end closes the nursery
+            await self._terminate_all(timeout)
             return
-        await self._terminate_all(timeout)
+        kit = current_kit()
+        if kit.current_task() is not host.starter:
+            await full_checkpoint(kit)  # a checkpoint on every path
+            raise LifecycleError(
+                f"shutdown() was called from task {anyio.get_current_task().name!r}, but "
+                f"start() ran in task {host.starter_name!r}: await shutdown() in the task "
+                "that called start()"
+            )
+        try:
+            host.timeout = seconds_or_inf(check_timeout(timeout))  # checked before it stops
+        except (TypeError, ValueError):
+            await full_checkpoint(kit)  # a checkpoint on every path
+            raise
+        host.stop.set()
+        with anyio.CancelScope(shield=True):  # the runtime stops even when cancelled
+            await host.done.wait()
+        error, host.error = host.error, None
+        if error is not None:
+            raise error
+        await full_checkpoint(kit)  # a checkpoint on every path
 
     async def _terminate_all(self, timeout: float) -> None:
         await full_checkpoint(current_kit())  # a checkpoint on every path

@@ -18,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .._backend._contract import MemoryKind
+from .._buffer import normalize_shape_dtype, zero_fill
 from .._plugins import get_backend
 from .base import BackendType, KernelExecutionResult
 
@@ -46,13 +47,15 @@ class CPUBackend:
         return len(type(self._backend).devices())
 
     def allocate(self, shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
-        """An uninitialised host array, allocated by pdc's ``cpu`` backend."""
-        return np.asarray(self._backend.allocate(tuple(shape), np.dtype(dtype), MemoryKind.HOST))
+        """An uninitialised host array, allocated by pdc's ``cpu`` backend (a subarray
+        dtype's shape is appended to ``shape``, as NumPy does)."""
+        shape, canonical = normalize_shape_dtype(shape, dtype)
+        return np.asarray(self._backend.allocate(shape, canonical, MemoryKind.HOST))
 
     def allocate_zeros(self, shape: tuple[int, ...], dtype: npt.DTypeLike) -> npt.NDArray[Any]:
         """A zero-filled host array, allocated by pdc's ``cpu`` backend."""
         array = self.allocate(shape, dtype)
-        array.fill(0)
+        zero_fill(array)  # fill(0) refuses raw bytes (V5)
         return array
 
     def free(self, array: npt.NDArray[Any]) -> None:

@@ -1,8 +1,11 @@
 """PyDotCompute's import path ``pydotcompute.compilation.compiler``: compiling kernels.
 
 A thin layer for code written for PyDotCompute. :meth:`KernelCompiler.compile` turns a
-function into what runs it, keyed by a hash of its source, signature and options and
-kept in the compiler's table (``options.cache``):
+function into what runs it, kept in the compiler's table (``options.cache``) under a
+hash of its source, signature and options (``source_hash``). A kept result is reused
+only for the same function object, never for another function of the same text: two
+closures of one function, two lambdas on one line or a function exec'd with other
+globals each compile as themselves (the latest is the one kept under the hash).
 
 * ``device="cuda"`` (the default), or another pdc backend's name: a
   :class:`pdc_core.Kernel` -- the body in numba.cuda style, or the CUDA C of a function
@@ -29,7 +32,7 @@ import importlib.util
 import inspect
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .._kernel import Kernel
@@ -73,6 +76,8 @@ class CompiledKernel:
     options: CompilationOptions
     compile_time_ms: float = 0.0
     ptx: str | None = None
+    #: The function compiled: a kept result is reused for this function only.
+    function: Callable[..., Any] | None = field(default=None, repr=False, compare=False)
 
 
 def _backend_names() -> dict[str, bool]:
@@ -117,13 +122,14 @@ class KernelCompiler:
         options: CompilationOptions | None = None,
     ) -> CompiledKernel:
         """``func`` compiled under ``options`` (the compiler's when ``None``), or the
-        same :class:`CompiledKernel` as before for the same source, signature and
-        options when ``options.cache``. ``KernelCompilationError`` when it fails."""
+        same :class:`CompiledKernel` as before for this function, signature and options
+        when ``options.cache``. ``KernelCompilationError`` when it fails."""
         opts = options or self._options
         kernel_name = name or str(getattr(func, "__name__", "kernel"))
         source_hash = self._get_source_hash(func, signature, opts)
-        if opts.cache and source_hash in self._compiled_cache:
-            return self._compiled_cache[source_hash]
+        kept = self._compiled_cache.get(source_hash)
+        if opts.cache and kept is not None and kept.function is func:
+            return kept
         started = time.perf_counter()
         try:
             compiled = self._build(func, signature, opts)
@@ -136,6 +142,7 @@ class KernelCompiler:
             signature=signature,
             options=opts,
             compile_time_ms=(time.perf_counter() - started) * 1e3,
+            function=func,
         )
         if opts.cache:
             self._compiled_cache[source_hash] = result
@@ -186,7 +193,7 @@ class KernelCompiler:
         return hashlib.sha256(repr(key).encode()).hexdigest()[:16]
 
     def get_cached_kernel(self, source_hash: str) -> CompiledKernel | None:
-        """The kept kernel of that hash, or ``None``."""
+        """The kernel last kept under that hash, or ``None``."""
         return self._compiled_cache.get(source_hash)
 
     def clear_cache(self) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from .._loop import check_count
 from .._memory_pool import MemoryPool as _PdcMemoryPool
 from .._plugins import resolve_backend
 
@@ -58,12 +59,21 @@ class PoolStatistics:
         return self.total_bytes / _MIB
 
 
+def _bytes(size_mb: object, name: str) -> int | None:
+    """A MiB setting as bytes (``None`` stays): an int >= 0 by the integer rule, the
+    error naming ``name`` and the value as given (never the bytes it would make)."""
+    return None if size_mb is None else check_count(size_mb, name, minimum=0) * _MIB
+
+
 class MemoryPool(_PdcMemoryPool):
     """The process-wide :class:`pdc_core.MemoryPool`, made by the first ``MemoryPool()``.
 
     Later calls return the same pool and ignore their arguments (as in PyDotCompute);
     ``max_size_mb`` is the byte limit in MiB, ``initial_size_mb`` is kept for reading
-    only (pdc allocates on demand).
+    only (pdc allocates on demand). Every MiB setting (these two, :meth:`set_limit`,
+    :func:`configure_memory_pool`) is an int >= 0 (NumPy's integers too; never a bool, a
+    float or a str) or ``None`` for no limit: ``TypeError``/``ValueError`` naming the
+    argument and the value given.
     """
 
     _instance: ClassVar[MemoryPool | None] = None
@@ -77,9 +87,11 @@ class MemoryPool(_PdcMemoryPool):
         return cls._instance
 
     def __init__(self, initial_size_mb: int = 0, max_size_mb: int | None = None) -> None:
+        check_count(initial_size_mb, "initial_size_mb", minimum=0)
+        limit = _bytes(max_size_mb, "max_size_mb")  # checked even when then ignored
         if self._initialized:
             return
-        super().__init__(limit=None if max_size_mb is None else max_size_mb * _MIB)
+        super().__init__(limit=limit)
         self._initial_size_mb = initial_size_mb
         self._max_size_mb = max_size_mb
         self._cuda_available = resolve_backend(None).name == "cuda"
@@ -87,7 +99,7 @@ class MemoryPool(_PdcMemoryPool):
 
     def set_limit(self, size_mb: int | None) -> None:
         """The limit in MiB (``None``: none); see :attr:`pdc_core.MemoryPool.limit`."""
-        self.limit = None if size_mb is None else size_mb * _MIB
+        self.limit = _bytes(size_mb, "size_mb")
 
     def get_stats(self) -> PoolStatistics:
         """The pool's figures as PyDotCompute's :class:`PoolStatistics`."""
@@ -130,7 +142,7 @@ def configure_memory_pool(
     reuse switched on (``enable``) or off."""
     pool = MemoryPool(_initial_size_mb)
     if max_size_mb is not None:
-        pool.set_limit(max_size_mb)
+        pool.limit = _bytes(max_size_mb, "max_size_mb")
     if enable:
         pool.enable()
     else:

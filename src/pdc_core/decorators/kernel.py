@@ -50,7 +50,13 @@ class KernelRegistry:
         return cls._instance
 
     def register(self, name: str, kernel: Callable[..., Any], *, overwrite: bool = False) -> None:
-        """Register ``kernel`` as ``name``; ``ValueError`` if taken, unless ``overwrite``."""
+        """Register ``kernel`` as ``name``; ``ValueError`` if taken, unless ``overwrite``.
+        A name that is not a non-empty str, or a kernel that is not callable, is a
+        ``TypeError`` naming it (nothing is registered)."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a kernel's name must be a non-empty str, got {name!r}")
+        if not callable(kernel):
+            raise TypeError(f"kernel {name!r} must be callable, got {kernel!r}")
         if name in self._kernels and not overwrite:
             raise ValueError(f"kernel {name!r} is already registered (pass overwrite=True)")
         self._kernels[name] = kernel

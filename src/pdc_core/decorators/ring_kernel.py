@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._loop import check_count
 from .._seed import RingKernelDefinition, ring_kernel
-from .._seed._ring_kernel import KernelFunction
+from .._seed._ring_kernel import KernelFunction, check_queue_size
 
 __all__ = ["RingKernelBuilder", "get_ring_kernel_meta", "is_ring_kernel", "ring_kernel"]
 
@@ -66,28 +67,28 @@ class RingKernelBuilder:
         return self
 
     def with_queue_size(self, size: int) -> RingKernelBuilder:
-        """Set both queue sizes."""
-        self._input_queue_size = self._output_queue_size = size
+        """Set both queue sizes (an int >= 1: ``ValueError`` naming ``queue_size``)."""
+        self._input_queue_size = self._output_queue_size = check_queue_size(size, "queue_size")
         return self
 
     def with_input_queue_size(self, size: int) -> RingKernelBuilder:
-        """Set ``input_queue_size``."""
-        self._input_queue_size = size
+        """Set ``input_queue_size`` (an int >= 1: ``ValueError`` naming it)."""
+        self._input_queue_size = check_queue_size(size, "input_queue_size")
         return self
 
     def with_output_queue_size(self, size: int) -> RingKernelBuilder:
-        """Set ``output_queue_size``."""
-        self._output_queue_size = size
+        """Set ``output_queue_size`` (an int >= 1: ``ValueError`` naming it)."""
+        self._output_queue_size = check_queue_size(size, "output_queue_size")
         return self
 
     def with_grid_size(self, size: int) -> RingKernelBuilder:
-        """Set ``grid_size``."""
-        self._grid_size = size
+        """Set ``grid_size`` (an int >= 1: ``TypeError``/``ValueError`` naming it)."""
+        self._grid_size = check_count(size, "grid_size")
         return self
 
     def with_block_size(self, size: int) -> RingKernelBuilder:
-        """Set ``block_size``."""
-        self._block_size = size
+        """Set ``block_size`` (an int >= 1: ``TypeError``/``ValueError`` naming it)."""
+        self._block_size = check_count(size, "block_size")
         return self
 
     def with_backpressure(self, strategy: str) -> RingKernelBuilder:

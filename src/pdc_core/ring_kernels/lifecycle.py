@@ -129,6 +129,7 @@ class RingKernel(abc.ABC):  # noqa: B024 - an ABC for register(): runtime kernel
         self._stop: anyio.Event | None = None  # the events are made in launch(), in the loop
         self._done: anyio.Event | None = None
         self._error: BaseException | None = None
+        self._abandoned = False  # launch() was cancelled: the kernel is stopped, for good
 
     @property
     def kernel_id(self) -> str:
@@ -137,12 +138,23 @@ class RingKernel(abc.ABC):  # noqa: B024 - an ABC for register(): runtime kernel
 
     @property
     def state(self) -> KernelState:
-        """CREATED before :meth:`launch`, then the launched kernel's ``kernel_state``."""
-        return KernelState.CREATED if self._kernel is None else self._kernel.kernel_state
+        """What :meth:`launch` will do: CREATED before it (it launches); LAUNCHED while
+        it starts the kernel; TERMINATED once a launch was cancelled and FAILED once
+        one failed (it refuses both); else the launched kernel's ``kernel_state``."""
+        if self._abandoned:
+            return KernelState.TERMINATED
+        if self._kernel is not None:
+            return self._kernel.kernel_state
+        if self._launched is None:
+            return KernelState.CREATED
+        return KernelState.FAILED if self._error is not None else KernelState.LAUNCHED
 
     def _launched_kernel(self, operation: str) -> _PdcRingKernel:
-        if self._kernel is None:
-            raise KernelStateError(self._kernel_id, "CREATED", operation, allowed="launched")
+        if self._kernel is None or self._abandoned:
+            state = self.state.name
+            if state == "LAUNCHED":
+                state = "LAUNCHED (still starting)"
+            raise KernelStateError(self._kernel_id, state, operation, allowed="launched")
         return self._kernel
 
     async def launch(self) -> None:
@@ -162,7 +174,10 @@ class RingKernel(abc.ABC):  # noqa: B024 - an ABC for register(): runtime kernel
         try:
             await launched.wait()
         except BaseException:
-            stop.set()  # the caller gave up: the kernel does not outlive the launch
+            # The caller gave up: the kernel does not outlive the launch, and the state
+            # says so now, not once the runtime has wound down.
+            self._abandoned = True
+            stop.set()
             raise
         if self._kernel is None and self._error is not None:
             raise self._error
@@ -216,9 +231,14 @@ class RingKernel(abc.ABC):  # noqa: B024 - an ABC for register(): runtime kernel
     async def terminate(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109
         """Stop the kernel (draining within ``timeout`` s) and its runtime; wait for both.
 
-        Cancelled, the stop goes on in the background and is not waited for.
+        Cancelled, the stop goes on in the background and is not waited for. After a
+        cancelled launch (state TERMINATED) it waits for that stop and returns, as a
+        terminated kernel's ``terminate`` does.
         """
         await anyio.lowlevel.checkpoint()
+        if self._abandoned and self._done is not None:
+            await self._done.wait()
+            return
         kernel = self._launched_kernel("terminate")
         stop, done = self._stop, self._done
         assert stop is not None

@@ -22,6 +22,7 @@ import sys
 from typing import Generic, TypeVar, cast
 
 import anyio
+import anyio.lowlevel
 
 from .._actors import DEFAULT_PRIORITY, Backpressure, Mailbox
 from .._actors._refs import message_priority
@@ -95,15 +96,23 @@ class MessageQueue(Generic[_T]):
 
         Raises ``QueueFullError`` (:class:`~pdc_core.MailboxFull`) when full under
         ``REJECT``, and ``QueueTimeoutError`` (:class:`~pdc_core.MessageTimeout`) when
-        a blocked put found no room within ``timeout`` seconds. A cancelled or
-        timed-out put enqueues nothing (as the mailbox's ``send``).
+        a blocked put found no room within ``timeout`` seconds; a ``timeout`` of zero
+        or less means "now" (enqueued when there is room). A cancelled or timed-out put
+        enqueues nothing (as the mailbox's ``send``).
         """
         seconds = check_timeout(timeout)  # NaN or a bool: an error naming timeout
+        priority = self._priority(message)
         if seconds is None:
-            await self._mailbox.send(message, self._priority(message))
+            await self._mailbox.send(message, priority)
+            return True
+        await anyio.lowlevel.checkpoint()
+        if not self.full or self._backpressure is not BackpressureStrategy.BLOCK:
+            # Room, or a policy that never waits: enqueued now, whatever the timeout (a
+            # scope of zero seconds would cancel the send before it looked for room).
+            self._mailbox.send_nowait(message, priority)
             return True
         with anyio.move_on_after(seconds) as scope:
-            await self._mailbox.send(message, self._priority(message))
+            await self._mailbox.send(message, priority)
         if scope.cancelled_caught:
             raise MessageTimeout(f"queue {self._kernel_id!r} had no room within {timeout} s")
         return True
