@@ -165,6 +165,36 @@ def test_a_backend_s_own_paths_join_its_resident_ring(
             "return [BenchmarkPath('a', checkpoints, ('b',)), BenchmarkPath('b', checkpoints)]",
             "'a' is held against ['b'], which no path listed before it is labelled",
         ),
+        ("raise SystemExit(0)", "failed to list: SystemExit: 0 (a plugin must not exit"),
+        ("return None", "failed to list: TypeError: 'NoneType' object is not iterable"),
+        ("return [BenchmarkPath(['a'], checkpoints)]", "labelled ['a']: a label must be"),
+        ("return [BenchmarkPath({'a': 1}, checkpoints)]", "labelled {'a': 1}: a label must be"),
+        ("return [BenchmarkPath(None, checkpoints)]", "labelled None: a label must be a non"),
+        ("return [BenchmarkPath(7, checkpoints)]", "labelled 7: a label must be a non-empty"),
+        (
+            "return [BenchmarkPath('f', checkpoints), BenchmarkPath('a', checkpoints, 'f')]",
+            "'a' has baselines 'f': they must be a tuple of labels (str)",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, ['b'])]",
+            "'a' has baselines ['b']: they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, {'a': 1})]",
+            "'a' has baselines {'a': 1}: they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, None)]",
+            "'a' has baselines None: they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, (None,))]",
+            "'a' has baselines (None,): they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, resident_baseline='yes')]",
+            "'a' has resident_baseline 'yes': it must be a bool",
+        ),
     ],
 )
 def test_a_backend_s_paths_that_cannot_run_exit_2_naming_the_plugin(
@@ -189,6 +219,111 @@ def test_a_backend_s_paths_that_cannot_run_exit_2_naming_the_plugin(
         "ringed backend" in err
     )
     assert reason in err
+    assert "Traceback" not in err
+
+
+#: Samplers that misbehave when they run, and the error line each one gets.
+ASYNC = "async def broken(n, warmup):\n    "
+BROKEN_SAMPLERS = [
+    (f"{ASYNC}raise RuntimeError('lost')", "its sampler raised RuntimeError: lost"),
+    (f"{ASYNC}raise SystemExit(0)", "its sampler raised SystemExit: 0 (a plugin must not"),
+    ("broken = 42", "its sampler 42 is not callable"),
+    ("def broken(n, warmup):\n    return [1] * n", "instead of an awaitable (it must be async"),
+    (f"{ASYNC}return None", "its sampler returned None, not a list of"),
+    (f"{ASYNC}return ['a'] * n", "not a list of 30 samples (non-negative ints"),
+    (f"{ASYNC}return [-1] * n", "not a list of 30 samples"),
+    (f"{ASYNC}return [1] * (n - 1)", "not a list of 30 samples"),
+    (f"{ASYNC}return []", "its sampler returned no samples (asked for 30)"),
+]
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize(("sampler", "reason"), BROKEN_SAMPLERS)
+def test_a_sampler_that_fails_is_one_error_line_and_the_rest_is_measured(
+    install_plugins: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    async_backend: str,
+    sampler: str,
+    reason: str,
+) -> None:
+    """A plugin's sampler that raises, is not callable, is not async or returns no or
+    bad samples: one error line naming the plugin and the path, every other path still
+    measured (its dependants say their baseline did not run), exit 1."""
+    from pdc_core._cli import _bench_paths
+
+    source = RINGED.replace(
+        '        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),\n',
+        '        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),\n'
+        '        BenchmarkPath("broken", broken),\n'
+        '        BenchmarkPath("after broken", checkpoints, ("broken",)),\n',
+    ).replace("def paths(backend):", f"{sampler}\n\n\ndef paths(backend):")
+    assert source.count("broken") == 4 + sampler.count("broken")
+    install_plugins("pdc-ringed", {"ringed": "pdc_ringed"}, {"pdc_ringed": source})
+    monkeypatch.setitem(_bench_paths.BODIES, "ringed", _bench_paths.double)
+    argv = ["bench", "--quick", "--n", "30", "--backend", "ringed", "--async-backend"]
+    assert main([*argv, async_backend, "--json"]) == 1
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if "error" in line]
+    assert len(errors) == 1, captured.err
+    assert errors[0].startswith(
+        "pdc bench: error: the benchmark path 'broken' of plugin 'ringed' (pdc-ringed): "
+    )
+    assert reason in errors[0]
+    assert errors[0].endswith(f"(under {async_backend})")
+    assert "Traceback" not in captured.err
+    payload = json.loads(captured.out)
+    assert list(payload["errors"]) == [f"{async_backend} / broken (ringed)"]
+    latency = payload["latency"]
+    assert f"{async_backend} / broken (ringed)" not in latency
+    assert latency[f"{async_backend} / after broken (ringed)"]["missing_baselines"] == [
+        "broken (ringed)"
+    ]
+    for path in ("checkpoint floor (ringed)", "two checkpoints (ringed)", "resident ring (ringed)"):
+        assert latency[f"{async_backend} / {path}"]["n"] == 30
+    assert payload["throughput"][f"{async_backend} / pdc ask_stream"]["msgs_per_s"] > 0
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_third_party_backend_s_own_paths_run_without_pdc_s_resident_rows(
+    ringed: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    async_backend: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Where pdc has no kernel body for a backend, ``--backend`` measures the paths its
+    plugin registers and leaves out pdc's resident rows (they need pdc's body)."""
+    from pdc_core._cli import _bench_paths
+
+    monkeypatch.delitem(_bench_paths.BODIES, "ringed")
+    argv = ["bench", "--quick", "--n", "30", "--backend", "ringed", "--async-backend"]
+    assert main([*argv, async_backend, "--json"]) == 0
+    latency = json.loads(capsys.readouterr().out)["latency"]
+    assert latency[f"{async_backend} / checkpoint floor (ringed)"]["n"] == 30
+    assert (
+        latency[f"{async_backend} / two checkpoints (ringed)"]["p50_vs_checkpoint floor (ringed)"]
+        > 0
+    )
+    ringed_rows = sorted(key for key in latency if key.endswith("(ringed)"))
+    assert ringed_rows == [
+        f"{async_backend} / checkpoint floor (ringed)",
+        f"{async_backend} / two checkpoints (ringed)",
+    ]
+    assert ringed.LISTED
+
+
+def test_a_backend_with_neither_a_body_nor_paths_is_refused(
+    install_plugins: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = RINGED.replace(
+        '    register("ringed", paths, "a floor of checkpoints")\n', "    pass\n"
+    )
+    install_plugins("pdc-ringed", {"ringed": "pdc_ringed"}, {"pdc_ringed": source})
+    assert main(["bench", "--quick", "--backend", "ringed"]) == 2
+    assert (
+        "--backend ringed: the benchmark has no kernel body for the ringed backend, and its "
+        "plugin registers no benchmark paths" in capsys.readouterr().err
+    )
 
 
 class _LaunchingBackend(HostMemoryBackend):

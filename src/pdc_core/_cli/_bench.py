@@ -33,12 +33,14 @@ The paths themselves live in :mod:`pdc_core._cli._bench_paths`, shared with the 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+import anyio
 import numpy as np
 
 from .._exceptions import PluginError
@@ -85,12 +87,14 @@ PER_MESSAGE_BATCHED: Final = f"{PER_MESSAGE}, all in flight"
 
 @dataclass(frozen=True)
 class LatencyPath:
-    """A measured path: ``label`` on ``async_backend``, compared with ``baselines``."""
+    """A measured path: ``label`` on ``async_backend``, compared with ``baselines``.
+    A ``plugin`` path's :class:`~pdc_core.PluginError` fails that path alone."""
 
     async_backend: str
     label: str
     sampler: paths.LatencySampler
     baselines: tuple[str, ...] = ()
+    plugin: bool = False
 
     @property
     def key(self) -> str:
@@ -136,38 +140,121 @@ def _launches(backend: Backend | str) -> bool:
     )
 
 
+def _resident(backend: Backend | str) -> bool:
+    """Whether pdc measures ``backend``'s resident ring: it runs persistent kernels and
+    the benchmark has a kernel body for it."""
+    from .._plugins import resolve_backend
+
+    return paths.backend_kind(backend) in paths.BODIES and resolve_backend(backend).has(
+        Capability.PERSISTENT_KERNELS
+    )
+
+
+def _path_problem(path: BenchmarkPath, labels: set[str]) -> str | None:
+    """What is wrong with one listed path (its sampler is checked when it runs)."""
+    if not isinstance(path.label, str) or not path.label.strip():
+        return f"a path is labelled {path.label!r}: a label must be a non-empty str"
+    if path.label in labels:
+        return f"two paths are labelled {path.label!r}"
+    if not isinstance(path.baselines, tuple) or not all(
+        isinstance(name, str) for name in path.baselines
+    ):
+        return (
+            f"{path.label!r} has baselines {path.baselines!r}: they must be a tuple of "
+            "labels (str), such as ('floor',)"
+        )
+    unknown = [name for name in path.baselines if name not in labels]
+    if unknown:
+        return (
+            f"{path.label!r} is held against {unknown!r}, which no path listed before it "
+            "is labelled"
+        )
+    if not isinstance(path.resident_baseline, bool):
+        return f"{path.label!r} has resident_baseline {path.resident_baseline!r}: it must be a bool"
+    return None
+
+
 def backend_benchmarks(backend: Backend | str) -> list[BenchmarkPath]:
     """The paths ``backend``'s plugin adds to ``pdc bench --backend`` (its
     ``pdc_register_benchmarks`` hook), checked: :class:`~pdc_core.PluginError` naming
-    the plugin when they are not :class:`~pdc_core.backend.BenchmarkPath` objects with
-    distinct labels whose baselines are among them, or when listing them raised."""
+    the plugin and the problem when listing them raised (``SystemExit`` included), gave
+    something other than an iterable of :class:`~pdc_core.backend.BenchmarkPath`
+    objects, or gave paths whose labels are not distinct non-empty strs, whose
+    ``baselines`` are not a tuple of labels listed before them or whose
+    ``resident_baseline`` is not a bool. Each path's sampler is wrapped so that what it
+    does wrong when it runs is a ``PluginError`` naming the plugin and the path."""
     from .._plugins import registered_benchmarks, resolve_backend
 
     registration = registered_benchmarks().get(paths.backend_kind(backend))
     if registration is None:
         return []
-    origin = (
-        f"the benchmark paths of plugin {registration.plugin.name!r} "
-        f"({registration.plugin.distribution}) for the {registration.name} backend"
-    )
+    plugin = f"plugin {registration.plugin.name!r} ({registration.plugin.distribution})"
+    origin = f"the benchmark paths of {plugin} for the {registration.name} backend"
     try:
         found = list(registration.target(resolve_backend(backend)))
-    except Exception as exc:
-        raise PluginError(f"{origin} failed to list: {type(exc).__name__}: {exc}") from exc
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit too: a plugin must not end pdc bench
+        raise PluginError(f"{origin} failed to list: {_one_line(exc)}") from exc
     labels: set[str] = set()
+    checked = []
     for path in found:
         if not isinstance(path, BenchmarkPath):
             raise PluginError(f"{origin}: {path!r} is not a pdc_core.backend.BenchmarkPath")
-        if path.label in labels:
-            raise PluginError(f"{origin}: two paths are labelled {path.label!r}")
-        unknown = [name for name in path.baselines if name not in labels]
-        if unknown:
-            raise PluginError(
-                f"{origin}: {path.label!r} is held against {unknown!r}, which no path listed "
-                "before it is labelled"
-            )
+        problem = _path_problem(path, labels)
+        if problem is not None:
+            raise PluginError(f"{origin}: {problem}")
         labels.add(path.label)
-    return found
+        what = f"the benchmark path {path.label!r} of {plugin}"
+        checked.append(replace(path, sampler=_checked_sampler(path.sampler, what)))
+    return checked
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if isinstance(exc, SystemExit):
+        text += " (a plugin must not exit the process)"
+    return text
+
+
+def _checked_sampler(sampler: Any, what: str) -> paths.LatencySampler:
+    """``sampler`` as pdc runs it: anything it does wrong (it is not callable, not
+    async, raises, returns something other than ``n`` int samples) is a
+    :class:`~pdc_core.PluginError` naming ``what``. Cancellation and Ctrl-C pass."""
+
+    async def sample(n: int, warmup: int) -> list[int]:
+        if not callable(sampler):
+            raise PluginError(f"{what}: its sampler {sampler!r} is not callable")
+        try:
+            pending = sampler(n, warmup)
+            if not inspect.isawaitable(pending):
+                raise PluginError(
+                    f"{what}: its sampler returned {pending!r} instead of an awaitable "
+                    "(it must be async: an async def function)"
+                )
+            got = await pending
+        except (KeyboardInterrupt, PluginError, anyio.get_cancelled_exc_class()):
+            raise
+        except BaseException as exc:  # SystemExit too: one path must not end pdc bench
+            raise PluginError(f"{what}: its sampler raised {_one_line(exc)}") from exc
+        if isinstance(got, (list, tuple)) and not got:
+            raise PluginError(f"{what}: its sampler returned no samples (asked for {n})")
+        if not (
+            isinstance(got, (list, tuple))
+            and len(got) == n
+            and all(
+                isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in got
+            )
+        ):
+            shown = repr(got)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise PluginError(
+                f"{what}: its sampler returned {shown}, not a list of {n} samples "
+                "(non-negative ints, in nanoseconds)"
+            )
+        return [int(x) for x in got]
+
+    return sample
 
 
 def resident_paths(async_backend: str, backend: Backend | str) -> list[LatencyPath]:
@@ -175,21 +262,28 @@ def resident_paths(async_backend: str, backend: Backend | str) -> list[LatencyPa
     request, awaiting and spinning, and a kernel actor's ask) against its floor and,
     where the backend launches kernels, a launch per message; then the paths the
     backend's plugin adds (:func:`backend_benchmarks`), labelled ``"<label> (NAME)"``,
-    those marked ``resident_baseline`` among the resident paths' baselines."""
+    those marked ``resident_baseline`` among the resident paths' baselines. Where pdc
+    has no kernel body for the backend (a third-party one), only the plugin's paths."""
     name = paths.backend_name(backend)
-    floor = ring_floor(name)
-    out = [LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend))]
-    baselines: tuple[str, ...] = (floor,)
-    if _launches(backend):
-        launch = f"launch per message ({name})"
-        out.append(LatencyPath(async_backend, launch, paths.launch_round_trip(backend)))
-        baselines = (floor, launch)
+    resident = _resident(backend)
+    out = []
+    baselines: tuple[str, ...] = ()
+    if resident:
+        floor = ring_floor(name)
+        out.append(LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend)))
+        baselines = (floor,)
+        if _launches(backend):
+            launch = f"launch per message ({name})"
+            out.append(LatencyPath(async_backend, launch, paths.launch_round_trip(backend)))
+            baselines = (floor, launch)
     for path in backend_benchmarks(backend):
         label = f"{path.label} ({name})"
         theirs = tuple(f"{baseline} ({name})" for baseline in path.baselines)
-        out.append(LatencyPath(async_backend, label, path.sampler, theirs))
+        out.append(LatencyPath(async_backend, label, path.sampler, theirs, plugin=True))
         if path.resident_baseline:
             baselines += (label,)
+    if not resident:
+        return out
     return [
         *out,
         LatencyPath(
@@ -301,6 +395,8 @@ class BenchResult:
     throughput: dict[str, list[float]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
+    #: Paths that failed (a plugin's sampler), by key: one line each, saying why.
+    errors: dict[str, str] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
         latency: dict[str, Any] = {}
@@ -335,6 +431,7 @@ class BenchResult:
             "settings": self.settings,
             "latency": latency,
             "throughput": throughput,
+            "errors": dict(self.errors),
             "interrupted": self.interrupted,
         }
 
@@ -353,7 +450,8 @@ def run_suite(
     """Run every path ``rounds`` times (rotating order, fresh event loop each time).
 
     Results accumulate into ``result`` as they come, so a ``KeyboardInterrupt``
-    leaves everything measured so far in it.
+    leaves everything measured so far in it. A plugin's path that fails is recorded in
+    ``result.errors`` (its samples dropped) and not run again; the others still run.
     """
     lat = latency_paths(async_backends, backend)
     thr = throughput_paths(async_backends)
@@ -373,8 +471,16 @@ def run_suite(
         result.baselines[tpath.key] = tpath.baselines
     for round_index in range(rounds):
         for path in paths.rotated(lat, round_index):
-            samples = paths.run_fresh(path.async_backend, path.sampler, n, warmup)
-            result.latency_samples[path.key] += samples
+            if path.key not in result.errors:
+                try:
+                    samples = paths.run_fresh(path.async_backend, path.sampler, n, warmup)
+                except PluginError as exc:
+                    if not path.plugin:
+                        raise
+                    result.errors[path.key] = f"{exc} (under {path.async_backend})"
+                    result.latency_samples[path.key] = []
+                else:
+                    result.latency_samples[path.key] += samples
             if on_step:
                 on_step(path.key)
         for tpath in paths.rotated(thr, round_index):
@@ -617,22 +723,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _refuse_backend(name: str) -> str | None:
-    """Why ``--backend name`` cannot be measured here, or ``None``."""
+    """Why ``--backend name`` cannot be measured here, or ``None``: it must run pdc's
+    resident ring (persistent kernels, a kernel body of the benchmark's) or have
+    benchmark paths of its plugin's, and those must list cleanly."""
     from .._plugins import resolve_backend
 
     try:
         backend = resolve_backend(name)
     except Exception as exc:  # unknown or unavailable: its own words
         return f"--backend {name}: {exc}"
-    if not backend.has(Capability.PERSISTENT_KERNELS):
-        return f"--backend {name}: the {backend.name} backend runs no persistent kernels"
-    if paths.backend_kind(backend) not in paths.BODIES:
-        return f"--backend {name}: the benchmark has no kernel body for the {backend.name} backend"
     try:
-        backend_benchmarks(backend)
+        theirs = backend_benchmarks(backend)
     except PluginError as exc:
         return f"--backend {name}: {exc}"
-    return None
+    if theirs or _resident(backend):
+        return None
+    if not backend.has(Capability.PERSISTENT_KERNELS):
+        return f"--backend {name}: the {backend.name} backend runs no persistent kernels"
+    return (
+        f"--backend {name}: the benchmark has no kernel body for the {backend.name} backend, "
+        "and its plugin registers no benchmark paths (pdc_register_benchmarks)"
+    )
 
 
 #: How to get a baseline that runs only when something optional is installed.
@@ -774,7 +885,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and result.latency_samples:
         plot(result, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
+    for line in result.errors.values():
+        print(f"pdc bench: error: {line}", file=sys.stderr)
     if result.interrupted:
         print("interrupted: partial results above", file=sys.stderr)
         return 130
-    return 0
+    return 1 if result.errors else 0
