@@ -491,7 +491,10 @@ def test_plot_has_a_throughput_panel_a_legend_and_a_colour_per_path() -> None:
         # One scale per comparison: the loops share the latency and the throughput scales.
         assert latency_asyncio.get_ylim() == latency_trio.get_ylim()
         assert throughput_asyncio.get_xlim() == throughput_trio.get_xlim()
-        assert latency_asyncio.get_yscale() == throughput_asyncio.get_xscale() == "log"
+        assert throughput_asyncio.get_xscale() == "log"
+        # The latency axis is log10(us), labelled in us (a decade per major tick).
+        labels = {tick.get_text() for tick in latency_asyncio.get_yticklabels()}
+        assert {"1", "10", "100"} <= labels
         bars = [tick.get_text() for tick in throughput_asyncio.get_yticklabels()]
         assert bars == [
             "pdc tell_many -> handle_batch",
@@ -524,6 +527,51 @@ def test_plot_has_a_throughput_panel_a_legend_and_a_colour_per_path() -> None:
         assert tuple(patches[2].get_facecolor()) == tuple(
             entries["persistent kernel (cpu)"].get_facecolor()
         )
+    finally:
+        plt.close(fig)
+
+
+def _drawn_mass(body: Any) -> tuple[float, Any, Any]:
+    """A violin's outline as (centre x, y, half-width at y), from its drawn polygon."""
+    vertices = body.get_paths()[0].vertices
+    centre = float(np.mean(vertices[:, 0]))
+    right = vertices[vertices[:, 0] >= centre]
+    order = np.argsort(right[:, 1])
+    return centre, right[order, 1], right[order, 0] - centre
+
+
+def test_plot_draws_each_violin_where_its_samples_are() -> None:
+    """Samples at ~10 us with 0.5% at ~3 ms (a median of 10 us, a p99 of ~12 us):
+    the violin's widest point is at the median and almost none of its area lies above
+    the p99 marker. (A density estimated on linear us and drawn on a log axis put the
+    mass at hundreds of us.)"""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from pdc_core._cli._bench import figure
+
+    rng = np.random.default_rng(1)
+    bulk = rng.lognormal(np.log(10_000), 0.08, 9950)
+    outliers = rng.uniform(1e6, 5e6, 50)
+    samples = np.concatenate([bulk, outliers]).astype(int)
+    p50, p99 = np.percentile(samples / 1e3, [50, 99])
+    result = BenchResult()
+    result.latency_samples["asyncio / pdc ask"] = list(samples)
+    result.baselines["asyncio / pdc ask"] = ()
+    fig = figure(result)
+    try:
+        latency = fig.get_axes()[0]
+        (body,) = latency.collections[:1]
+        _, ys, widths = _drawn_mass(body)
+        assert abs(ys[np.argmax(widths)] - np.log10(p50)) < 0.1  # widest at the median
+        area = np.trapezoid(widths, ys)
+        above = ys > np.log10(p99)
+        share = np.trapezoid(widths[above], ys[above]) / area
+        assert share < 0.05, f"{share:.0%} of the violin is drawn above p99"
+        median, high = (c.get_offsets()[0][1] for c in latency.collections[1:3])
+        assert abs(median - np.log10(p50)) < 1e-9
+        assert abs(high - np.log10(p99)) < 1e-9
+        assert latency.get_ylim()[1] > np.log10(5_000)  # the outliers are on the axis
     finally:
         plt.close(fig)
 

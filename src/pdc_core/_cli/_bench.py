@@ -559,7 +559,9 @@ def plot(result: BenchResult, path: str) -> None:
 def figure(result: BenchResult) -> Any:
     """One row per event loop: latency distributions beside throughput, with a legend.
 
-    Left, each path's round-trip latency as a violin (log scale, median and p99 marked);
+    Left, each path's round-trip latency as a violin (log scale: the density is of
+    log10 of the samples, so its shape sits where the samples are; median and p99
+    marked);
     right, each path's throughput (median msgs/s over rounds, log scale). Every path has
     a colour of its own, the same in both panels and rows (a throughput variant takes
     the colour of the path it varies); baselines are muted and hatched, and the legend
@@ -616,7 +618,11 @@ def figure(result: BenchResult) -> Any:
         lat_ax, thr_ax = axes[row]
         entries = _panel_entries(result.latency_samples, backend)
         if entries:
-            data = [np.asarray(values, dtype=np.float64) / 1e3 for _, _, values in entries]
+            # The density is estimated on log10(us), the axis it is drawn on: estimated
+            # on linear us, a few millisecond outliers set a bandwidth so wide that the
+            # shape lands decades away from where the samples are.
+            us = [_us(values) for _, _, values in entries]
+            data = [np.log10(u) for u in us]
             positions = list(range(1, len(data) + 1))
             parts = lat_ax.violinplot(data, positions, showextrema=False, widths=0.8)
             for body, (_, label, _) in zip(parts["bodies"], entries, strict=True):
@@ -626,11 +632,16 @@ def figure(result: BenchResult) -> Any:
                 body.set_hatch(st["hatch"])
                 body.set_alpha(0.75)
             lat_ax.scatter(
-                positions, [np.median(d) for d in data], marker="_", s=500, c="black", zorder=3
+                positions,
+                [np.log10(np.median(u)) for u in us],
+                marker="_",
+                s=500,
+                c="black",
+                zorder=3,
             )
             lat_ax.scatter(
                 positions,
-                [np.percentile(d, 99) for d in data],
+                [np.log10(np.percentile(u, 99)) for u in us],
                 marker="v",
                 s=40,
                 c="black",
@@ -640,7 +651,7 @@ def figure(result: BenchResult) -> Any:
             lat_ax.tick_params(axis="x", labelrotation=25)
             for tick in lat_ax.get_xticklabels():
                 tick.set_horizontalalignment("right")
-        lat_ax.set_yscale("log")
+        _log_ticks(lat_ax)
         lat_ax.set_ylabel("round trip, us (log scale)")
         lat_ax.set_title(f"{backend}: round-trip latency (lower is better)")
         lat_ax.grid(axis="y", which="major", alpha=0.3)
@@ -663,10 +674,10 @@ def figure(result: BenchResult) -> Any:
         thr_ax.set_title(f"{backend}: throughput into one actor (higher is better)")
         thr_ax.grid(axis="x", which="major", alpha=0.3)
     if latency_values:
-        low = min(float(np.min(v)) for v in latency_values) / 1e3
-        high = max(float(np.max(v)) for v in latency_values) / 1e3
+        low = min(float(np.log10(np.min(_us(v)))) for v in latency_values)
+        high = max(float(np.log10(np.max(_us(v)))) for v in latency_values)
         for lat_ax, _ in axes:
-            lat_ax.set_ylim(low / 1.5, high * 1.5)
+            lat_ax.set_ylim(low - 0.18, high + 0.18)  # a factor of 1.5 either side
 
     handles: list[Any] = [Patch(label=family, **style(family)) for family in pdc_families]
     handles += [
@@ -683,6 +694,23 @@ def figure(result: BenchResult) -> Any:
     # Room at the bottom for the legend: about a quarter of an inch per row of it.
     fig.tight_layout(rect=(0, 0.25 * legend_rows / fig.get_figheight(), 1, 1))
     return fig
+
+
+def _us(samples_ns: Any) -> Any:
+    """Latency samples in microseconds, at least 1 ns (a log scale has no zero)."""
+    return np.maximum(np.asarray(samples_ns, dtype=np.float64), 1.0) / 1e3
+
+
+def _log_ticks(ax: Any) -> None:
+    """Label an axis of log10(us) in microseconds: a major tick per decade, minor ticks
+    at 2..9 times each."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator
+
+    ax.yaxis.set_major_locator(MultipleLocator(1.0))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{10**value:g}"))
+    low, high = -3, 7  # 1 ns to 10 s
+    minors = [np.log10(m) + k for k in range(low, high) for m in range(2, 10)]
+    ax.yaxis.set_minor_locator(FixedLocator(minors))
 
 
 def _distinct(count: int) -> list[str]:
