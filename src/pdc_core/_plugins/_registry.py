@@ -40,6 +40,7 @@ __all__ = [
     "available_backends",
     "backend_class",
     "backend_devices",
+    "best_available",
     "check_environment",
     "default_backend_name",
     "get_backend",
@@ -257,6 +258,12 @@ def _first_available() -> str | None:
     return None
 
 
+def best_available() -> str | None:
+    """The name of the best backend that can run here, ``PDC_BACKEND`` aside (``None``
+    if none can): the default once ``PDC_BACKEND`` is unset."""
+    return _first_available()
+
+
 def check_environment(*, backend: bool = True) -> None:
     """Check ``PDC_PLUGINS`` and (with ``backend``) ``PDC_BACKEND``; raise if either is unusable.
 
@@ -314,8 +321,11 @@ def _check_backend_setting(raw: str) -> None:
     if entry is None:
         provider = _filtered_provider(base)
         owner = KNOWN_DISTRIBUTIONS.get(base) if base != "ray" else None
+        refused = _refused_claimants(base)
         if provider is not None:
             why = f"PDC_PLUGINS filtered out the plugin {_plugin_label(provider)} that provides it"
+        elif refused:
+            why = _refused_line(base, refused)
         elif owner is not None:
             why = f"{owner} is not installed (pip install {owner})"
         else:
@@ -504,10 +514,51 @@ def _entry_for(info: _loader.PluginInfo) -> str:
     return name if len(claimants) == 1 else info.qualified_name
 
 
+def _refused_claimants(base: str) -> list[_loader.PluginInfo]:
+    """The plugins named ``base`` that were refused because several distributions
+    provide that name (each might provide the backend ``base``)."""
+    return sorted(
+        (
+            info
+            for info in _loader.failed_plugins()
+            if info.name.lower() == base and (info.error or "").startswith("refused: ")
+        ),
+        key=lambda info: info.qualified_name,
+    )
+
+
+def _resolving_setting(info: _loader.PluginInfo) -> str:
+    """The ``PDC_PLUGINS`` value that loads ``info`` and keeps every plugin loaded now."""
+    raw = _loader.plugin_selection().raw
+    if raw is not None:
+        entries = [entry.strip() for entry in raw.split(",") if entry.strip()]
+    else:
+        entries = [_entry_for(other) for other in _loader.list_plugins() if other.loaded]
+    entries = [entry for entry in entries if entry.lower() != info.name.lower()]
+    return ",".join([*entries, info.qualified_name])
+
+
+def _refused_line(base: str, refused: list[_loader.PluginInfo]) -> str:
+    """Why no plugin provides ``base``: its claimants were refused, by whom, and the
+    PDC_PLUGINS value that loads each."""
+    fixes = " or ".join(f"PDC_PLUGINS={_resolving_setting(info)!r}" for info in refused)
+    if len(refused) == 1:
+        why = (refused[0].error or "").removeprefix("refused: ").split(". ")[0]
+        return f"pdc refused the plugin {base!r} ({why}); set {fixes} to load it"
+    dists = _loader._join([info.distribution or "an unknown distribution" for info in refused])
+    return (
+        f"pdc refused the plugin {base!r}: {dists} {'both' if len(refused) == 2 else 'all'} "
+        f"provide it, and pdc does not choose between them; set {fixes} to load one"
+    )
+
+
 def _unknown_message(base: str) -> str:
     details = f"{_installed_summary()}{_failed_summary()}{_selection_summary()}"
     provider = _filtered_provider(base)
     raw = _loader.plugin_selection().raw
+    refused = _refused_claimants(base)
+    if provider is None and refused:
+        return f"unknown backend {base!r}: {_refused_line(base, refused)}.\n{details}"
     if provider is not None:
         owner = KNOWN_DISTRIBUTIONS.get(base)
         where = (
