@@ -245,3 +245,14 @@ def test_without_a_supplied_body_the_persistent_steps_say_how_to_supply_one(
         in (steps["persistent launch"]["detail"])
     )
     assert "persistent request" not in steps
+
+
+def test_json_names_the_backend_it_checked_without_backend_option(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PDC_BACKEND", raising=False)
+    import pdc_core
+
+    assert main(["check", "--json", "--requests", "20"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"] == pdc_core.get_backend().qualified_name

@@ -414,9 +414,14 @@ async def run_checks(backend: str | None = None, *, requests: int = 2000) -> lis
     """Run every step of ``pdc check`` against ``backend`` (default: the default backend)
     and return them in order; never raises for a failing step. Cancelling it stops the
     resident kernel of the check before the cancellation propagates."""
+    return (await _run_checks(backend, requests)).steps
+
+
+async def _run_checks(backend: str | None, requests: int) -> _Checker:
+    """:func:`run_checks`, returning the checker (its steps, and the backend it loaded)."""
     checker = _Checker(backend, requests)
     if not checker.step("backend", checker.load):
-        return checker.steps
+        return checker
     backend_ = checker._backend()
     for kind in MemoryKind:
         needs = {
@@ -437,7 +442,7 @@ async def run_checks(backend: str | None = None, *, requests: int = 2000) -> lis
             with anyio.CancelScope(shield=True):
                 await checker.session.aclose()
     await checker.astep("released", checker.released)
-    return checker.steps
+    return checker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -472,14 +477,17 @@ def run(args: argparse.Namespace) -> int:
     )
     if status:
         return status
-    checks = functools.partial(run_checks, args.backend, requests=args.requests)
-    steps = anyio.run(checks, backend=args.async_backend)
+    checker = anyio.run(_run_checks, args.backend, args.requests, backend=args.async_backend)
+    steps = checker.steps
     ok = all(step.status != "fail" for step in steps)
+    # The backend checked, as its device is named ("cpu:0"); what was asked for when it
+    # did not load.
+    checked = checker.backend.qualified_name if checker.backend is not None else args.backend
     if args.json:
         print(
             json.dumps(
                 {
-                    "backend": args.backend,
+                    "backend": checked,
                     "async_backend": args.async_backend,
                     "ok": ok,
                     "steps": [asdict(step) for step in steps],
