@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import sys
 import time
@@ -33,7 +35,11 @@ def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
         kernel = payload["latency"][f"{backend} / persistent kernel (cpu)"]
         assert "p50_vs_a task per message (cpu)" in kernel
         batched = payload["throughput"][f"{backend} / persistent kernel (cpu), request_batch"]
-        assert batched["x_vs_a task per message (cpu), all in flight"] > 0
+        # Like for like: the same ring-full batches, one task each (not a task per message).
+        assert list(k for k in batched if k.startswith("x_vs_")) == [
+            "x_vs_a task per ring-full (cpu), all in flight"
+        ]
+        assert batched["x_vs_a task per ring-full (cpu), all in flight"] > 0
 
 
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
@@ -415,10 +421,42 @@ def test_only_baselines_are_labelled_baseline() -> None:
     assert _no_ratio(latency["asyncio / bare"]) == "(baseline)"
 
 
+def test_tables_read_at_80_columns_with_each_missing_baseline_named_once() -> None:
+    """One latency and one throughput table per loop: every line fits 80 columns, the
+    header of every ratio column says which way is better, and a baseline that did not
+    run is a footnote mark in its rows, named once under the tables with how to get it."""
+    from rich.console import Console
+
+    from pdc_core._cli._bench import _table
+
+    result = _measured()
+    payload = result.payload()
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    _table(payload, console)
+    console.file.close()
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for loop in ("asyncio", "trio"):
+        assert f"Round-trip latency on {loop} (us; lower is better)" in text
+        assert f"Throughput into one actor on {loop} (higher is better)" in text
+    assert text.count("lower is better") == 4  # titles and ratio headers
+    assert text.count("higher is better") == 4
+    assert text.count("PyDotCompute 0.2.0 streaming did not run") == 1
+    assert lines[-1] == (
+        "[1] PyDotCompute 0.2.0 streaming did not run: pip install pydotcompute==0.2.0"
+    )
+    tell_many = [line for line in lines if "pdc tell_many -> handle_batch" in line]
+    assert len(tell_many) == 2
+    assert all("n/a [1]" in line for line in tell_many)
+    assert re.search(r"│ 0\.[12]\d*x bare anyio streams", text)  # pdc ask over its baseline
+
+
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--quick", "--n", "60", "--async-backend", "trio"]) == 0
     out = capsys.readouterr().out
-    assert "trio / pdc ask" in out
+    assert "Round-trip latency on trio" in out
+    assert "pdc ask" in out
     assert "msgs/s" in out
 
 

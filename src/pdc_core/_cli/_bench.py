@@ -23,8 +23,9 @@ Throughput (messages per second into one actor, replies checked):
 * ``pdc ask_stream`` -- windowed request/reply.
 * ``pdc seed facade streaming`` and, as baseline, ``PyDotCompute 0.2.0 streaming``:
   a producer task sends everything while the caller receives everything.
-* ``persistent kernel (cpu), request_batch`` against ``a task per message (cpu), all
-  in flight``.
+* ``persistent kernel (cpu), request_batch`` against ``a task per ring-full (cpu), all
+  in flight``: the same batches (one ring-full each), dispatched as one task each --
+  like for like, where a task per message would compare batching with spawning.
 
 The paths themselves live in :mod:`pdc_core._cli._bench_paths`, shared with the scripts of
 ``benchmarks/`` (one implementation of each); :func:`run_suite` runs them all.
@@ -56,7 +57,7 @@ __all__ = [
     "BARE",
     "BASELINE_INSTALL",
     "PERSISTENT",
-    "PER_MESSAGE_BATCHED",
+    "PER_RING_BATCHED",
     "PLOT_HINT",
     "PYDOTCOMPUTE",
     "PYDOTCOMPUTE_STREAMING",
@@ -82,7 +83,7 @@ PYDOTCOMPUTE: Final = "PyDotCompute 0.2.0"
 PERSISTENT: Final = "persistent kernel (cpu)"
 PER_MESSAGE: Final = "a task per message (cpu)"
 PYDOTCOMPUTE_STREAMING: Final = f"{PYDOTCOMPUTE} streaming"
-PER_MESSAGE_BATCHED: Final = f"{PER_MESSAGE}, all in flight"
+PER_RING_BATCHED: Final = "a task per ring-full (cpu), all in flight"
 
 
 @dataclass(frozen=True)
@@ -350,12 +351,12 @@ def throughput_paths(async_backends: tuple[str, ...] = ("asyncio", "trio")) -> l
         ]
         if kernels:
             out += [
-                ThroughputPath(backend, PER_MESSAGE_BATCHED, paths.task_per_message_batched),
+                ThroughputPath(backend, PER_RING_BATCHED, paths.task_per_ring_batched),
                 ThroughputPath(
                     backend,
                     f"{PERSISTENT}, request_batch",
                     paths.persistent_batched(),
-                    (PER_MESSAGE_BATCHED,),
+                    (PER_RING_BATCHED,),
                 ),
             ]
     if theirs is not None and "asyncio" in async_backends:
@@ -781,56 +782,99 @@ BASELINE_INSTALL: Final = {
 }
 
 
-def _missing(baselines: list[str]) -> str:
-    """``n/a``, saying which baselines did not run and how to get each."""
+class _Footnotes:
+    """Baselines that did not run, each named once under the tables, with how to get it."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def mark(self, baselines: list[str]) -> str:
+        """``n/a [1]``: the row's ratios are missing; the footnotes say why."""
+        marks = [self.numbers.setdefault(name, len(self.numbers) + 1) for name in baselines]
+        return "n/a " + " ".join(f"[{number}]" for number in marks)
+
+    def lines(self) -> list[str]:
+        out = []
+        for name, number in self.numbers.items():
+            hint = BASELINE_INSTALL.get(name)
+            out.append(f"[{number}] {name} did not run" + (f": {hint}" if hint else ""))
+        return out
+
+
+def _no_ratio(entry: dict[str, Any], notes: _Footnotes | None = None) -> str:
+    """What a row without ratios says: a baseline, or which baselines did not run
+    (a footnote mark; without ``notes``, the names and how to get each)."""
+    if entry.get("baseline"):
+        return "(baseline)"
+    missing = entry.get("missing_baselines") or ["its baselines"]
+    if notes is not None:
+        return notes.mark(missing)
     parts = []
-    for name in baselines:
+    for name in missing:
         hint = BASELINE_INSTALL.get(name)
         parts.append(f"{name} did not run ({hint})" if hint else f"{name} did not run")
     return "n/a: " + "; ".join(parts)
 
 
-def _no_ratio(entry: dict[str, Any]) -> str:
-    """What a row without ratios says: a baseline, or which baselines did not run."""
-    if entry.get("baseline"):
-        return "(baseline)"
-    return _missing(entry.get("missing_baselines") or ["its baselines"])
+def _ratios(entry: dict[str, Any], prefix: str) -> str:
+    """One ratio per line, to three significant digits: ``0.4x bare anyio streams``."""
+    return "\n".join(
+        f"{value:.3g}x {name[len(prefix) :]}"
+        for name, value in entry.items()
+        if name.startswith(prefix)
+    )
 
 
-def _table(payload: dict[str, Any]) -> None:
+def _loops(payload: dict[str, Any]) -> list[str]:
+    keys = [*payload["latency"], *payload["throughput"]]
+    return list(dict.fromkeys(key.split(" / ", 1)[0] for key in keys))
+
+
+def _table(payload: dict[str, Any], console: Any = None) -> None:
+    """The tables, one pair per event loop, readable at 80 columns: each ratio on a line
+    of its own, its direction in the header, and each baseline that did not run named
+    once, in a footnote."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    latency = Table(title="Round-trip latency (us)")
-    for column in ("path", "p50", "p90", "p99", "vs baselines (p50 ratio)"):
-        latency.add_column(column, justify="left" if column == "path" else "right")
-    for key, entry in payload["latency"].items():
-        ratios = ", ".join(
-            f"{name[len('p50_vs_') :]}: {value:.2f}x"
-            for name, value in entry.items()
-            if name.startswith("p50_vs_")
-        )
-        latency.add_row(
-            key,
-            f"{entry['p50_us']:.1f}",
-            f"{entry['p90_us']:.1f}",
-            f"{entry['p99_us']:.1f}",
-            ratios or _no_ratio(entry),
-        )
-    console.print(latency)
-    throughput = Table(title="Throughput into one actor")
-    throughput.add_column("path")
-    throughput.add_column("msgs/s (median)", justify="right")
-    throughput.add_column("vs baselines (rate ratio)", justify="right")
-    for key, entry in payload["throughput"].items():
-        ratios = ", ".join(
-            f"{name[len('x_vs_') :]}: {value:.1f}x"
-            for name, value in entry.items()
-            if name.startswith("x_vs_")
-        )
-        throughput.add_row(key, f"{entry['msgs_per_s']:,.0f}", ratios or _no_ratio(entry))
-    console.print(throughput)
+    console = console if console is not None else Console()
+    notes = _Footnotes()
+    for loop in _loops(payload):
+        latency = Table(title=f"Round-trip latency on {loop} (us; lower is better)")
+        latency.add_column("path", overflow="fold")
+        for column in ("p50", "p90", "p99"):
+            latency.add_column(column, justify="right", no_wrap=True)
+        latency.add_column("p50 / baseline's\n(lower is better)")
+        for key, entry in payload["latency"].items():
+            owner, label = key.split(" / ", 1)
+            if owner != loop:
+                continue
+            latency.add_row(
+                label,
+                f"{entry['p50_us']:.1f}",
+                f"{entry['p90_us']:.1f}",
+                f"{entry['p99_us']:.1f}",
+                _ratios(entry, "p50_vs_") or _no_ratio(entry, notes),
+            )
+        if latency.row_count:
+            console.print(latency)
+        throughput = Table(title=f"Throughput into one actor on {loop} (higher is better)")
+        throughput.add_column("path", overflow="fold")
+        throughput.add_column("msgs/s\n(median)", justify="right", no_wrap=True)
+        throughput.add_column("rate / baseline's\n(higher is better)")
+        for key, entry in payload["throughput"].items():
+            owner, label = key.split(" / ", 1)
+            if owner != loop:
+                continue
+            throughput.add_row(
+                label,
+                f"{entry['msgs_per_s']:,.0f}",
+                _ratios(entry, "x_vs_") or _no_ratio(entry, notes),
+            )
+        if throughput.row_count:
+            console.print(throughput)
+    for line in notes.lines():
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:
