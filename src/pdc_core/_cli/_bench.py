@@ -37,7 +37,7 @@ import argparse
 import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -192,8 +192,14 @@ def backend_benchmarks(backend: Backend | str) -> list[BenchmarkPath]:
     plugin = f"plugin {registration.plugin.name!r} ({registration.plugin.distribution})"
     origin = f"the benchmark paths of {plugin} for the {registration.name} backend"
     try:
-        found = list(registration.target(resolve_backend(backend)))
-    except KeyboardInterrupt:
+        listed = registration.target(resolve_backend(backend))
+        if isinstance(listed, (str, bytes, Mapping)) or not isinstance(listed, Iterable):
+            raise PluginError(
+                f"{origin}: the listing returned {listed!r}, not a list of "
+                "pdc_core.backend.BenchmarkPath objects"
+            )
+        found = list(listed)
+    except (KeyboardInterrupt, PluginError):
         raise
     except BaseException as exc:  # SystemExit too: a plugin must not end pdc bench
         raise PluginError(f"{origin} failed to list: {_one_line(exc)}") from exc
