@@ -749,7 +749,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="also the resident ring of this backend (one with persistent kernels): a "
         "session's request, awaiting and spinning, and a kernel actor's ask, against "
-        "the ring's floor (the kernel driven from Python without a session)",
+        "the ring's floor (the kernel driven from Python without a session); and the "
+        "paths its plugin registers (for a third-party backend, only those)",
     )
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument(
