@@ -240,6 +240,7 @@ BROKEN_SAMPLERS = [
     (f"{ASYNC}return None", "its sampler returned None, not a list of"),
     (f"{ASYNC}return ['a'] * n", "not a list of 30 samples (non-negative ints"),
     (f"{ASYNC}return [-1] * n", "not a list of 30 samples"),
+    (f"{ASYNC}return [1.5] * n", "not a list of 30 samples"),
     (f"{ASYNC}return [1] * (n - 1)", "not a list of 30 samples"),
     (f"{ASYNC}return []", "its sampler returned no samples (asked for 30)"),
 ]
@@ -290,6 +291,19 @@ def test_a_sampler_that_fails_is_one_error_line_and_the_rest_is_measured(
     for path in ("checkpoint floor (ringed)", "two checkpoints (ringed)", "resident ring (ringed)"):
         assert latency[f"{async_backend} / {path}"]["n"] == 30
     assert payload["throughput"][f"{async_backend} / pdc ask_stream"]["msgs_per_s"] > 0
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_sampler_may_return_its_samples_as_a_numpy_array(async_backend: str) -> None:
+    from pdc_core._cli._bench import _checked_sampler
+
+    async def sampler(n: int, warmup: int) -> Any:
+        await anyio.lowlevel.checkpoint()
+        return np.arange(n, dtype=np.int64)
+
+    samples = anyio.run(_checked_sampler(sampler, "the path"), 5, 0, backend=async_backend)
+    assert samples == [0, 1, 2, 3, 4]
+    assert all(type(sample) is int for sample in samples)
 
 
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])

@@ -152,6 +152,14 @@ def test_a_priority_that_fails_skips_only_its_backend(  # type: ignore[no-untype
     assert "cpu" in capsys.readouterr().out
 
 
+def test_a_priority_function_may_return_a_numpy_integer(lazy_plugin) -> None:  # type: ignore[no-untyped-def]
+    lazy_plugin(priority="lambda: __import__('numpy').int64(-50)")
+    info = next(info for info in available_backends() if info.name == "example")
+    assert info.priority == -50
+    assert type(info.priority) is int
+    assert info.availability.available
+
+
 def test_a_first_ranked_class_that_fails_to_import_is_passed_over(lazy_plugin) -> None:  # type: ignore[no-untyped-def]
     lazy_plugin(priority=500, target="pdc_no_such_module:Nothing")
     with pytest.warns(UserWarning, match="next available backend is the default") as w:

@@ -244,6 +244,8 @@ def _checked_sampler(sampler: Any, what: str) -> paths.LatencySampler:
             raise
         except BaseException as exc:  # SystemExit too: one path must not end pdc bench
             raise PluginError(f"{what}: its sampler raised {_one_line(exc)}") from exc
+        if isinstance(got, np.ndarray) and got.ndim == 1:
+            got = got.tolist()  # NumPy ints become Python ints; floats stay floats (refused)
         if isinstance(got, (list, tuple)) and not got:
             raise PluginError(f"{what}: its sampler returned no samples (asked for {n})")
         if not (

@@ -23,6 +23,7 @@ passed over for the next available one (asked for by name, it still raises its
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import warnings
@@ -105,7 +106,9 @@ def _rank(backend: RegisteredBackend) -> int | None:
     problem = None
     try:
         rank: int | None = backend.priority
-        if not isinstance(rank, int) or isinstance(rank, bool):
+        if isinstance(rank, numbers.Integral) and not isinstance(rank, bool):
+            rank = int(rank)  # a NumPy integer too
+        else:
             problem = f"priority() returned {rank!r} instead of an int"
     except KeyboardInterrupt:
         raise
