@@ -240,16 +240,17 @@ def available_backends() -> list[BackendInfo]:
     return infos
 
 
-def _first_available() -> str | None:
+def _first_available(*, load: bool = True) -> str | None:
     """The name of the best backend that can run here, probing best first; ``None`` if none.
 
-    The winner's class is imported when it was registered lazily: one that fails to
-    import is passed over, with a warning naming its plugin, for the next one.
+    With ``load``, the winner's class is imported when it was registered lazily (it is
+    about to be used): one that fails to import is passed over, with a warning naming
+    its plugin, for the next one. Without, nothing is imported (a check of settings).
     """
     for entry in _ranked():
         if entry.name in _passed_over or not _probe(entry).available:
             continue
-        if entry.loaded is None:
+        if load and entry.loaded is None:
             try:
                 _load(entry)
             except BackendError as exc:
@@ -294,7 +295,7 @@ def _check_plugins_setting(raw: str, *, need_backend: bool) -> None:
     selection = _loader.plugin_selection()
     if selection.problem is not None:
         raise EnvironmentSettingError("PDC_PLUGINS", raw, selection.problem, selection.choices)
-    if not need_backend or _first_available() is not None:
+    if not need_backend or _first_available(load=False) is not None:
         return
     infos = available_backends()
     if infos:
