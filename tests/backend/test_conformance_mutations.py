@@ -87,6 +87,7 @@ def test_the_kit_passes_the_unmodified_example_backend(mutants: ModuleType, name
             "test_persistent_kernel_drain_stop_answers_everything",
             "test_persistent_kernel_stop_now",
             "test_persistent_kernel_error_word",
+            "test_persistent_kernel_state",
         } <= passed
 
 
@@ -100,6 +101,7 @@ def test_the_kit_passes_the_unmodified_example_backend(mutants: ModuleType, name
         "mutant_stuck_event",
         "mutant_reordering_stream",
         "mutant_lost_error_word",
+        "mutant_default_state_hooks",
     ],
 )
 def test_the_kit_fails_each_planted_bug(mutants: ModuleType, name: str) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import sys
 import time
@@ -33,7 +35,11 @@ def test_quick_json(capsys: pytest.CaptureFixture[str]) -> None:
         kernel = payload["latency"][f"{backend} / persistent kernel (cpu)"]
         assert "p50_vs_a task per message (cpu)" in kernel
         batched = payload["throughput"][f"{backend} / persistent kernel (cpu), request_batch"]
-        assert batched["x_vs_a task per message (cpu), all in flight"] > 0
+        # Like for like: the same ring-full batches, one task each (not a task per message).
+        assert list(k for k in batched if k.startswith("x_vs_")) == [
+            "x_vs_a task per ring-full (cpu), all in flight"
+        ]
+        assert batched["x_vs_a task per ring-full (cpu), all in flight"] > 0
 
 
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
@@ -165,6 +171,38 @@ def test_a_backend_s_own_paths_join_its_resident_ring(
             "return [BenchmarkPath('a', checkpoints, ('b',)), BenchmarkPath('b', checkpoints)]",
             "'a' is held against ['b'], which no path listed before it is labelled",
         ),
+        ("raise SystemExit(0)", "failed to list: SystemExit: 0 (a plugin must not exit"),
+        ("return None", "the listing returned None, not a list of pdc_core.backend.Bench"),
+        ("return 'floor'", "the listing returned 'floor', not a list of pdc_core.backend"),
+        ("return {'a': 1}", "the listing returned {'a': 1}, not a list of pdc_core.backend"),
+        ("return [BenchmarkPath(['a'], checkpoints)]", "labelled ['a']: a label must be"),
+        ("return [BenchmarkPath({'a': 1}, checkpoints)]", "labelled {'a': 1}: a label must be"),
+        ("return [BenchmarkPath(None, checkpoints)]", "labelled None: a label must be a non"),
+        ("return [BenchmarkPath(7, checkpoints)]", "labelled 7: a label must be a non-empty"),
+        (
+            "return [BenchmarkPath('f', checkpoints), BenchmarkPath('a', checkpoints, 'f')]",
+            "'a' has baselines 'f': they must be a tuple of labels (str)",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, ['b'])]",
+            "'a' has baselines ['b']: they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, {'a': 1})]",
+            "'a' has baselines {'a': 1}: they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, None)]",
+            "'a' has baselines None: they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, (None,))]",
+            "'a' has baselines (None,): they must be a tuple of labels",
+        ),
+        (
+            "return [BenchmarkPath('a', checkpoints, resident_baseline='yes')]",
+            "'a' has resident_baseline 'yes': it must be a bool",
+        ),
     ],
 )
 def test_a_backend_s_paths_that_cannot_run_exit_2_naming_the_plugin(
@@ -189,6 +227,125 @@ def test_a_backend_s_paths_that_cannot_run_exit_2_naming_the_plugin(
         "ringed backend" in err
     )
     assert reason in err
+    assert "Traceback" not in err
+
+
+#: Samplers that misbehave when they run, and the error line each one gets.
+ASYNC = "async def broken(n, warmup):\n    "
+BROKEN_SAMPLERS = [
+    (f"{ASYNC}raise RuntimeError('lost')", "its sampler raised RuntimeError: lost"),
+    (f"{ASYNC}raise SystemExit(0)", "its sampler raised SystemExit: 0 (a plugin must not"),
+    ("broken = 42", "its sampler 42 is not callable"),
+    ("def broken(n, warmup):\n    return [1] * n", "instead of an awaitable (it must be async"),
+    (f"{ASYNC}return None", "its sampler returned None, not a list of"),
+    (f"{ASYNC}return ['a'] * n", "not a list of 30 samples (non-negative ints"),
+    (f"{ASYNC}return [-1] * n", "not a list of 30 samples"),
+    (f"{ASYNC}return [1.5] * n", "not a list of 30 samples"),
+    (f"{ASYNC}return [1] * (n - 1)", "not a list of 30 samples"),
+    (f"{ASYNC}return []", "its sampler returned no samples (asked for 30)"),
+]
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+@pytest.mark.parametrize(("sampler", "reason"), BROKEN_SAMPLERS)
+def test_a_sampler_that_fails_is_one_error_line_and_the_rest_is_measured(
+    install_plugins: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    async_backend: str,
+    sampler: str,
+    reason: str,
+) -> None:
+    """A plugin's sampler that raises, is not callable, is not async or returns no or
+    bad samples: one error line naming the plugin and the path, every other path still
+    measured (its dependants say their baseline did not run), exit 1."""
+    from pdc_core._cli import _bench_paths
+
+    source = RINGED.replace(
+        '        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),\n',
+        '        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),\n'
+        '        BenchmarkPath("broken", broken),\n'
+        '        BenchmarkPath("after broken", checkpoints, ("broken",)),\n',
+    ).replace("def paths(backend):", f"{sampler}\n\n\ndef paths(backend):")
+    assert source.count("broken") == 4 + sampler.count("broken")
+    install_plugins("pdc-ringed", {"ringed": "pdc_ringed"}, {"pdc_ringed": source})
+    monkeypatch.setitem(_bench_paths.BODIES, "ringed", _bench_paths.double)
+    argv = ["bench", "--quick", "--n", "30", "--backend", "ringed", "--async-backend"]
+    assert main([*argv, async_backend, "--json"]) == 1
+    captured = capsys.readouterr()
+    errors = [line for line in captured.err.splitlines() if "error" in line]
+    assert len(errors) == 1, captured.err
+    assert errors[0].startswith(
+        "pdc bench: error: the benchmark path 'broken' of plugin 'ringed' (pdc-ringed): "
+    )
+    assert reason in errors[0]
+    assert errors[0].endswith(f"(under {async_backend})")
+    assert "Traceback" not in captured.err
+    payload = json.loads(captured.out)
+    assert list(payload["errors"]) == [f"{async_backend} / broken (ringed)"]
+    latency = payload["latency"]
+    assert f"{async_backend} / broken (ringed)" not in latency
+    assert latency[f"{async_backend} / after broken (ringed)"]["missing_baselines"] == [
+        "broken (ringed)"
+    ]
+    for path in ("checkpoint floor (ringed)", "two checkpoints (ringed)", "resident ring (ringed)"):
+        assert latency[f"{async_backend} / {path}"]["n"] == 30
+    assert payload["throughput"][f"{async_backend} / pdc ask_stream"]["msgs_per_s"] > 0
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_sampler_may_return_its_samples_as_a_numpy_array(async_backend: str) -> None:
+    from pdc_core._cli._bench import _checked_sampler
+
+    async def sampler(n: int, warmup: int) -> Any:
+        await anyio.lowlevel.checkpoint()
+        return np.arange(n, dtype=np.int64)
+
+    samples = anyio.run(_checked_sampler(sampler, "the path"), 5, 0, backend=async_backend)
+    assert samples == [0, 1, 2, 3, 4]
+    assert all(type(sample) is int for sample in samples)
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_third_party_backend_s_own_paths_run_without_pdc_s_resident_rows(
+    ringed: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    async_backend: str,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Where pdc has no kernel body for a backend, ``--backend`` measures the paths its
+    plugin registers and leaves out pdc's resident rows (they need pdc's body)."""
+    from pdc_core._cli import _bench_paths
+
+    monkeypatch.delitem(_bench_paths.BODIES, "ringed")
+    argv = ["bench", "--quick", "--n", "30", "--backend", "ringed", "--async-backend"]
+    assert main([*argv, async_backend, "--json"]) == 0
+    latency = json.loads(capsys.readouterr().out)["latency"]
+    assert latency[f"{async_backend} / checkpoint floor (ringed)"]["n"] == 30
+    assert (
+        latency[f"{async_backend} / two checkpoints (ringed)"]["p50_vs_checkpoint floor (ringed)"]
+        > 0
+    )
+    ringed_rows = sorted(key for key in latency if key.endswith("(ringed)"))
+    assert ringed_rows == [
+        f"{async_backend} / checkpoint floor (ringed)",
+        f"{async_backend} / two checkpoints (ringed)",
+    ]
+    assert ringed.LISTED
+
+
+def test_a_backend_with_neither_a_body_nor_paths_is_refused(
+    install_plugins: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = RINGED.replace(
+        '    register("ringed", paths, "a floor of checkpoints")\n', "    pass\n"
+    )
+    install_plugins("pdc-ringed", {"ringed": "pdc_ringed"}, {"pdc_ringed": source})
+    assert main(["bench", "--quick", "--backend", "ringed"]) == 2
+    assert (
+        "--backend ringed: the benchmark has no kernel body for the ringed backend, and its "
+        "plugin registers no benchmark paths" in capsys.readouterr().err
+    )
 
 
 class _LaunchingBackend(HostMemoryBackend):
@@ -280,10 +437,42 @@ def test_only_baselines_are_labelled_baseline() -> None:
     assert _no_ratio(latency["asyncio / bare"]) == "(baseline)"
 
 
+def test_tables_read_at_80_columns_with_each_missing_baseline_named_once() -> None:
+    """One latency and one throughput table per loop: every line fits 80 columns, the
+    header of every ratio column says which way is better, and a baseline that did not
+    run is a footnote mark in its rows, named once under the tables with how to get it."""
+    from rich.console import Console
+
+    from pdc_core._cli._bench import _table
+
+    result = _measured()
+    payload = result.payload()
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    _table(payload, console)
+    console.file.close()
+    text = console.export_text()
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    for loop in ("asyncio", "trio"):
+        assert f"Round-trip latency on {loop} (us; lower is better)" in text
+        assert f"Throughput into one actor on {loop} (higher is better)" in text
+    assert text.count("lower is better") == 4  # titles and ratio headers
+    assert text.count("higher is better") == 4
+    assert text.count("PyDotCompute 0.2.0 streaming did not run") == 1
+    assert lines[-1] == (
+        "[1] PyDotCompute 0.2.0 streaming did not run: pip install pydotcompute==0.2.0"
+    )
+    tell_many = [line for line in lines if "pdc tell_many -> handle_batch" in line]
+    assert len(tell_many) == 2
+    assert all("n/a [1]" in line for line in tell_many)
+    assert re.search(r"│ 0\.[12]\d*x bare anyio streams", text)  # pdc ask over its baseline
+
+
 def test_table_output(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--quick", "--n", "60", "--async-backend", "trio"]) == 0
     out = capsys.readouterr().out
-    assert "trio / pdc ask" in out
+    assert "Round-trip latency on trio" in out
+    assert "pdc ask" in out
     assert "msgs/s" in out
 
 
@@ -356,7 +545,10 @@ def test_plot_has_a_throughput_panel_a_legend_and_a_colour_per_path() -> None:
         # One scale per comparison: the loops share the latency and the throughput scales.
         assert latency_asyncio.get_ylim() == latency_trio.get_ylim()
         assert throughput_asyncio.get_xlim() == throughput_trio.get_xlim()
-        assert latency_asyncio.get_yscale() == throughput_asyncio.get_xscale() == "log"
+        assert throughput_asyncio.get_xscale() == "log"
+        # The latency axis is log10(us), labelled in us (a decade per major tick).
+        labels = {tick.get_text() for tick in latency_asyncio.get_yticklabels()}
+        assert {"1", "10", "100"} <= labels
         bars = [tick.get_text() for tick in throughput_asyncio.get_yticklabels()]
         assert bars == [
             "pdc tell_many -> handle_batch",
@@ -389,6 +581,51 @@ def test_plot_has_a_throughput_panel_a_legend_and_a_colour_per_path() -> None:
         assert tuple(patches[2].get_facecolor()) == tuple(
             entries["persistent kernel (cpu)"].get_facecolor()
         )
+    finally:
+        plt.close(fig)
+
+
+def _drawn_mass(body: Any) -> tuple[float, Any, Any]:
+    """A violin's outline as (centre x, y, half-width at y), from its drawn polygon."""
+    vertices = body.get_paths()[0].vertices
+    centre = float(np.mean(vertices[:, 0]))
+    right = vertices[vertices[:, 0] >= centre]
+    order = np.argsort(right[:, 1])
+    return centre, right[order, 1], right[order, 0] - centre
+
+
+def test_plot_draws_each_violin_where_its_samples_are() -> None:
+    """Samples at ~10 us with 0.5% at ~3 ms (a median of 10 us, a p99 of ~12 us):
+    the violin's widest point is at the median and almost none of its area lies above
+    the p99 marker. (A density estimated on linear us and drawn on a log axis put the
+    mass at hundreds of us.)"""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from pdc_core._cli._bench import figure
+
+    rng = np.random.default_rng(1)
+    bulk = rng.lognormal(np.log(10_000), 0.08, 9950)
+    outliers = rng.uniform(1e6, 5e6, 50)
+    samples = np.concatenate([bulk, outliers]).astype(int)
+    p50, p99 = np.percentile(samples / 1e3, [50, 99])
+    result = BenchResult()
+    result.latency_samples["asyncio / pdc ask"] = list(samples)
+    result.baselines["asyncio / pdc ask"] = ()
+    fig = figure(result)
+    try:
+        latency = fig.get_axes()[0]
+        (body,) = latency.collections[:1]
+        _, ys, widths = _drawn_mass(body)
+        assert abs(ys[np.argmax(widths)] - np.log10(p50)) < 0.1  # widest at the median
+        area = np.trapezoid(widths, ys)
+        above = ys > np.log10(p99)
+        share = np.trapezoid(widths[above], ys[above]) / area
+        assert share < 0.05, f"{share:.0%} of the violin is drawn above p99"
+        median, high = (c.get_offsets()[0][1] for c in latency.collections[1:3])
+        assert abs(median - np.log10(p50)) < 1e-9
+        assert abs(high - np.log10(p99)) < 1e-9
+        assert latency.get_ylim()[1] > np.log10(5_000)  # the outliers are on the axis
     finally:
         plt.close(fig)
 

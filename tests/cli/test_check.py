@@ -176,3 +176,83 @@ async def test_a_cancelled_check_leaves_no_kernel_or_thread_behind():
             scope.cancel()
     assert scope.cancelled_caught
     await settle_threads(baseline, within=5.0)
+
+
+#: A third-party backend of persistent kernels (the cpu backend's worker under another
+#: name), which pdc's check has no kernel body for unless the class supplies one.
+THIRD_PARTY = """
+import numpy as np
+from pdc_cpu import CpuBackend
+
+from pdc_core.backend import HostWorkerKernel, hookimpl
+
+
+def plus_one(requests):
+    replies = np.empty(len(requests), requests.dtype)
+    replies["id"] = requests["id"]
+    replies["value"] = requests["value"] + 1.0
+    return replies
+
+
+class Mine(CpuBackend):
+    name = "mine"
+    distribution = "pdc-mine"
+
+    def launch_persistent_kernel(self, kernel, rings, **options):
+        return HostWorkerKernel.launch(self, kernel, rings, **options)  # the "mine" body
+{supply}
+
+@hookimpl
+def pdc_register_backends(register):
+    register(Mine)
+"""
+
+SUPPLY = """
+    def check_persistent_body(self):
+        return plus_one
+"""
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_third_party_backend_supplies_the_check_s_kernel_body(
+    install_plugins: Any, capsys: pytest.CaptureFixture[str], async_backend: str
+) -> None:
+    source = THIRD_PARTY.format(supply=SUPPLY)
+    install_plugins("pdc-mine", {"mine": "pdc_mine"}, modules={"pdc_mine": source})
+    argv = ["check", "--backend", "mine", "--json", "--requests", "20"]
+    status = main([*argv, "--async-backend", async_backend])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    statuses = {step["name"]: step["status"] for step in report["steps"]}
+    for name in ("persistent launch", "persistent request", "persistent batch", "persistent stop"):
+        assert statuses[name] == "pass", report
+    from pdc_core._cli._check import CHECK_KERNEL
+
+    assert "mine" not in CHECK_KERNEL.bodies  # the check's own kernel is left as it was
+
+
+def test_without_a_supplied_body_the_persistent_steps_say_how_to_supply_one(
+    install_plugins: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    install_plugins(
+        "pdc-mine", {"mine": "pdc_mine"}, modules={"pdc_mine": THIRD_PARTY.format(supply="")}
+    )
+    assert main(["check", "--backend", "mine", "--json", "--requests", "20"]) == 0
+    steps = {step["name"]: step for step in json.loads(capsys.readouterr().out)["steps"]}
+    assert steps["persistent launch"]["status"] == "skip"
+    assert (
+        "its backend class can supply one with check_persistent_body()"
+        in (steps["persistent launch"]["detail"])
+    )
+    assert "persistent request" not in steps
+
+
+def test_json_names_the_backend_it_checked_without_backend_option(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PDC_BACKEND", raising=False)
+    import pdc_core
+
+    assert main(["check", "--json", "--requests", "20"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["backend"] == pdc_core.get_backend().qualified_name

@@ -48,8 +48,12 @@ def test_demo_on_an_unavailable_backend_says_why(capsys: pytest.CaptureFixture[s
     cuda = next((b for b in pdc_core.available_backends() if b.name == "cuda"), None)
     if cuda is None or cuda.availability.available:
         pytest.skip("needs pdc-cuda installed on a machine where cuda is unavailable")
-    assert main(["demo", "--backend", "cuda"]) == 2
-    error = capsys.readouterr().err
-    assert (
-        f"the cuda backend (pdc-cuda) is installed but cannot run here: {cuda.availability.reason}"
-    ) in error
+    for command in ("demo", "check"):
+        assert main([command, "--backend", "cuda"]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith(f"pdc {command}: error: ")  # no usage line first
+        assert (
+            "the cuda backend (pdc-cuda) is installed but cannot run here: "
+            f"{cuda.availability.reason}"
+        ) in error
+        assert "Without a GPU, pdc_cuda.testing.HostCudaBackend runs" in error

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
 from typing import Any
@@ -156,11 +157,49 @@ def test_cli_json(async_backend: str, capsys: pytest.CaptureFixture[str]) -> Non
     assert summary["anomalies_match"] is True
 
 
-def test_cli_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one line per row
     assert main(["demo", "--messages", "1000"]) == 0
     out = capsys.readouterr().out
     assert "exact match" in out
     assert "p99" in out
+    # The table says what its latency is, and that start-up is not in the elapsed time.
+    latency = next(line for line in out.splitlines() if "latency" in line)
+    assert "(end to end at full rate, queueing included)" in latency
+    elapsed = next(line for line in out.splitlines() if "elapsed" in line)
+    assert re.search(r"s streaming \(start-up before it, not counted: \d+\.\d\d s\)", elapsed)
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_a_paced_run_sends_at_the_rate_it_is_given(
+    async_backend: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--rate 2000/s``: 400 frames in slices of 2, each sent when due, so the last
+    goes out 199 ms after the first at the earliest; the summary says what the latency
+    measures."""
+    argv = ["demo", "--messages", "400", "--rate", "2000/s", "--json"]
+    assert main([*argv, "--async-backend", async_backend]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["rate_per_s"] == 2000
+    assert summary["latency_measures"] == ("end to end, paced at 2,000 frames/s, queueing included")
+    assert summary["messages_processed"] == 400
+    assert summary["anomalies_match"] is True
+    assert summary["elapsed_s"] >= 0.199
+    assert summary["setup_s"] >= 0
+
+
+@pytest.mark.parametrize("rate", ["0", "-5/s", "abc", "nan", "inf", "2000/min"])
+def test_a_bad_rate_exits_2_naming_it(rate: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["demo", "--messages", "10", "--rate", rate])
+    assert info.value.code == 2
+    assert "argument --rate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rate", [0, -1.0, float("nan"), True, "100"])
+def test_a_bad_rate_in_the_config_is_refused(rate: Any) -> None:
+    with pytest.raises(ValueError, match="rate must be a positive number of frames per second"):
+        DemoConfig(rate=rate)
 
 
 def test_unknown_backend_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -234,6 +273,7 @@ def test_cli_placement(here_plugin: Any, capsys: pytest.CaptureFixture[str]) -> 
     assert main(["demo", "--placement", "here", "--messages", "2000", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["placement"] == "here"
+    assert summary["setup_s"] > 0  # the placement's opening: reported, not in elapsed_s
     assert summary["anomalies_match"] is True
     assert here_plugin.EVENTS[-1] == "close"
 

@@ -9,7 +9,12 @@ import pytest
 
 import pdc_core
 from pdc_core import BackendError, BackendUnavailable
-from pdc_core._plugins import available_backends, list_plugins, registered_backends
+from pdc_core._plugins import (
+    available_backends,
+    default_backend_name,
+    list_plugins,
+    registered_backends,
+)
 
 PLUGIN = """
 from pdc_core.backend import Availability, LazyBackend, hookimpl
@@ -114,6 +119,58 @@ def test_a_class_that_does_not_match_its_registration_is_refused(lazy_plugin) ->
     assert "has name 'example', but it was registered as LazyBackend(name='simulated')" in str(
         caught.value
     )
+
+
+@pytest.mark.parametrize(
+    ("priority", "problem"),
+    [
+        ("lambda: 1 / 0", "priority() raised ZeroDivisionError: division by zero"),
+        ("lambda: 'high'", "priority() returned 'high' instead of an int"),
+        ("lambda: None", "priority() returned None instead of an int"),
+        ("lambda: True", "priority() returned True instead of an int"),
+        ("lambda: 2.5", "priority() returned 2.5 instead of an int"),
+        ("lambda: exit(0)", "priority() raised SystemExit: 0 (a plugin must not exit"),
+    ],
+)
+def test_a_priority_that_fails_skips_only_its_backend(  # type: ignore[no-untyped-def]
+    lazy_plugin, capsys, priority, problem
+) -> None:
+    from pdc_core._cli._main import main
+
+    lazy_plugin(priority=priority)
+    with pytest.warns(UserWarning, match=r"the example backend \(.*plugin 'example'.*skipped") as w:
+        assert pdc_core.get_backend().name == "cpu"
+    assert problem in str(w[0].message)
+    info = next(info for info in available_backends() if info.name == "example")
+    assert info.priority is None
+    assert not info.availability.available
+    assert problem in info.availability.reason
+    assert next(info for info in available_backends() if info.name == "cpu").availability.available
+    with pytest.raises(BackendUnavailable, match=r"example backend .* not available here"):
+        pdc_core.get_backend("example")
+    assert main(["info"]) == 0
+    assert "cpu" in capsys.readouterr().out
+
+
+def test_a_priority_function_may_return_a_numpy_integer(lazy_plugin) -> None:  # type: ignore[no-untyped-def]
+    lazy_plugin(priority="lambda: __import__('numpy').int64(-50)")
+    info = next(info for info in available_backends() if info.name == "example")
+    assert info.priority == -50
+    assert type(info.priority) is int
+    assert info.availability.available
+
+
+def test_a_first_ranked_class_that_fails_to_import_is_passed_over(lazy_plugin) -> None:  # type: ignore[no-untyped-def]
+    lazy_plugin(priority=500, target="pdc_no_such_module:Nothing")
+    with pytest.warns(UserWarning, match="next available backend is the default") as w:
+        assert pdc_core.get_backend().name == "cpu"
+    assert "registered by plugin 'example'" in str(w[0].message)
+    assert "No module named 'pdc_no_such_module'" in str(w[0].message)
+    assert default_backend_name() == "cpu"
+    with pytest.raises(BackendError, match="failed to import its class") as caught:
+        pdc_core.get_backend("example")
+    assert not isinstance(caught.value, BackendUnavailable)
+    assert isinstance(caught.value.__cause__, ModuleNotFoundError)
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ constructor or ``devices()`` raises leaking the raw exception from ``get_backend
 from __future__ import annotations
 
 import json
+import re
 import sys
 import warnings
 from collections.abc import Callable, Iterator
@@ -450,3 +451,41 @@ def test_a_first_party_name_never_selects_another_distribution():
     )
     assert plan.warning is None  # a first-party name is known even where it is missing
     assert _plan([impostor], "pdc-impostor:cpu").load == [impostor]
+
+
+def test_a_backend_refused_over_a_name_clash_is_reported_as_refused(clash, monkeypatch, capsys):
+    """``PDC_BACKEND=clash pdc info`` with two distributions providing ``clash``: the
+    error says pdc refused it, which distributions claim it and the PDC_PLUGINS value
+    that loads each (keeping the plugins loaded now); the default backend shown is
+    still the best available one."""
+    monkeypatch.setenv("PDC_BACKEND", "clash")
+    pdc_core.reload_plugins()
+    assert main(["info"]) == 2
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[1] == (
+        "default backend: cpu, the best available, once PDC_BACKEND is fixed or unset "
+        "(see the error)"
+    )
+    error = next(line for line in lines if line.startswith("error: PDC_BACKEND='clash'"))
+    assert "no installed plugin provides it" not in error
+    assert (
+        "pdc refused the plugin 'clash': pdc-clash-a and pdc-clash-b both provide it, and "
+        "pdc does not choose between them; set PDC_PLUGINS=" in error
+    )
+    fixes = re.findall(r"PDC_PLUGINS='([^']*)'", error)
+    assert [fix.split(",")[-1] for fix in fixes] == ["pdc-clash-a:clash", "pdc-clash-b:clash"]
+    assert all("cpu" in fix.split(",") for fix in fixes)
+    assert main(["info", "--json"]) == 2
+    payload = json.loads(capsys.readouterr().out)
+    assert (payload["default_backend"], payload["best_available"]) == (None, "cpu")
+    # The value offered loads the plugin and keeps the default backend.
+    monkeypatch.setenv("PDC_PLUGINS", fixes[0])
+    monkeypatch.delenv("PDC_BACKEND")
+    pdc_core.reload_plugins()
+    assert get_backend("clash").name == "clash"
+    assert pdc_core.get_backend().name == "cpu"
+    monkeypatch.delenv("PDC_PLUGINS")
+    pdc_core.reload_plugins()
+    with pytest.raises(BackendUnavailable, match="unknown backend 'clash': pdc refused the"):
+        get_backend("clash")

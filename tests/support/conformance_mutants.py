@@ -229,6 +229,22 @@ class ReorderingStream(Mutant):
 # -- persistent kernels: a correct one, and one that loses the error word -----------------
 
 
+class ExampleWorkerKernel(HostWorkerKernel):
+    """The shared host worker, its state kept in the example's DEVICE memory (a
+    ``DeviceArray``, not an ndarray): the hooks a wrapper-memory backend overrides."""
+
+    def make_state(self, initial: npt.NDArray[Any]) -> Any:
+        return self.backend.to_device(initial)
+
+    def state_to_host(self, state: Any) -> npt.NDArray[Any]:
+        return self.backend.to_host(state)
+
+    def call_body(self, requests: npt.NDArray[Any]) -> Any:
+        if self.state is None:
+            return self.body(requests)
+        return self.body(requests, self.state._data)  # the simulated device's memory
+
+
 class PersistentExample(Mutant):
     """The example backend with persistent kernels (the shared host worker): correct."""
 
@@ -236,7 +252,7 @@ class PersistentExample(Mutant):
     capabilities: ClassVar[frozenset[Capability]] = ExampleBackend.capabilities | {
         Capability.PERSISTENT_KERNELS
     }
-    resident_type: ClassVar[type[HostWorkerKernel]] = HostWorkerKernel
+    resident_type: ClassVar[type[HostWorkerKernel]] = ExampleWorkerKernel
 
     def launch_persistent_kernel(
         self, kernel: PersistentKernel, rings: RingMemory, **options: Any
@@ -244,7 +260,14 @@ class PersistentExample(Mutant):
         return self.resident_type.launch(self, kernel, rings, **options)
 
 
-class ForgivingKernel(HostWorkerKernel):
+class DefaultStateHooks(PersistentExample):
+    name: ClassVar[str] = "mutant_default_state_hooks"
+    bug = "the host worker's default make_state/state_to_host on wrapper DEVICE memory"
+    resident_type = HostWorkerKernel
+    caught_by = frozenset({"test_persistent_kernel_state"})
+
+
+class ForgivingKernel(ExampleWorkerKernel):
     """Swallows the body's exceptions and answers zeros: the error word is never set."""
 
     def call_body(self, requests: npt.NDArray[Any]) -> Any:
@@ -269,6 +292,7 @@ MUTANTS: tuple[type[Mutant], ...] = (
     StuckEvent,
     ReorderingStream,
     LostErrorWord,
+    DefaultStateHooks,
 )
 CORRECT: tuple[type[Mutant], ...] = (UnchangedExample, PersistentExample)
 

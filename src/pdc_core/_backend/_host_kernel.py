@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 import numpy.typing as npt
 
-from .._exceptions import RecordError, RingProtocolError
+from .._exceptions import BackendError, RecordError, RingProtocolError
 from ._contract import MemoryKind
 from ._persistent_kernel import PersistentKernelSpec
 from ._resident import HostWaiter, PollingWaiter, ResidentKernel
@@ -231,14 +231,38 @@ class HostWorkerKernel(ResidentKernel):
 
     def make_state(self, initial: npt.NDArray[Any]) -> Any:
         """The device-resident state from its initial value (called once, at launch, on
-        the launching thread). Default: the backend's ``DEVICE`` allocation, a copy."""
+        the launching thread). Default: the backend's ``DEVICE`` allocation, a copy,
+        which works where that allocation is a NumPy array. Where it is anything else
+        (a wrapper of the backend's own), this raises :class:`~pdc_core.BackendError`
+        before anything starts, naming the hooks the backend must override."""
         state = self.backend.allocate(initial.shape, initial.dtype, MemoryKind.DEVICE)
+        if not isinstance(state, np.ndarray):
+            raise BackendError(
+                f"persistent kernel {self.kernel.name!r} has state, but the "
+                f"{self.backend.name} backend's DEVICE memory is "
+                f"{type(state).__module__}.{type(state).__qualname__}, not a NumPy array, so "
+                f"{type(self).__qualname__}'s default make_state cannot hold it: override "
+                "make_state (and state_to_host, to read it back; call_body, if the body "
+                "needs the state in another form) in the backend's HostWorkerKernel subclass"
+            )
         np.copyto(state, initial)
         return state
 
     def state_to_host(self, state: Any) -> npt.NDArray[Any]:
-        """A host copy of the state, for :meth:`read_state`. Default: ``np.array(state)``."""
-        return np.array(state, copy=True)
+        """A host copy of the state, for :meth:`read_state`. Default: ``np.array(state)``,
+        which must give the state's own shape and dtype (else a
+        :class:`~pdc_core.BackendError` naming this hook and ``make_state``)."""
+        host = np.array(state, copy=True)
+        initial = self.kernel.state
+        if initial is not None and (host.shape, host.dtype) != (initial.shape, initial.dtype):
+            raise BackendError(
+                f"the state of persistent kernel {self.kernel.name!r} reads back as an array "
+                f"of shape {host.shape} and dtype {host.dtype}, not {initial.shape} "
+                f"{initial.dtype}: {type(state).__qualname__} is not a NumPy array; override "
+                f"state_to_host (with make_state) in the {self.backend.name} backend's "
+                "HostWorkerKernel subclass"
+            )
+        return host
 
     @contextlib.contextmanager
     def worker_context(self) -> Iterator[None]:

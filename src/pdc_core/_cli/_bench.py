@@ -23,8 +23,9 @@ Throughput (messages per second into one actor, replies checked):
 * ``pdc ask_stream`` -- windowed request/reply.
 * ``pdc seed facade streaming`` and, as baseline, ``PyDotCompute 0.2.0 streaming``:
   a producer task sends everything while the caller receives everything.
-* ``persistent kernel (cpu), request_batch`` against ``a task per message (cpu), all
-  in flight``.
+* ``persistent kernel (cpu), request_batch`` against ``a task per ring-full (cpu), all
+  in flight``: the same batches (one ring-full each), dispatched as one task each --
+  like for like, where a task per message would compare batching with spawning.
 
 The paths themselves live in :mod:`pdc_core._cli._bench_paths`, shared with the scripts of
 ``benchmarks/`` (one implementation of each); :func:`run_suite` runs them all.
@@ -33,12 +34,14 @@ The paths themselves live in :mod:`pdc_core._cli._bench_paths`, shared with the 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
+import anyio
 import numpy as np
 
 from .._exceptions import PluginError
@@ -54,7 +57,7 @@ __all__ = [
     "BARE",
     "BASELINE_INSTALL",
     "PERSISTENT",
-    "PER_MESSAGE_BATCHED",
+    "PER_RING_BATCHED",
     "PLOT_HINT",
     "PYDOTCOMPUTE",
     "PYDOTCOMPUTE_STREAMING",
@@ -80,17 +83,19 @@ PYDOTCOMPUTE: Final = "PyDotCompute 0.2.0"
 PERSISTENT: Final = "persistent kernel (cpu)"
 PER_MESSAGE: Final = "a task per message (cpu)"
 PYDOTCOMPUTE_STREAMING: Final = f"{PYDOTCOMPUTE} streaming"
-PER_MESSAGE_BATCHED: Final = f"{PER_MESSAGE}, all in flight"
+PER_RING_BATCHED: Final = "a task per ring-full (cpu), all in flight"
 
 
 @dataclass(frozen=True)
 class LatencyPath:
-    """A measured path: ``label`` on ``async_backend``, compared with ``baselines``."""
+    """A measured path: ``label`` on ``async_backend``, compared with ``baselines``.
+    A ``plugin`` path's :class:`~pdc_core.PluginError` fails that path alone."""
 
     async_backend: str
     label: str
     sampler: paths.LatencySampler
     baselines: tuple[str, ...] = ()
+    plugin: bool = False
 
     @property
     def key(self) -> str:
@@ -136,38 +141,129 @@ def _launches(backend: Backend | str) -> bool:
     )
 
 
+def _resident(backend: Backend | str) -> bool:
+    """Whether pdc measures ``backend``'s resident ring: it runs persistent kernels and
+    the benchmark has a kernel body for it."""
+    from .._plugins import resolve_backend
+
+    return paths.backend_kind(backend) in paths.BODIES and resolve_backend(backend).has(
+        Capability.PERSISTENT_KERNELS
+    )
+
+
+def _path_problem(path: BenchmarkPath, labels: set[str]) -> str | None:
+    """What is wrong with one listed path (its sampler is checked when it runs)."""
+    if not isinstance(path.label, str) or not path.label.strip():
+        return f"a path is labelled {path.label!r}: a label must be a non-empty str"
+    if path.label in labels:
+        return f"two paths are labelled {path.label!r}"
+    if not isinstance(path.baselines, tuple) or not all(
+        isinstance(name, str) for name in path.baselines
+    ):
+        return (
+            f"{path.label!r} has baselines {path.baselines!r}: they must be a tuple of "
+            "labels (str), such as ('floor',)"
+        )
+    unknown = [name for name in path.baselines if name not in labels]
+    if unknown:
+        return (
+            f"{path.label!r} is held against {unknown!r}, which no path listed before it "
+            "is labelled"
+        )
+    if not isinstance(path.resident_baseline, bool):
+        return f"{path.label!r} has resident_baseline {path.resident_baseline!r}: it must be a bool"
+    return None
+
+
 def backend_benchmarks(backend: Backend | str) -> list[BenchmarkPath]:
     """The paths ``backend``'s plugin adds to ``pdc bench --backend`` (its
     ``pdc_register_benchmarks`` hook), checked: :class:`~pdc_core.PluginError` naming
-    the plugin when they are not :class:`~pdc_core.backend.BenchmarkPath` objects with
-    distinct labels whose baselines are among them, or when listing them raised."""
+    the plugin and the problem when listing them raised (``SystemExit`` included), gave
+    something other than an iterable of :class:`~pdc_core.backend.BenchmarkPath`
+    objects, or gave paths whose labels are not distinct non-empty strs, whose
+    ``baselines`` are not a tuple of labels listed before them or whose
+    ``resident_baseline`` is not a bool. Each path's sampler is wrapped so that what it
+    does wrong when it runs is a ``PluginError`` naming the plugin and the path."""
     from .._plugins import registered_benchmarks, resolve_backend
 
     registration = registered_benchmarks().get(paths.backend_kind(backend))
     if registration is None:
         return []
-    origin = (
-        f"the benchmark paths of plugin {registration.plugin.name!r} "
-        f"({registration.plugin.distribution}) for the {registration.name} backend"
-    )
+    plugin = f"plugin {registration.plugin.name!r} ({registration.plugin.distribution})"
+    origin = f"the benchmark paths of {plugin} for the {registration.name} backend"
     try:
-        found = list(registration.target(resolve_backend(backend)))
-    except Exception as exc:
-        raise PluginError(f"{origin} failed to list: {type(exc).__name__}: {exc}") from exc
+        listed = registration.target(resolve_backend(backend))
+        if isinstance(listed, (str, bytes, Mapping)) or not isinstance(listed, Iterable):
+            raise PluginError(
+                f"{origin}: the listing returned {listed!r}, not a list of "
+                "pdc_core.backend.BenchmarkPath objects"
+            )
+        found = list(listed)
+    except (KeyboardInterrupt, PluginError):
+        raise
+    except BaseException as exc:  # SystemExit too: a plugin must not end pdc bench
+        raise PluginError(f"{origin} failed to list: {_one_line(exc)}") from exc
     labels: set[str] = set()
+    checked = []
     for path in found:
         if not isinstance(path, BenchmarkPath):
             raise PluginError(f"{origin}: {path!r} is not a pdc_core.backend.BenchmarkPath")
-        if path.label in labels:
-            raise PluginError(f"{origin}: two paths are labelled {path.label!r}")
-        unknown = [name for name in path.baselines if name not in labels]
-        if unknown:
-            raise PluginError(
-                f"{origin}: {path.label!r} is held against {unknown!r}, which no path listed "
-                "before it is labelled"
-            )
+        problem = _path_problem(path, labels)
+        if problem is not None:
+            raise PluginError(f"{origin}: {problem}")
         labels.add(path.label)
-    return found
+        what = f"the benchmark path {path.label!r} of {plugin}"
+        checked.append(replace(path, sampler=_checked_sampler(path.sampler, what)))
+    return checked
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if isinstance(exc, SystemExit):
+        text += " (a plugin must not exit the process)"
+    return text
+
+
+def _checked_sampler(sampler: Any, what: str) -> paths.LatencySampler:
+    """``sampler`` as pdc runs it: anything it does wrong (it is not callable, not
+    async, raises, returns something other than ``n`` int samples) is a
+    :class:`~pdc_core.PluginError` naming ``what``. Cancellation and Ctrl-C pass."""
+
+    async def sample(n: int, warmup: int) -> list[int]:
+        if not callable(sampler):
+            raise PluginError(f"{what}: its sampler {sampler!r} is not callable")
+        try:
+            pending = sampler(n, warmup)
+            if not inspect.isawaitable(pending):
+                raise PluginError(
+                    f"{what}: its sampler returned {pending!r} instead of an awaitable "
+                    "(it must be async: an async def function)"
+                )
+            got = await pending
+        except (KeyboardInterrupt, PluginError, anyio.get_cancelled_exc_class()):
+            raise
+        except BaseException as exc:  # SystemExit too: one path must not end pdc bench
+            raise PluginError(f"{what}: its sampler raised {_one_line(exc)}") from exc
+        if isinstance(got, np.ndarray) and got.ndim == 1:
+            got = got.tolist()  # NumPy ints become Python ints; floats stay floats (refused)
+        if isinstance(got, (list, tuple)) and not got:
+            raise PluginError(f"{what}: its sampler returned no samples (asked for {n})")
+        if not (
+            isinstance(got, (list, tuple))
+            and len(got) == n
+            and all(
+                isinstance(x, (int, np.integer)) and not isinstance(x, bool) and x >= 0 for x in got
+            )
+        ):
+            shown = repr(got)
+            shown = shown if len(shown) <= 80 else shown[:77] + "..."
+            raise PluginError(
+                f"{what}: its sampler returned {shown}, not a list of {n} samples "
+                "(non-negative ints, in nanoseconds)"
+            )
+        return [int(x) for x in got]
+
+    return sample
 
 
 def resident_paths(async_backend: str, backend: Backend | str) -> list[LatencyPath]:
@@ -175,21 +271,28 @@ def resident_paths(async_backend: str, backend: Backend | str) -> list[LatencyPa
     request, awaiting and spinning, and a kernel actor's ask) against its floor and,
     where the backend launches kernels, a launch per message; then the paths the
     backend's plugin adds (:func:`backend_benchmarks`), labelled ``"<label> (NAME)"``,
-    those marked ``resident_baseline`` among the resident paths' baselines."""
+    those marked ``resident_baseline`` among the resident paths' baselines. Where pdc
+    has no kernel body for the backend (a third-party one), only the plugin's paths."""
     name = paths.backend_name(backend)
-    floor = ring_floor(name)
-    out = [LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend))]
-    baselines: tuple[str, ...] = (floor,)
-    if _launches(backend):
-        launch = f"launch per message ({name})"
-        out.append(LatencyPath(async_backend, launch, paths.launch_round_trip(backend)))
-        baselines = (floor, launch)
+    resident = _resident(backend)
+    out = []
+    baselines: tuple[str, ...] = ()
+    if resident:
+        floor = ring_floor(name)
+        out.append(LatencyPath(async_backend, floor, paths.ring_floor_round_trip(backend)))
+        baselines = (floor,)
+        if _launches(backend):
+            launch = f"launch per message ({name})"
+            out.append(LatencyPath(async_backend, launch, paths.launch_round_trip(backend)))
+            baselines = (floor, launch)
     for path in backend_benchmarks(backend):
         label = f"{path.label} ({name})"
         theirs = tuple(f"{baseline} ({name})" for baseline in path.baselines)
-        out.append(LatencyPath(async_backend, label, path.sampler, theirs))
+        out.append(LatencyPath(async_backend, label, path.sampler, theirs, plugin=True))
         if path.resident_baseline:
             baselines += (label,)
+    if not resident:
+        return out
     return [
         *out,
         LatencyPath(
@@ -256,12 +359,12 @@ def throughput_paths(async_backends: tuple[str, ...] = ("asyncio", "trio")) -> l
         ]
         if kernels:
             out += [
-                ThroughputPath(backend, PER_MESSAGE_BATCHED, paths.task_per_message_batched),
+                ThroughputPath(backend, PER_RING_BATCHED, paths.task_per_ring_batched),
                 ThroughputPath(
                     backend,
                     f"{PERSISTENT}, request_batch",
                     paths.persistent_batched(),
-                    (PER_MESSAGE_BATCHED,),
+                    (PER_RING_BATCHED,),
                 ),
             ]
     if theirs is not None and "asyncio" in async_backends:
@@ -301,6 +404,8 @@ class BenchResult:
     throughput: dict[str, list[float]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     interrupted: bool = False
+    #: Paths that failed (a plugin's sampler), by key: one line each, saying why.
+    errors: dict[str, str] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
         latency: dict[str, Any] = {}
@@ -335,6 +440,7 @@ class BenchResult:
             "settings": self.settings,
             "latency": latency,
             "throughput": throughput,
+            "errors": dict(self.errors),
             "interrupted": self.interrupted,
         }
 
@@ -353,7 +459,8 @@ def run_suite(
     """Run every path ``rounds`` times (rotating order, fresh event loop each time).
 
     Results accumulate into ``result`` as they come, so a ``KeyboardInterrupt``
-    leaves everything measured so far in it.
+    leaves everything measured so far in it. A plugin's path that fails is recorded in
+    ``result.errors`` (its samples dropped) and not run again; the others still run.
     """
     lat = latency_paths(async_backends, backend)
     thr = throughput_paths(async_backends)
@@ -373,8 +480,16 @@ def run_suite(
         result.baselines[tpath.key] = tpath.baselines
     for round_index in range(rounds):
         for path in paths.rotated(lat, round_index):
-            samples = paths.run_fresh(path.async_backend, path.sampler, n, warmup)
-            result.latency_samples[path.key] += samples
+            if path.key not in result.errors:
+                try:
+                    samples = paths.run_fresh(path.async_backend, path.sampler, n, warmup)
+                except PluginError as exc:
+                    if not path.plugin:
+                        raise
+                    result.errors[path.key] = f"{exc} (under {path.async_backend})"
+                    result.latency_samples[path.key] = []
+                else:
+                    result.latency_samples[path.key] += samples
             if on_step:
                 on_step(path.key)
         for tpath in paths.rotated(thr, round_index):
@@ -453,7 +568,9 @@ def plot(result: BenchResult, path: str) -> None:
 def figure(result: BenchResult) -> Any:
     """One row per event loop: latency distributions beside throughput, with a legend.
 
-    Left, each path's round-trip latency as a violin (log scale, median and p99 marked);
+    Left, each path's round-trip latency as a violin (log scale: the density is of
+    log10 of the samples, so its shape sits where the samples are; median and p99
+    marked);
     right, each path's throughput (median msgs/s over rounds, log scale). Every path has
     a colour of its own, the same in both panels and rows (a throughput variant takes
     the colour of the path it varies); baselines are muted and hatched, and the legend
@@ -510,7 +627,11 @@ def figure(result: BenchResult) -> Any:
         lat_ax, thr_ax = axes[row]
         entries = _panel_entries(result.latency_samples, backend)
         if entries:
-            data = [np.asarray(values, dtype=np.float64) / 1e3 for _, _, values in entries]
+            # The density is estimated on log10(us), the axis it is drawn on: estimated
+            # on linear us, a few millisecond outliers set a bandwidth so wide that the
+            # shape lands decades away from where the samples are.
+            us = [_us(values) for _, _, values in entries]
+            data = [np.log10(u) for u in us]
             positions = list(range(1, len(data) + 1))
             parts = lat_ax.violinplot(data, positions, showextrema=False, widths=0.8)
             for body, (_, label, _) in zip(parts["bodies"], entries, strict=True):
@@ -520,11 +641,16 @@ def figure(result: BenchResult) -> Any:
                 body.set_hatch(st["hatch"])
                 body.set_alpha(0.75)
             lat_ax.scatter(
-                positions, [np.median(d) for d in data], marker="_", s=500, c="black", zorder=3
+                positions,
+                [np.log10(np.median(u)) for u in us],
+                marker="_",
+                s=500,
+                c="black",
+                zorder=3,
             )
             lat_ax.scatter(
                 positions,
-                [np.percentile(d, 99) for d in data],
+                [np.log10(np.percentile(u, 99)) for u in us],
                 marker="v",
                 s=40,
                 c="black",
@@ -534,7 +660,7 @@ def figure(result: BenchResult) -> Any:
             lat_ax.tick_params(axis="x", labelrotation=25)
             for tick in lat_ax.get_xticklabels():
                 tick.set_horizontalalignment("right")
-        lat_ax.set_yscale("log")
+        _log_ticks(lat_ax)
         lat_ax.set_ylabel("round trip, us (log scale)")
         lat_ax.set_title(f"{backend}: round-trip latency (lower is better)")
         lat_ax.grid(axis="y", which="major", alpha=0.3)
@@ -557,10 +683,10 @@ def figure(result: BenchResult) -> Any:
         thr_ax.set_title(f"{backend}: throughput into one actor (higher is better)")
         thr_ax.grid(axis="x", which="major", alpha=0.3)
     if latency_values:
-        low = min(float(np.min(v)) for v in latency_values) / 1e3
-        high = max(float(np.max(v)) for v in latency_values) / 1e3
+        low = min(float(np.log10(np.min(_us(v)))) for v in latency_values)
+        high = max(float(np.log10(np.max(_us(v)))) for v in latency_values)
         for lat_ax, _ in axes:
-            lat_ax.set_ylim(low / 1.5, high * 1.5)
+            lat_ax.set_ylim(low - 0.18, high + 0.18)  # a factor of 1.5 either side
 
     handles: list[Any] = [Patch(label=family, **style(family)) for family in pdc_families]
     handles += [
@@ -577,6 +703,23 @@ def figure(result: BenchResult) -> Any:
     # Room at the bottom for the legend: about a quarter of an inch per row of it.
     fig.tight_layout(rect=(0, 0.25 * legend_rows / fig.get_figheight(), 1, 1))
     return fig
+
+
+def _us(samples_ns: Any) -> Any:
+    """Latency samples in microseconds, at least 1 ns (a log scale has no zero)."""
+    return np.maximum(np.asarray(samples_ns, dtype=np.float64), 1.0) / 1e3
+
+
+def _log_ticks(ax: Any) -> None:
+    """Label an axis of log10(us) in microseconds: a major tick per decade, minor ticks
+    at 2..9 times each."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator
+
+    ax.yaxis.set_major_locator(MultipleLocator(1.0))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{10**value:g}"))
+    low, high = -3, 7  # 1 ns to 10 s
+    minors = [np.log10(m) + k for k in range(low, high) for m in range(2, 10)]
+    ax.yaxis.set_minor_locator(FixedLocator(minors))
 
 
 def _distinct(count: int) -> list[str]:
@@ -608,7 +751,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="also the resident ring of this backend (one with persistent kernels): a "
         "session's request, awaiting and spinning, and a kernel actor's ask, against "
-        "the ring's floor (the kernel driven from Python without a session)",
+        "the ring's floor (the kernel driven from Python without a session); and the "
+        "paths its plugin registers (for a third-party backend, only those)",
     )
     parser.add_argument("--json", action="store_true", help="print results as JSON")
     parser.add_argument(
@@ -617,22 +761,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _refuse_backend(name: str) -> str | None:
-    """Why ``--backend name`` cannot be measured here, or ``None``."""
+    """Why ``--backend name`` cannot be measured here, or ``None``: it must run pdc's
+    resident ring (persistent kernels, a kernel body of the benchmark's) or have
+    benchmark paths of its plugin's, and those must list cleanly."""
     from .._plugins import resolve_backend
 
     try:
         backend = resolve_backend(name)
     except Exception as exc:  # unknown or unavailable: its own words
         return f"--backend {name}: {exc}"
-    if not backend.has(Capability.PERSISTENT_KERNELS):
-        return f"--backend {name}: the {backend.name} backend runs no persistent kernels"
-    if paths.backend_kind(backend) not in paths.BODIES:
-        return f"--backend {name}: the benchmark has no kernel body for the {backend.name} backend"
     try:
-        backend_benchmarks(backend)
+        theirs = backend_benchmarks(backend)
     except PluginError as exc:
         return f"--backend {name}: {exc}"
-    return None
+    if theirs or _resident(backend):
+        return None
+    if not backend.has(Capability.PERSISTENT_KERNELS):
+        return f"--backend {name}: the {backend.name} backend runs no persistent kernels"
+    return (
+        f"--backend {name}: the benchmark has no kernel body for the {backend.name} backend, "
+        "and its plugin registers no benchmark paths (pdc_register_benchmarks)"
+    )
 
 
 #: How to get a baseline that runs only when something optional is installed.
@@ -642,56 +791,99 @@ BASELINE_INSTALL: Final = {
 }
 
 
-def _missing(baselines: list[str]) -> str:
-    """``n/a``, saying which baselines did not run and how to get each."""
+class _Footnotes:
+    """Baselines that did not run, each named once under the tables, with how to get it."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+
+    def mark(self, baselines: list[str]) -> str:
+        """``n/a [1]``: the row's ratios are missing; the footnotes say why."""
+        marks = [self.numbers.setdefault(name, len(self.numbers) + 1) for name in baselines]
+        return "n/a " + " ".join(f"[{number}]" for number in marks)
+
+    def lines(self) -> list[str]:
+        out = []
+        for name, number in self.numbers.items():
+            hint = BASELINE_INSTALL.get(name)
+            out.append(f"[{number}] {name} did not run" + (f": {hint}" if hint else ""))
+        return out
+
+
+def _no_ratio(entry: dict[str, Any], notes: _Footnotes | None = None) -> str:
+    """What a row without ratios says: a baseline, or which baselines did not run
+    (a footnote mark; without ``notes``, the names and how to get each)."""
+    if entry.get("baseline"):
+        return "(baseline)"
+    missing = entry.get("missing_baselines") or ["its baselines"]
+    if notes is not None:
+        return notes.mark(missing)
     parts = []
-    for name in baselines:
+    for name in missing:
         hint = BASELINE_INSTALL.get(name)
         parts.append(f"{name} did not run ({hint})" if hint else f"{name} did not run")
     return "n/a: " + "; ".join(parts)
 
 
-def _no_ratio(entry: dict[str, Any]) -> str:
-    """What a row without ratios says: a baseline, or which baselines did not run."""
-    if entry.get("baseline"):
-        return "(baseline)"
-    return _missing(entry.get("missing_baselines") or ["its baselines"])
+def _ratios(entry: dict[str, Any], prefix: str) -> str:
+    """One ratio per line, to three significant digits: ``0.4x bare anyio streams``."""
+    return "\n".join(
+        f"{value:.3g}x {name[len(prefix) :]}"
+        for name, value in entry.items()
+        if name.startswith(prefix)
+    )
 
 
-def _table(payload: dict[str, Any]) -> None:
+def _loops(payload: dict[str, Any]) -> list[str]:
+    keys = [*payload["latency"], *payload["throughput"]]
+    return list(dict.fromkeys(key.split(" / ", 1)[0] for key in keys))
+
+
+def _table(payload: dict[str, Any], console: Any = None) -> None:
+    """The tables, one pair per event loop, readable at 80 columns: each ratio on a line
+    of its own, its direction in the header, and each baseline that did not run named
+    once, in a footnote."""
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
-    latency = Table(title="Round-trip latency (us)")
-    for column in ("path", "p50", "p90", "p99", "vs baselines (p50 ratio)"):
-        latency.add_column(column, justify="left" if column == "path" else "right")
-    for key, entry in payload["latency"].items():
-        ratios = ", ".join(
-            f"{name[len('p50_vs_') :]}: {value:.2f}x"
-            for name, value in entry.items()
-            if name.startswith("p50_vs_")
-        )
-        latency.add_row(
-            key,
-            f"{entry['p50_us']:.1f}",
-            f"{entry['p90_us']:.1f}",
-            f"{entry['p99_us']:.1f}",
-            ratios or _no_ratio(entry),
-        )
-    console.print(latency)
-    throughput = Table(title="Throughput into one actor")
-    throughput.add_column("path")
-    throughput.add_column("msgs/s (median)", justify="right")
-    throughput.add_column("vs baselines (rate ratio)", justify="right")
-    for key, entry in payload["throughput"].items():
-        ratios = ", ".join(
-            f"{name[len('x_vs_') :]}: {value:.1f}x"
-            for name, value in entry.items()
-            if name.startswith("x_vs_")
-        )
-        throughput.add_row(key, f"{entry['msgs_per_s']:,.0f}", ratios or _no_ratio(entry))
-    console.print(throughput)
+    console = console if console is not None else Console()
+    notes = _Footnotes()
+    for loop in _loops(payload):
+        latency = Table(title=f"Round-trip latency on {loop} (us; lower is better)")
+        latency.add_column("path", overflow="fold")
+        for column in ("p50", "p90", "p99"):
+            latency.add_column(column, justify="right", no_wrap=True)
+        latency.add_column("p50 / baseline's\n(lower is better)")
+        for key, entry in payload["latency"].items():
+            owner, label = key.split(" / ", 1)
+            if owner != loop:
+                continue
+            latency.add_row(
+                label,
+                f"{entry['p50_us']:.1f}",
+                f"{entry['p90_us']:.1f}",
+                f"{entry['p99_us']:.1f}",
+                _ratios(entry, "p50_vs_") or _no_ratio(entry, notes),
+            )
+        if latency.row_count:
+            console.print(latency)
+        throughput = Table(title=f"Throughput into one actor on {loop} (higher is better)")
+        throughput.add_column("path", overflow="fold")
+        throughput.add_column("msgs/s\n(median)", justify="right", no_wrap=True)
+        throughput.add_column("rate / baseline's\n(higher is better)")
+        for key, entry in payload["throughput"].items():
+            owner, label = key.split(" / ", 1)
+            if owner != loop:
+                continue
+            throughput.add_row(
+                label,
+                f"{entry['msgs_per_s']:,.0f}",
+                _ratios(entry, "x_vs_") or _no_ratio(entry, notes),
+            )
+        if throughput.row_count:
+            console.print(throughput)
+    for line in notes.lines():
+        console.print(line, highlight=False, soft_wrap=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -774,7 +966,9 @@ def run(args: argparse.Namespace) -> int:
     if args.plot and result.latency_samples:
         plot(result, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
+    for line in result.errors.values():
+        print(f"pdc bench: error: {line}", file=sys.stderr)
     if result.interrupted:
         print("interrupted: partial results above", file=sys.stderr)
         return 130
-    return 0
+    return 1 if result.errors else 0

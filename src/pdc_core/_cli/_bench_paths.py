@@ -76,6 +76,7 @@ __all__ = [
     "run_fresh",
     "task_per_message_batched",
     "task_per_message_round_trip",
+    "task_per_ring_batched",
     "tell_many",
     "thread_ping_pong",
 ]
@@ -670,6 +671,28 @@ async def task_per_message_batched(n: int) -> float:
     elapsed = time.perf_counter() - t0
     if results[-1].value["id"] != n - 1:
         raise RuntimeError("task per message: wrong replies")
+    return n / elapsed
+
+
+async def _chunk_task(records: npt.NDArray[Any], result: _Result) -> None:
+    result.value = double(records)
+
+
+async def task_per_ring_batched(n: int) -> float:
+    """``n`` records, one task per ring-full (``CAPACITY`` records, the grain that
+    ``request_batch`` writes a persistent kernel's ring in), all in flight at once: the
+    like-for-like baseline of ``request_batch``."""
+    batch = _records(n)
+    starts = range(0, n, CAPACITY)
+    results = [_Result() for _ in starts]
+    t0 = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for start, result in zip(starts, results, strict=True):
+            tg.start_soon(_chunk_task, batch[start : start + CAPACITY], result)
+    elapsed = time.perf_counter() - t0
+    last = results[-1].value
+    if last["id"][-1] != n - 1 or float(last["y"][-1]) != float(batch["x"][-1]) * 2:
+        raise RuntimeError("task per ring-full: wrong replies")
     return n / elapsed
 
 

@@ -11,7 +11,10 @@ same as one JSON object. The steps, in order:
 * ``kernel``: one ``@kernel`` launch (a Python body; on ``cuda`` also one from CUDA C);
 * ``persistent ...``: one resident persistent kernel: its launch, a request, a batch,
   the round trip through the event loop (``wait="sleep"``) and spinning
-  (``wait="spin"``), p50/p99, and its stop;
+  (``wait="spin"``), p50/p99, and its stop. The check's kernel has bodies for the
+  first-party backends; another backend supplies one in its own format through the
+  method ``check_persistent_body()`` of its class (:data:`CHECK_BODY_HOOK`), else the
+  steps are skipped saying so;
 * ``beside a resident kernel``: with the kernel resident, the backend's own probe of
   what a user does next (on ``cuda``: a CuPy op never used before, and a new kernel
   compiled and launched), in a worker thread under a deadline; skipped on a backend
@@ -47,7 +50,7 @@ from .._plugins import get_backend
 from ..backend import Backend, Capability, MemoryKind, PersistentKernel
 from ._options import check_async_backend, check_backend, usage_error
 
-__all__ = ["CHECK_KERNEL", "Step", "add_arguments", "run", "run_checks"]
+__all__ = ["CHECK_BODY_HOOK", "CHECK_KERNEL", "Step", "add_arguments", "run", "run_checks"]
 
 _Status = Literal["pass", "fail", "skip"]
 
@@ -96,6 +99,36 @@ CHECK_KERNEL: Final = PersistentKernel(
     max_batch=256,
     bodies={"cpu": _cpu_body, "cuda": _CUDA_BODY, "metal": _metal_body},
 )
+
+
+#: The backend method that gives the check's kernel a body for a backend pdc has none
+#: for: ``backend.check_persistent_body()`` returns the body, in the backend's format,
+#: of a kernel whose requests and replies are ``{id: uint64, value: float64}`` records
+#: (aligned) and whose reply to each request is the request with ``value + 1``.
+CHECK_BODY_HOOK: Final = "check_persistent_body"
+
+
+def _check_kernel(backend: Backend) -> PersistentKernel:
+    """The check's kernel with a body for ``backend``: a first-party one of
+    :data:`CHECK_KERNEL`, else the one the backend supplies (:data:`CHECK_BODY_HOOK`)."""
+    if backend.name in CHECK_KERNEL.bodies:
+        return CHECK_KERNEL
+    supply = getattr(backend, CHECK_BODY_HOOK, None)
+    if not callable(supply):
+        raise _Skip(
+            f"the check has no kernel body for {backend.name}: its backend class can "
+            f"supply one with {CHECK_BODY_HOOK}() (docs/plugin-guide.md)"
+        )
+    body = supply()
+    bodies = {**CHECK_KERNEL.bodies, backend.name: body}  # a copy: CHECK_KERNEL stays as is
+    return PersistentKernel(
+        CHECK_KERNEL.name,
+        _REQUEST,
+        _REPLY,
+        capacity=CHECK_KERNEL.capacity,
+        max_batch=CHECK_KERNEL.max_batch,
+        bodies=bodies,
+    )
 
 
 @kernel(name="pdc_check_add_one")
@@ -248,9 +281,6 @@ class _Checker:
         if not backend.has(Capability.PERSISTENT_KERNELS):
             self.skip("persistent launch", f"{backend.name} declares no persistent_kernels")
             return
-        if backend.name not in CHECK_KERNEL.bodies:
-            self.skip("persistent launch", f"the check has no kernel body for {backend.name}")
-            return
         if not await self.astep("persistent launch", self._launch_persistent):
             return
         try:
@@ -263,8 +293,9 @@ class _Checker:
             await self.astep("persistent stop", self._stop)
 
     async def _launch_persistent(self) -> str:
+        spec = _check_kernel(self._backend())
         started = time.perf_counter()
-        self.session = await PersistentKernelSession.start(CHECK_KERNEL, self._backend())
+        self.session = await PersistentKernelSession.start(spec, self._backend())
         return f"resident in {_ms(time.perf_counter() - started)}"
 
     async def _request(self) -> str:
@@ -383,9 +414,14 @@ async def run_checks(backend: str | None = None, *, requests: int = 2000) -> lis
     """Run every step of ``pdc check`` against ``backend`` (default: the default backend)
     and return them in order; never raises for a failing step. Cancelling it stops the
     resident kernel of the check before the cancellation propagates."""
+    return (await _run_checks(backend, requests)).steps
+
+
+async def _run_checks(backend: str | None, requests: int) -> _Checker:
+    """:func:`run_checks`, returning the checker (its steps, and the backend it loaded)."""
     checker = _Checker(backend, requests)
     if not checker.step("backend", checker.load):
-        return checker.steps
+        return checker
     backend_ = checker._backend()
     for kind in MemoryKind:
         needs = {
@@ -406,7 +442,7 @@ async def run_checks(backend: str | None = None, *, requests: int = 2000) -> lis
             with anyio.CancelScope(shield=True):
                 await checker.session.aclose()
     await checker.astep("released", checker.released)
-    return checker.steps
+    return checker
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -441,14 +477,17 @@ def run(args: argparse.Namespace) -> int:
     )
     if status:
         return status
-    checks = functools.partial(run_checks, args.backend, requests=args.requests)
-    steps = anyio.run(checks, backend=args.async_backend)
+    checker = anyio.run(_run_checks, args.backend, args.requests, backend=args.async_backend)
+    steps = checker.steps
     ok = all(step.status != "fail" for step in steps)
+    # The backend checked, as its device is named ("cpu:0"); what was asked for when it
+    # did not load.
+    checked = checker.backend.qualified_name if checker.backend is not None else args.backend
     if args.json:
         print(
             json.dumps(
                 {
-                    "backend": args.backend,
+                    "backend": checked,
                     "async_backend": args.async_backend,
                     "ok": ok,
                     "steps": [asdict(step) for step in steps],

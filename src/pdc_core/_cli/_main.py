@@ -160,20 +160,27 @@ def _info_payload() -> dict[str, Any]:
                     for device in devices
                 ]
         backends.append(entry)
-    try:
-        default: str | None = _plugins.default_backend_name()
-    except LookupError:
-        default = None
     errors = []
     try:
         _plugins.check_environment()
     except EnvironmentSettingError as exc:
         errors.append(str(exc))
+    try:
+        default: str | None = _plugins.default_backend_name()
+        best = default
+    except EnvironmentSettingError as exc:  # reported in errors
+        default = None
+        # The best available backend is still there: the default once PDC_BACKEND is
+        # fixed or unset (get_backend() raises until then).
+        best = _plugins.best_available() if exc.variable == "PDC_BACKEND" else None
+    except LookupError:
+        default = best = None
     return {
         "pdc_core": __version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
         "default_backend": default,
+        "best_available": best,
         "backends": backends,
         "packages": {name: _package_version(name) for name in _VERSIONED_PACKAGES},
         "plugin_errors": _plugin_errors(),
@@ -254,7 +261,11 @@ def _run_info(args: argparse.Namespace) -> int:
         _emit_json(payload)
         return 0
     print(f"pdc-core {payload['pdc_core']} on Python {payload['python']} ({payload['platform']})")
-    print(f"default backend: {payload['default_backend'] or 'none available'}")
+    default = payload["default_backend"]
+    best = payload["best_available"]
+    if default is None and best is not None:  # PDC_BACKEND cannot be used
+        default = f"{best}, the best available, once PDC_BACKEND is fixed or unset (see the error)"
+    print(f"default backend: {default or 'none available'}")
     for error in payload["errors"]:
         print(f"error: {error}")
     print()

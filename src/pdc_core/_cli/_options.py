@@ -59,6 +59,16 @@ def usage_error(command: str, message: str) -> int:
     return error(command, message, usage=True)
 
 
+#: What runs a first-party backend's code on a machine that cannot run the backend.
+_ELSEWHERE = {
+    "cuda": (
+        ". Without a GPU, pdc_cuda.testing.HostCudaBackend runs the cuda backend's "
+        "persistent-kernel code and its CUDA ring kernel built for the host "
+        "(docs/cuda-backend.md, the host build)"
+    ),
+}
+
+
 def check_backend(name: str | None, command: str) -> int:
     """0 if ``name`` (or the default) is an available backend, else a usage error (2).
 
@@ -80,11 +90,13 @@ def check_backend(name: str | None, command: str) -> int:
     )
     unusable = {info.name: info for info in infos if not info.availability.available}
     if base in unusable:
+        # Not a usage error (the option is right; the machine cannot run it): no usage line.
         info = unusable[base]
-        return usage_error(
+        return error(
             command,
             f"argument --backend: the {base} backend ({info.distribution}) is installed but "
-            f"cannot run here: {info.availability.reason}; {instead}",
+            f"cannot run here: {info.availability.reason}; {instead}"
+            f"{_ELSEWHERE.get(base, '')}",
         )
     return usage_error(command, f"argument --backend: invalid choice: {name!r} ({instead})")
 

@@ -81,7 +81,10 @@ class BenchmarkPath:
     given here). With ``resident_baseline`` pdc's built-in resident paths of the
     backend (a session's request, awaiting and spinning, and a kernel actor's
     ``ask``, on one 16-byte record) are held against it too: the floor or launch
-    path of that record size.
+    path of that record size. Where pdc has no kernel body for the backend, only the
+    plugin's paths are measured. A sampler that fails (raises, is not async, returns
+    anything but ``n`` non-negative int samples) fails its own path alone: one error
+    line naming the plugin and the path, and ``pdc bench`` exits with status 1.
     """
 
     label: str

@@ -12,12 +12,21 @@ A backend registered as a :class:`~pdc_core.backend.LazyBackend` is ranked and p
 without importing its class; the class is imported (:func:`backend_class`) only when
 the backend is chosen, listed in detail (:func:`available_backends`) or asked for its
 devices.
+
+A plugin's mistakes are contained to its own backend, each with a warning naming the
+plugin: a priority function that raises or returns something other than an int makes
+the backend unavailable (the reason says why) and the others are ranked as before; a
+lazily registered backend that wins the ranking but whose class fails to import is
+passed over for the next available one (asked for by name, it still raises its
+:class:`~pdc_core.BackendError`).
 """
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
+import warnings
 from dataclasses import dataclass
 
 from .._backend._contract import Availability, Backend, Capability, DeviceInfo
@@ -32,6 +41,7 @@ __all__ = [
     "available_backends",
     "backend_class",
     "backend_devices",
+    "best_available",
     "check_environment",
     "default_backend_name",
     "get_backend",
@@ -48,18 +58,25 @@ CPU_INSTALL_HINT = "pip install pdc-cpu (from a clone of pdc: pip install ./plug
 
 @dataclass(frozen=True)
 class BackendInfo:
-    """A registered backend and whether it can run here."""
+    """A registered backend and whether it can run here (``priority`` is ``None`` when
+    the plugin's priority function failed; the backend is then unavailable)."""
 
     name: str
     distribution: str
     plugin: str | None
-    priority: int
+    priority: int | None
     availability: Availability
     capabilities: frozenset[Capability]
 
 
 _instances: dict[tuple[str, int], Backend] = {}
 _availability: dict[str, Availability] = {}
+#: Each backend's priority, read once; ``None`` where the plugin's priority failed.
+_ranks: dict[str, int | None] = {}
+#: Why a backend's priority failed, by name (it is unavailable for that reason).
+_rank_failures: dict[str, str] = {}
+#: Backends passed over as the default because their class failed to import.
+_passed_over: set[str] = set()
 #: Settings (PDC_PLUGINS, PDC_BACKEND) already checked and found usable.
 _checked: set[tuple[str | None, str | None]] = set()
 _lock = threading.Lock()
@@ -74,11 +91,57 @@ def reload_plugins() -> None:
     with _lock:
         _instances.clear()
         _availability.clear()
+        _ranks.clear()
+        _rank_failures.clear()
+        _passed_over.clear()
         _checked.clear()
+
+
+def _rank(backend: RegisteredBackend) -> int | None:
+    """The backend's priority, or ``None`` (with a warning, once) when reading it
+    raises or gives something other than an int: like a failing probe, that makes only
+    this backend unusable."""
+    if backend.name in _ranks:
+        return _ranks[backend.name]
+    problem = None
+    try:
+        rank: int | None = backend.priority
+        if isinstance(rank, numbers.Integral) and not isinstance(rank, bool):
+            rank = int(rank)  # a NumPy integer too
+        else:
+            problem = f"priority() returned {rank!r} instead of an int"
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # a buggy plugin must not break ranking of the others
+        problem = f"priority() raised {_loader._format_error(exc)}"
+    if problem is not None:
+        rank = None
+        _rank_failures[backend.name] = problem
+        warnings.warn(
+            f"the {backend.name} backend ({_origin(backend)}) is skipped: its {problem}",
+            stacklevel=3,
+        )
+    _ranks[backend.name] = rank
+    return rank
+
+
+def _ranked() -> list[RegisteredBackend]:
+    """Every registered backend, best first (a backend whose priority failed last)."""
+    entries = list(_loader.backend_registrations().values())
+    ranks = {entry.name: _rank(entry) for entry in entries}
+
+    def key(entry: RegisteredBackend) -> tuple[bool, int, str]:
+        rank = ranks[entry.name]
+        return (rank is None, -(rank or 0), entry.name)
+
+    return sorted(entries, key=key)
 
 
 def _probe(backend: RegisteredBackend) -> Availability:
     cached = _availability.get(backend.name)
+    if cached is None and _rank(backend) is None:
+        cached = Availability.no(_rank_failures[backend.name])
+        _availability[backend.name] = cached
     if cached is None:
         try:
             cached = backend.availability()
@@ -162,7 +225,7 @@ def _info(entry: RegisteredBackend) -> BackendInfo:
         name=entry.name,
         distribution=entry.distribution,
         plugin=_loader.plugin_of_backend(entry.name),
-        priority=entry.priority,
+        priority=_rank(entry),
         availability=availability,
         capabilities=capabilities,
     )
@@ -172,20 +235,37 @@ def available_backends() -> list[BackendInfo]:
     """Every registered backend, best first, available or not. Imports the class of
     every lazily registered backend (for its capabilities); one that fails to import is
     listed as unavailable, with the error as the reason."""
-    infos = [_info(entry) for entry in _loader.backend_registrations().values()]
-    infos.sort(key=lambda info: (not info.availability.available, -info.priority, info.name))
+    infos = [_info(entry) for entry in _ranked()]
+    infos.sort(key=lambda info: not info.availability.available)  # stable: best first
     return infos
 
 
-def _first_available() -> str | None:
-    """The name of the best backend that can run here, probing best first; ``None`` if none."""
-    ranked = sorted(
-        _loader.backend_registrations().values(), key=lambda entry: (-entry.priority, entry.name)
-    )
-    for entry in ranked:
-        if _probe(entry).available:
-            return entry.name
+def _first_available(*, load: bool = True) -> str | None:
+    """The name of the best backend that can run here, probing best first; ``None`` if none.
+
+    With ``load``, the winner's class is imported when it was registered lazily (it is
+    about to be used): one that fails to import is passed over, with a warning naming
+    its plugin, for the next one. Without, nothing is imported (a check of settings).
+    """
+    for entry in _ranked():
+        if entry.name in _passed_over or not _probe(entry).available:
+            continue
+        if load and entry.loaded is None:
+            try:
+                _load(entry)
+            except BackendError as exc:
+                _passed_over.add(entry.name)
+                reason = " ".join(str(exc).split())
+                warnings.warn(f"{reason}; the next available backend is the default", stacklevel=3)
+                continue
+        return entry.name
     return None
+
+
+def best_available() -> str | None:
+    """The name of the best backend that can run here, ``PDC_BACKEND`` aside (``None``
+    if none can): the default once ``PDC_BACKEND`` is unset."""
+    return _first_available()
 
 
 def check_environment(*, backend: bool = True) -> None:
@@ -215,7 +295,7 @@ def _check_plugins_setting(raw: str, *, need_backend: bool) -> None:
     selection = _loader.plugin_selection()
     if selection.problem is not None:
         raise EnvironmentSettingError("PDC_PLUGINS", raw, selection.problem, selection.choices)
-    if not need_backend or _first_available() is not None:
+    if not need_backend or _first_available(load=False) is not None:
         return
     infos = available_backends()
     if infos:
@@ -245,8 +325,11 @@ def _check_backend_setting(raw: str) -> None:
     if entry is None:
         provider = _filtered_provider(base)
         owner = KNOWN_DISTRIBUTIONS.get(base) if base != "ray" else None
+        refused = _refused_claimants(base)
         if provider is not None:
             why = f"PDC_PLUGINS filtered out the plugin {_plugin_label(provider)} that provides it"
+        elif refused:
+            why = _refused_line(base, refused)
         elif owner is not None:
             why = f"{owner} is not installed (pip install {owner})"
         else:
@@ -435,10 +518,51 @@ def _entry_for(info: _loader.PluginInfo) -> str:
     return name if len(claimants) == 1 else info.qualified_name
 
 
+def _refused_claimants(base: str) -> list[_loader.PluginInfo]:
+    """The plugins named ``base`` that were refused because several distributions
+    provide that name (each might provide the backend ``base``)."""
+    return sorted(
+        (
+            info
+            for info in _loader.failed_plugins()
+            if info.name.lower() == base and (info.error or "").startswith("refused: ")
+        ),
+        key=lambda info: info.qualified_name,
+    )
+
+
+def _resolving_setting(info: _loader.PluginInfo) -> str:
+    """The ``PDC_PLUGINS`` value that loads ``info`` and keeps every plugin loaded now."""
+    raw = _loader.plugin_selection().raw
+    if raw is not None:
+        entries = [entry.strip() for entry in raw.split(",") if entry.strip()]
+    else:
+        entries = [_entry_for(other) for other in _loader.list_plugins() if other.loaded]
+    entries = [entry for entry in entries if entry.lower() != info.name.lower()]
+    return ",".join([*entries, info.qualified_name])
+
+
+def _refused_line(base: str, refused: list[_loader.PluginInfo]) -> str:
+    """Why no plugin provides ``base``: its claimants were refused, by whom, and the
+    PDC_PLUGINS value that loads each."""
+    fixes = " or ".join(f"PDC_PLUGINS={_resolving_setting(info)!r}" for info in refused)
+    if len(refused) == 1:
+        why = (refused[0].error or "").removeprefix("refused: ").split(". ")[0]
+        return f"pdc refused the plugin {base!r} ({why}); set {fixes} to load it"
+    dists = _loader._join([info.distribution or "an unknown distribution" for info in refused])
+    return (
+        f"pdc refused the plugin {base!r}: {dists} {'both' if len(refused) == 2 else 'all'} "
+        f"provide it, and pdc does not choose between them; set {fixes} to load one"
+    )
+
+
 def _unknown_message(base: str) -> str:
     details = f"{_installed_summary()}{_failed_summary()}{_selection_summary()}"
     provider = _filtered_provider(base)
     raw = _loader.plugin_selection().raw
+    refused = _refused_claimants(base)
+    if provider is None and refused:
+        return f"unknown backend {base!r}: {_refused_line(base, refused)}.\n{details}"
     if provider is not None:
         owner = KNOWN_DISTRIBUTIONS.get(base)
         where = (

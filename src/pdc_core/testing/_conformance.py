@@ -22,11 +22,14 @@ pytest then runs every check below against ``get_backend("mybackend")``:
   call that never returns fails the check instead of hanging the test run;
 * with ``PERSISTENT_KERNELS``: a kernel run through the backend's resident kernel
   (one request, batches across the ring's wrap, pause and resume, a drain stop that
-  answers everything published, a stop now that answers nothing more, and a body
-  error surfacing through the error word as :class:`~pdc_core.ActorCrashed`). The kit
-  runs a host body (a Python callable on the request array) by default; a backend
-  with another body format overrides :meth:`BackendConformance.persistent_kernel` and
-  :meth:`BackendConformance.failing_persistent_kernel`;
+  answers everything published, a stop now that answers nothing more, a body
+  error surfacing through the error word as :class:`~pdc_core.ActorCrashed`, and a
+  kernel launched with device-resident state that its body updates and that
+  ``read_state()`` reads back, paused and stopped). The kit runs a host body (a
+  Python callable on the request array) by default; a backend with another body
+  format overrides :meth:`BackendConformance.persistent_kernel`,
+  :meth:`BackendConformance.failing_persistent_kernel` and
+  :meth:`BackendConformance.stateful_persistent_kernel`;
 * with ``PYTHON_KERNELS``: the seeds' ``@kernel`` examples (a vector add over
   ``cuda.grid(1)``, a 2-D kernel over ``cuda.grid(2)`` and a shared-memory reduction
   with ``cuda.syncthreads()``), compared with NumPy. A backend whose Python kernels
@@ -172,6 +175,18 @@ def _failing(requests: Any) -> Any:
     raise RuntimeError("conformance: the body reports an error")
 
 
+#: The initial state of the kit's stateful kernel: (sum of requests, count of requests).
+_INITIAL_STATE = np.array([0.5, 0.0], dtype=np.float32)
+
+
+def _accumulate(requests: Any, state: Any) -> Any:
+    """Reply ``2 * x + 1`` and add each request to ``state[0]``, one to ``state[1]``,
+    updating the state in place (the host body's convention)."""
+    state[0] += requests.sum()
+    state[1] += len(requests)
+    return requests * 2 + 1
+
+
 class BackendConformance:
     """Checks every backend must pass; set ``backend_name`` in a subclass."""
 
@@ -207,6 +222,20 @@ class BackendConformance:
         return PersistentKernel(
             "conformance_failing", _PERSISTENT_DTYPE, _PERSISTENT_DTYPE, capacity=8
         ).add_body(backend.name, _failing)
+
+    def stateful_persistent_kernel(self, backend: Backend) -> PersistentKernel | None:
+        """A kernel like :meth:`persistent_kernel` launched with state, or ``None`` to
+        skip that check. Its initial state is ``float32 [0.5, 0]``; for each request
+        ``x`` the body adds ``x`` to ``state[0]`` and one to ``state[1]``, in the
+        backend's device-resident state, and answers ``2 * x + 1``. The default has a
+        host body that updates the NumPy state array it is given in place."""
+        return PersistentKernel(
+            "conformance_stateful",
+            _PERSISTENT_DTYPE,
+            _PERSISTENT_DTYPE,
+            capacity=8,
+            state=_INITIAL_STATE,
+        ).add_body(backend.name, _accumulate)
 
     def run_python_kernel_examples(self, backend: Backend) -> None:
         """Run the seeds' numba.cuda-style ``@kernel`` examples on ``backend``."""
@@ -548,14 +577,23 @@ class BackendConformance:
 
     # -- persistent kernels ----------------------------------------------------------
 
-    async def _start(self, backend: Backend, failing: bool = False) -> PersistentKernelSession:
+    async def _start(
+        self, backend: Backend, failing: bool = False, stateful: bool = False
+    ) -> PersistentKernelSession:
         if not backend.has(Capability.PERSISTENT_KERNELS):
             pytest.skip(f"the {backend.name} backend declares no persistent kernels")
-        hook = self.failing_persistent_kernel if failing else self.persistent_kernel
+        hook = (
+            self.failing_persistent_kernel
+            if failing
+            else self.stateful_persistent_kernel
+            if stateful
+            else self.persistent_kernel
+        )
         spec = hook(backend)
         if spec is None:
+            kind = "failing " if failing else "stateful " if stateful else ""
             pytest.skip(
-                f"no {'failing ' if failing else ''}persistent kernel for the {backend.name} "
+                f"no {kind}persistent kernel for the {backend.name} "
                 f"backend: override {hook.__name__}() to give one in its body format"
             )
         default = getattr(type(self), hook.__name__) is getattr(BackendConformance, hook.__name__)
@@ -688,3 +726,30 @@ class BackendConformance:
                 await session.request(np.float32(2.0))
         finally:
             await session.stop()
+
+    async def test_persistent_kernel_state(self, backend: Backend) -> None:
+        """A kernel launched with state (the backend's ``make_state``) updates it from
+        its body batch after batch; ``read_state()`` gives a NumPy copy of it, of the
+        state's shape and dtype, while paused and after the stop. Cancelled, it still
+        stops the session."""
+        session = await self._start(backend, stateful=True)
+        try:
+            with anyio.fail_after(self.timeout):
+                assert float(await session.request(np.float32(3.0))) == 7.0
+                requests = self._requests(1, 2 * session.capacity + 3)  # wraps the ring
+                replies = await session.request_batch(requests)
+                np.testing.assert_array_equal(replies, requests * 2 + 1)
+                await session.pause()
+                state = session.read_state()
+                expected = [0.5 + 3.0 + float(requests.sum()), 1.0 + len(requests)]
+                assert isinstance(state, np.ndarray), f"read_state() gave {type(state)}"
+                assert (state.shape, state.dtype) == (_INITIAL_STATE.shape, _INITIAL_STATE.dtype)
+                assert state.tolist() == expected, "the body's updates are not in the state"
+                state[...] = -1  # a copy: writing it changes nothing on the device
+                await session.resume()
+                assert float(await session.request(np.float32(2.0))) == 5.0
+        finally:
+            await session.stop()
+        final = session.read_state()
+        assert isinstance(final, np.ndarray)
+        assert final.tolist() == [expected[0] + 2.0, expected[1] + 1.0]
