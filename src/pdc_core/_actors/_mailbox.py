@@ -800,13 +800,11 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         kit = self._kit or self._bind()
         if kit.cancel_called():
             await raise_cancelled()
-        while not (
-            self._closed or self._backpressure is not Backpressure.BLOCK or self._has_room()
-        ):
-            try:
-                await self._wait_sender(_ROOM, 0, kit)
-            except MailboxClosed:
-                return
+        if self._closed or self._backpressure is not Backpressure.BLOCK or self._has_room():
+            return
+        # Woken when room appeared, in line with the senders (those behind it in line
+        # may take it before this caller looks: it checks again, as said above).
+        await self._wait_sender(_ROOM, 0, kit)
 
     async def _send_full(self, item: T, priority: int, kit: Kit) -> None:
         """Apply the backpressure policy to an item that finds no room."""
