@@ -2,7 +2,8 @@
 
 A :class:`Mailbox` is the queue in front of every mailbox actor. It guarantees:
 
-* **Bounded.** At most ``capacity`` data messages are queued (default 1024). What
+* **Bounded.** At most ``capacity`` data messages are queued (default 1024; 0 is an
+  unbuffered mailbox, where a sender meets a receiver). What
   happens to a sender when it is full is the mailbox's :class:`Backpressure` policy:
   ``"block"`` (the default) waits for room, ``"raise"`` raises :class:`MailboxFull`,
   ``"drop_oldest"`` evicts the oldest message of the lowest priority present.
@@ -288,6 +289,22 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     (and the timeout) as extra arguments. See the module documentation for the
     guarantees and how closing maps to :class:`anyio.EndOfStream`,
     :class:`anyio.ClosedResourceError` and :class:`anyio.BrokenResourceError`.
+
+    Items and room are handed over as by anyio's streams: an item sent while a receiver
+    waits is that receiver's; a waiting receiver is room (the only room of an unbuffered
+    ``Mailbox(0)``); waiting senders are served in order, the receive that makes room
+    moving the first one's item in at once. What differs from anyio's memory object
+    streams, and nothing else does:
+
+    * there is no ``clone()``: one object is both ends, so closing it closes the sending
+      side only and a receiver is never closed on its own;
+    * :meth:`statistics` returns a :class:`MailboxStatistics`;
+    * an unclosed mailbox is not reported with a :class:`ResourceWarning`;
+    * its exceptions are anyio's, never trio's own, even under trio;
+    * the capacity is an ``int`` of at least 0 (not ``math.inf``), the item type a
+      subscript only (no ``item_type`` argument);
+    * a ``send`` or ``receive`` that completes without waiting is a cancellation point
+      but not a scheduling point (see the module documentation).
 
     ``on_drop`` is called with each data message the ``"drop_oldest"`` policy drops,
     after it has been removed (actors use it to fail the dropped request's caller). It
