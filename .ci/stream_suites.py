@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -77,7 +76,7 @@ def pytest_sessionfinish(session):
 
 # The factory a user would pass where anyio's (trio's) is expected. anyio's streams take
 # math.inf for "unbounded": a Mailbox's capacity is an int, so it becomes sys.maxsize.
-FACTORY = '''
+FACTORY = """
 import math
 import os
 import sys
@@ -101,9 +100,9 @@ class Factory:
 
 
 factory = Factory()
-'''
+"""
 
-ANYIO_CONFTEST = '''
+ANYIO_CONFTEST = """
 import pytest
 
 asyncio_params = [pytest.param(("asyncio", {"debug": True}), id="asyncio")]
@@ -127,9 +126,9 @@ else:
 def anyio_backend(request):
     return request.param
 
-'''
+"""
 
-TRIO_CONFTEST = '''
+TRIO_CONFTEST = """
 import inspect
 
 import pytest
@@ -150,7 +149,7 @@ def autojump_clock():
 def pytest_pyfunc_call(pyfuncitem):
     if inspect.iscoroutinefunction(pyfuncitem.obj):
         pyfuncitem.obj = trio_test(pyfuncitem.obj)
-'''
+"""
 
 
 def read_differences(path: Path = DIFFERENCES) -> dict[str, tuple[str, str]]:
@@ -163,7 +162,7 @@ def read_differences(path: Path = DIFFERENCES) -> dict[str, tuple[str, str]]:
             continue
         match = pattern.match(line)
         if match is None:
-            raise SystemExit(f"{path.name}:{number}: not `test-id  doc-file  \"sentence\"`")
+            raise SystemExit(f'{path.name}:{number}: not `test-id  doc-file  "sentence"`')
         test_id, doc, sentence = match.groups()
         if test_id in listed:
             raise SystemExit(f"{path.name}:{number}: {test_id} is listed twice")
@@ -234,13 +233,12 @@ def prepare(suite: str, work: Path) -> Path:
     return directory
 
 
-def run(suite: str, target: str, directory: Path, work: Path) -> dict[str, str]:
-    """Run one suite against one target; each ``suite/target::test`` id's outcome."""
-    outcomes = work / f"outcomes-{suite}-{target}.json"
+def start(suite: str, target: str, directory: Path, work: Path) -> subprocess.Popen[str]:
+    """Start one suite's run against one target (the four runs go side by side)."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(work), os.environ.get("PYTHONPATH", "")]),
-        "PDC_SUITE_OUTCOMES": str(outcomes),
+        "PDC_SUITE_OUTCOMES": str(work / f"outcomes-{suite}-{target}.json"),
         "PDC_STREAM_TARGET": target,
         "PYTHONDONTWRITEBYTECODE": "1",
     }
@@ -251,14 +249,23 @@ def run(suite: str, target: str, directory: Path, work: Path) -> dict[str, str]:
     if suite == "anyio":
         command += ["-o", "anyio_mode=auto"]  # as in anyio's own configuration
     command += [str(directory)]
-    started = time.monotonic()
-    result = subprocess.run(
-        command, cwd=directory, env=env, timeout=TIMEOUT_S, capture_output=True, text=True
+    return subprocess.Popen(
+        command,
+        cwd=directory,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
-    print(f"+ {suite}'s suite on {target}: ran in {time.monotonic() - started:.1f} s")
-    if not outcomes.exists() or result.returncode not in (0, 1):
-        print(result.stdout[-5000:], result.stderr[-5000:], sep="\n")
-        raise SystemExit(f"pytest exited with {result.returncode} and no outcome")
+
+
+def finish(suite: str, target: str, process: subprocess.Popen[str], work: Path) -> dict[str, str]:
+    """Wait for one run; each ``suite/target::test`` id's outcome."""
+    output, _ = process.communicate(timeout=TIMEOUT_S)
+    outcomes = work / f"outcomes-{suite}-{target}.json"
+    if not outcomes.exists() or process.returncode not in (0, 1):
+        print(output[-5000:])
+        raise SystemExit(f"pytest exited with {process.returncode} and no outcome")
     found: dict[str, str] = json.loads(outcomes.read_text(encoding="utf-8"))
     return {f"{suite}/{target}::{test_id}": outcome for test_id, outcome in found.items()}
 
@@ -266,15 +273,19 @@ def run(suite: str, target: str, directory: Path, work: Path) -> dict[str, str]:
 def main() -> int:
     listed = read_differences()
     outcomes: dict[str, str] = {}
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pdc-stream-suites.") as name:
         work = Path(name)
         (work / "_pdc_suite_recorder.py").write_text(RECORDER, encoding="utf-8")
         (work / "_pdc_stream_factory.py").write_text(FACTORY, encoding="utf-8")
+        runs = []
         for suite in SUITES:
             directory = prepare(suite, work)
             for target in TARGETS:
-                outcomes.update(run(suite, target, directory, work))
-                shutil.rmtree(directory / "__pycache__", ignore_errors=True)
+                runs.append((suite, target, start(suite, target, directory, work)))
+        for suite, target, process in runs:
+            outcomes.update(finish(suite, target, process, work))
+    print(f"+ the four runs took {time.monotonic() - started:.1f} s")
     for suite in SUITES:
         for target in TARGETS:
             mine = [o for t, o in outcomes.items() if t.startswith(f"{suite}/{target}::")]
