@@ -196,6 +196,7 @@ async def test_unbuffered_send_waits_for_a_receiver() -> None:
     assert done == ["x"]
     stats = box.statistics()
     assert (stats.sent, stats.received, stats.rejected, stats.depth) == (1, 1, 1, 0)
+    assert stats.peak_depth == 0
     holds(box)
 
 

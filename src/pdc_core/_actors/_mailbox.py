@@ -429,7 +429,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             capacity=self._capacity,
             backpressure=self._backpressure,
             depth=self._size,
-            peak_depth=self._peak,
+            # An unbuffered mailbox's item passes through the queue within one call.
+            peak_depth=min(self._peak, self._capacity),
             control_depth=len(self._ctrl or ()),
             sent=self._sent,
             received=self._received,
