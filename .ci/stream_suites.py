@@ -17,7 +17,8 @@ Called by .ci/stream-suites (which says what it checks). Steps:
    every loop those suites use (anyio's: asyncio, and trio; uvloop where installed,
    as anyio's own conftest; trio's: trio);
 4. compare: every test must pass (or skip for the reasons their own suites skip)
-   unless .ci/stream-suites-differences.txt lists it, and every listed test must fail.
+   unless .ci/stream-suites-differences.txt lists it, and every listed test must fail
+   (an entry ending in ``[*]`` stands for each loop its test runs on).
    Each entry names the documentation file whose sentence declares the difference and
    quotes that sentence; tests/project/test_stream_suites.py checks the quotes.
 
@@ -103,6 +104,9 @@ factory = Factory()
 """
 
 ANYIO_CONFTEST = """
+import asyncio
+import sys
+
 import pytest
 
 asyncio_params = [pytest.param(("asyncio", {"debug": True}), id="asyncio")]
@@ -119,6 +123,16 @@ else:
     asyncio_params.append(
         pytest.param(("asyncio", {"debug": True, "loop_factory": uvloop.new_event_loop}),
                      id="asyncio+uvloop")
+    )
+if sys.version_info >= (3, 12):
+    def eager_task_loop_factory():
+        loop = asyncio.new_event_loop()
+        loop.set_task_factory(asyncio.eager_task_factory)
+        return loop
+
+    asyncio_params.append(
+        pytest.param(("asyncio", {"debug": True, "loop_factory": eager_task_loop_factory}),
+                     id="asyncio+eager")
     )
 
 
@@ -170,24 +184,46 @@ def read_differences(path: Path = DIFFERENCES) -> dict[str, tuple[str, str]]:
     return listed
 
 
+def _listed(test_id: str, listed: dict[str, tuple[str, str]]) -> bool:
+    """Whether ``test_id`` is listed: by itself, or by its test's ``[*]`` entry (every
+    parametrization: each loop the suite runs on, whichever are installed)."""
+    return test_id in listed or f"{test_id.partition('[')[0]}[*]" in listed
+
+
 def compare(outcomes: dict[str, str], listed: dict[str, tuple[str, str]]) -> list[str]:
     """The problems: unlisted tests that failed, or skipped for a reason their own
-    suites do not have; listed tests that did not fail."""
+    suites do not have; listed tests that did not fail (a ``[*]`` entry: any of its
+    parametrizations that ran, or none ran)."""
     problems = [
         f"fails but is not a listed difference: {test_id}"
         for test_id, outcome in sorted(outcomes.items())
-        if outcome == "failed" and test_id not in listed
+        if outcome == "failed" and not _listed(test_id, listed)
     ]
     problems += [
         f"{outcome}, which their own suites do not skip: {test_id}"
         for test_id, outcome in sorted(outcomes.items())
         if outcome.startswith("skipped") and not outcome.endswith(ALLOWED_SKIPS)
     ]
-    problems += [
-        f"listed as a difference but {outcomes.get(test_id, 'not run')}: {test_id}"
-        for test_id in sorted(listed)
-        if outcomes.get(test_id) != "failed"
-    ]
+    for entry in sorted(listed):
+        if not entry.endswith("[*]"):
+            if outcomes.get(entry) != "failed":
+                problems.append(
+                    f"listed as a difference but {outcomes.get(entry, 'not run')}: {entry}"
+                )
+            continue
+        base = entry.removesuffix("*]")
+        ran = {
+            test_id: outcome
+            for test_id, outcome in outcomes.items()
+            if test_id.startswith(base) and not outcome.startswith("skipped")
+        }
+        if not ran:
+            problems.append(f"listed as a difference but not run: {entry}")
+        problems += [
+            f"listed as a difference but {outcome}: {test_id}"
+            for test_id, outcome in sorted(ran.items())
+            if outcome != "failed"
+        ]
     return problems
 
 

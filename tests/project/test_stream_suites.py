@@ -66,6 +66,21 @@ def test_compare_reports_each_kind_of_problem() -> None:
     ]
 
 
+def test_a_star_entry_stands_for_every_loop_its_test_ran_on() -> None:
+    listed = {"a::t.py::test_x[*]": ("docs/x.md", "Declared.")}
+    every_loop_fails = {
+        "a::t.py::test_x[asyncio]": "failed",
+        "a::t.py::test_x[asyncio+uvloop]": "skipped: uvloop not available",
+        "a::t.py::test_x[trio]": "failed",
+    }
+    assert suites.compare(every_loop_fails, listed) == []
+    one_passes = {**every_loop_fails, "a::t.py::test_x[trio]": "passed"}
+    assert suites.compare(one_passes, listed) == [
+        "listed as a difference but passed: a::t.py::test_x[trio]"
+    ]
+    assert suites.compare({}, listed) == ["listed as a difference but not run: a::t.py::test_x[*]"]
+
+
 def test_read_differences_parses_and_refuses_bad_lines(tmp_path: Path) -> None:
     good = tmp_path / "good.txt"
     good.write_text('# a comment\n\nt::id docs/guide.md "A sentence."\n', encoding="utf-8")
