@@ -279,3 +279,45 @@ def test_sync_with_closes_the_mailbox() -> None:
         box.send_nowait(1)
     assert box.closed
     assert box.receive_nowait() == 1
+
+
+async def test_a_send_cancelled_after_its_item_moved_in_has_sent_it_once() -> None:
+    box: Mailbox[str] = Mailbox(1)
+    box.send_nowait("a")
+    scope = anyio.CancelScope()
+
+    async def sender() -> None:
+        with scope:
+            await box.send("b")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sender)
+        await wait_until(lambda: box.statistics().senders_waiting == 1)
+        assert box.receive_nowait() == "a"  # moves "b" in: that send is done
+        scope.cancel()  # before the sender runs again
+    assert box.receive_nowait() == "b"
+    with pytest.raises(anyio.WouldBlock):
+        box.receive_nowait()
+    stats = box.statistics()
+    assert (stats.sent, stats.received) == (2, 2)
+    holds(box)
+
+
+async def test_a_cancelled_waiting_send_sends_nothing_and_leaves_the_line() -> None:
+    box: Mailbox[str] = Mailbox(1)
+    box.send_nowait("a")
+    scope = anyio.CancelScope()
+
+    async def sender() -> None:
+        with scope:
+            await box.send("b")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(sender)
+        tg.start_soon(box.send, "c")
+        await wait_until(lambda: box.statistics().senders_waiting == 2)
+        scope.cancel()
+        await wait_until(lambda: box.statistics().senders_waiting == 1)
+        assert box.receive_nowait() == "a"  # moves "c" in: "b" left the line
+    assert box.receive_nowait() == "c"
+    holds(box)
