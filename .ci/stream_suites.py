@@ -38,6 +38,9 @@ import time
 from importlib.metadata import version
 from pathlib import Path
 
+# The outcome recorder pytest loads with ``-p`` (written next to the tests), shared.
+from pydotcompute_suite import RECORDER
+
 ROOT = Path(__file__).resolve().parents[1]
 DIFFERENCES = ROOT / ".ci" / "stream-suites-differences.txt"
 TARGETS = ("mailbox", "broadcast")
@@ -49,31 +52,6 @@ SUITES = {
 #: Skips that the suites' own runs make too (a loop that is not installed).
 ALLOWED_SKIPS = ("uvloop not available", "winloop not available")
 TIMEOUT_S = 120
-
-# Written next to the tests; pytest loads it with ``-p`` (as .ci/pydotcompute_suite.py's).
-RECORDER = """
-import json, os
-
-_outcomes = {}
-
-def pytest_runtest_logreport(report):
-    previous = _outcomes.get(report.nodeid)
-    if report.failed or previous == "failed":
-        _outcomes[report.nodeid] = "failed"
-    elif report.skipped:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else ""
-        _outcomes[report.nodeid] = "skipped: " + reason.removeprefix("Skipped: ")
-    elif report.when == "call":
-        _outcomes[report.nodeid] = "passed"
-
-def pytest_collectreport(report):
-    if report.failed:
-        _outcomes[report.nodeid] = "failed"
-
-def pytest_sessionfinish(session):
-    with open(os.environ["PDC_SUITE_OUTCOMES"], "w") as file:
-        json.dump(_outcomes, file, indent=1, sort_keys=True)
-"""
 
 # The factory a user would pass where anyio's (trio's) is expected. anyio's streams take
 # math.inf for "unbounded": a Mailbox's capacity is an int, so it becomes sys.maxsize.
