@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from anyio import ClosedResourceError, EndOfStream
+from anyio import ClosedResourceError, EndOfStream, WouldBlock
 
 __all__ = [
     "BufferError",
@@ -162,8 +162,10 @@ class MailboxError(PdcError):
     """Base class of the errors a :class:`~pdc_core.Mailbox` raises."""
 
 
-class MailboxFull(MailboxError, RuntimeError):
-    """A mailbox with the ``"raise"`` backpressure policy is full.
+class MailboxFull(MailboxError, RuntimeError, WouldBlock):
+    """A mailbox is full: ``send_nowait`` (any policy but ``"drop_oldest"``), or a
+    ``send`` under the ``"raise"`` policy. It is also an :class:`anyio.WouldBlock`, what
+    an anyio stream's ``send_nowait`` raises when it cannot send without waiting.
 
     ``accepted`` says how many messages of a batch were enqueued before the mailbox
     filled up (always 0 for a single message); the rest were not enqueued.

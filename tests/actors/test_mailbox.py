@@ -65,9 +65,9 @@ def test_priority_accepts_integer_like_values() -> None:
     assert check_priority(np.uint8(7)) == 7
 
 
-@pytest.mark.parametrize("capacity", [0, -3])
-def test_capacity_must_be_positive(capacity: int) -> None:
-    with pytest.raises(ValueError, match="capacity"):
+@pytest.mark.parametrize("capacity", [-1, -3])
+def test_capacity_must_not_be_negative(capacity: int) -> None:
+    with pytest.raises(ValueError, match="capacity must be at least 0"):
         Mailbox(capacity)
 
 

@@ -2,7 +2,8 @@
 
 A :class:`Mailbox` is the queue in front of every mailbox actor. It guarantees:
 
-* **Bounded.** At most ``capacity`` data messages are queued (default 1024). What
+* **Bounded.** At most ``capacity`` data messages are queued (default 1024; 0 is an
+  unbuffered mailbox, where a sender meets a receiver). What
   happens to a sender when it is full is the mailbox's :class:`Backpressure` policy:
   ``"block"`` (the default) waits for room, ``"raise"`` raises :class:`MailboxFull`,
   ``"drop_oldest"`` evicts the oldest message of the lowest priority present.
@@ -131,6 +132,11 @@ EMPTY: Final = object()
 QUEUED: Final = 1
 HANDED: Final = 2
 
+#: What a waiting sender's waiter is resolved with once its item was moved in.
+_SENT: Final = object()
+#: The item of a :meth:`Mailbox.wait_room` wait: it waits for room, sending nothing.
+_ROOM: Final = object()
+
 #: The lanes and priorities of every mailbox that has never held data: shared, and
 #: never changed (a mailbox makes its own with its first lane).
 _NO_LANES: Final[list[Any]] = [None] * 256
@@ -249,6 +255,18 @@ class _MailboxBroken(MailboxClosed, BrokenResourceError):
     discarded, as a stopping actor does (:class:`anyio.BrokenResourceError`)."""
 
 
+class _Send:
+    """A ``send`` waiting for room, with its item (removed by identity, never by its
+    item's ``==``); ``item`` is :data:`_ROOM` for a :meth:`Mailbox.wait_room`."""
+
+    __slots__ = ("item", "priority", "waiter")
+
+    def __init__(self, waiter: Any, item: Any, priority: int) -> None:
+        self.waiter = waiter
+        self.item = item
+        self.priority = priority
+
+
 def _remove(waiters: deque[Any] | None, waiter: Any) -> None:
     if waiters is None:
         return
@@ -271,6 +289,22 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     (and the timeout) as extra arguments. See the module documentation for the
     guarantees and how closing maps to :class:`anyio.EndOfStream`,
     :class:`anyio.ClosedResourceError` and :class:`anyio.BrokenResourceError`.
+
+    Items and room are handed over as by anyio's streams: an item sent while a receiver
+    waits is that receiver's; a waiting receiver is room (the only room of an unbuffered
+    ``Mailbox(0)``); waiting senders are served in order, the receive that makes room
+    moving the first one's item in at once. What differs from anyio's memory object
+    streams, and nothing else does:
+
+    * there is no ``clone()``: one object is both ends, so closing it closes the sending
+      side only and a receiver is never closed on its own;
+    * :meth:`statistics` returns a :class:`MailboxStatistics`;
+    * an unclosed mailbox is not reported with a :class:`ResourceWarning`;
+    * its exceptions are anyio's, never trio's own, even under trio;
+    * the capacity is an ``int`` of at least 0 (not ``math.inf``), the item type a
+      subscript only (no ``item_type`` argument);
+    * a ``send`` or ``receive`` that completes without waiting is a cancellation point
+      but not a scheduling point (see the module documentation).
 
     ``on_drop`` is called with each data message the ``"drop_oldest"`` policy drops,
     after it has been removed (actors use it to fail the dropped request's caller). It
@@ -316,7 +350,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         name: str | None = None,
         on_drop: Callable[[T], object] | None = None,
     ) -> None:
-        self._capacity = check_count(capacity, "capacity")
+        self._capacity = check_count(capacity, "capacity", 0)
         self._backpressure = Backpressure.coerce(backpressure)
         self._name = name
         self._on_drop = on_drop
@@ -329,7 +363,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._ctrl: deque[Control] | None = None
         self._receivers: deque[Any] | None = None
         self._taker: Any = None
-        self._senders: deque[Any] | None = None
+        self._senders: deque[_Send] | None = None
         self._kit: Kit | None = None
         self._paused = False
         self._closed = False
@@ -395,7 +429,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             capacity=self._capacity,
             backpressure=self._backpressure,
             depth=self._size,
-            peak_depth=self._peak,
+            # An unbuffered mailbox's item passes through the queue within one call.
+            peak_depth=min(self._peak, self._capacity),
             control_depth=len(self._ctrl or ()),
             sent=self._sent,
             received=self._received,
@@ -404,7 +439,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             rejected=self._rejected,
             discarded=self._discarded,
             control_sent=self._control_sent,
-            senders_waiting=len(self._senders or ()),
+            senders_waiting=sum(not s.waiter.done() for s in self._senders or ()),
             receivers_waiting=len(self._receivers or ()) + (self._taker is not None),
             paused=self._paused,
             closed=self._closed,
@@ -433,6 +468,13 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     # -- internals ----------------------------------------------------------------------
 
     def _push(self, item: T, priority: int) -> None:
+        """Accept ``item`` (the caller checked :meth:`_has_room`): queued, and handed to
+        the first waiting receiver if one waits (see :meth:`_wake_receiver`)."""
+        self._enqueue(item, priority)
+        if (self._receivers or self._taker is not None) and not self._paused:
+            self._wake_receiver()
+
+    def _enqueue(self, item: T, priority: int) -> None:
         lane = self._lanes[priority]
         if lane is None:
             lane = self._new_lane(priority)
@@ -443,8 +485,20 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._sent += 1
         if size > self._peak:
             self._peak = size
-        if (self._receivers or self._taker is not None) and not self._paused:
-            self._wake_receiver()
+
+    def _has_room(self) -> bool:
+        """Whether a data message can go in now without waiting: the one full-mailbox
+        decision. Room is a free place in the queue or, as in anyio's streams, a
+        receiver waiting for the message (the only room an unbuffered mailbox has)."""
+        if self._size < self._capacity:
+            return True
+        return not self._paused and self._receiver_waits()
+
+    def _receiver_waits(self) -> bool:
+        taker = self._taker
+        if taker is not None and not taker.done():
+            return True
+        return any(not waiter.done() for waiter in self._receivers or ())
 
     def _new_lane(self, priority: int) -> deque[T]:
         if self._lanes is _NO_LANES:  # the mailbox's own lists, from its first lane on
@@ -475,10 +529,16 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             self._wake_receiver()
 
     def poll(self) -> Any:
-        """Take the next deliverable item, control first, or return :data:`EMPTY`."""
+        """Take the next deliverable item, control first, or return :data:`EMPTY`.
+
+        Taking a data message makes room, which the first waiting sender's item takes at
+        once (senders are served in order); with nothing queued, the first waiting
+        sender's item is taken (an unbuffered mailbox's rendezvous)."""
         if self._ctrl:
             return self._ctrl.popleft()
-        if not self._size or self._paused:
+        if (not self._size or self._paused) and (
+            self._paused or not self._senders or not self._move_sender()
+        ):
             return EMPTY
         prios = self._prios
         lane = self._lanes[prios[-1]]
@@ -489,15 +549,25 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         size = self._size = self._size - 1
         self._received += 1
         if self._senders:
-            self._wake_sender()
+            self._serve_senders()
         if not size and self._closed and not self._sealed:
             self._wake_all_receivers()
         return item
 
     def _deliverable(self) -> bool:
-        return bool(self._ctrl) or (self._size > 0 and not self._paused)
+        if self._ctrl:
+            return True
+        if self._paused:
+            return False
+        if self._size:
+            return True
+        # Unbuffered: a waiting sender's item is taken straight from it.
+        return any(not s.waiter.done() and s.item is not _ROOM for s in self._senders or ())
 
     def _wake_receiver(self) -> None:
+        """Something may be deliverable: wake the taker to look, else hand the first
+        waiting receiver the next data message (it is that receiver's: nobody else can
+        take it, as in anyio's streams), or wake it to look (control, or closed)."""
         taker = self._taker
         if taker is not None:
             self._taker = None
@@ -508,8 +578,38 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         while receivers:
             waiter = receivers.popleft()
             if not waiter.done():
-                waiter.set_result(None)
+                if self._size and not self._paused and not self._ctrl:
+                    # A pair, so that a receiver cancelled before it runs puts it back
+                    # in its place (_abandon_receiver).
+                    waiter.set_result(self._take_next())
+                else:
+                    waiter.set_result(None)
                 return
+
+    def _wake_receivers(self) -> None:
+        """Data was queued (or delivery resumed): each waiting receiver, up to one per
+        message, is handed one (see :meth:`_wake_receiver`)."""
+        while not self._paused and self._receiver_waits():
+            if not self._size and not (self._senders and self._move_sender()):
+                return  # nothing (more) to hand
+            self._wake_receiver()
+
+    def _take_next(self) -> tuple[Any, int]:
+        """Remove the next data message for a receiver: ``(item, priority)``."""
+        prios = self._prios
+        priority = prios[-1]
+        lane = self._lanes[priority]
+        assert lane is not None
+        item = lane.popleft()
+        if not lane:
+            prios.pop()
+        self._size -= 1
+        self._received += 1
+        if self._senders:
+            self._serve_senders()
+        if not self._size and self._closed and not self._sealed:
+            self._wake_all_receivers()
+        return item, priority
 
     def _handoff(self, item: T) -> bool:
         """Hand ``item`` straight to the waiting taker; False if there is none.
@@ -535,19 +635,38 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         kit = self._kit
         assert kit is not None
         if kit.woken(waiter):
-            if self._deliverable():
+            handed = woken_value(waiter)
+            if type(handed) is tuple:  # its item: back in its place, or to the next one
+                self._requeue(*handed)
+            elif self._deliverable():
                 self._wake_receiver()
         else:
             _remove(self._receivers, waiter)
 
-    def _wake_sender(self) -> None:
+    def _move_sender(self) -> bool:
+        """Move the first waiting sender's item into the queue (its ``send`` is done)
+        and return True; a :meth:`wait_room` met on the way is woken (it looks for room
+        itself). False when no sender with an item waits."""
         senders = self._senders
-        if senders:
-            while senders:
-                waiter = senders.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-                    return
+        while senders:
+            entry = senders.popleft()
+            waiter = entry.waiter
+            if waiter.done():
+                continue
+            if entry.item is _ROOM:
+                waiter.set_result(None)
+                continue
+            self._enqueue(entry.item, entry.priority)
+            waiter.set_result(_SENT)
+            return True
+        return False
+
+    def _serve_senders(self) -> None:
+        """Room appeared: waiting senders' items move in, first come first, while it
+        lasts (so a later ``send_nowait`` finds the mailbox as full as before)."""
+        while self._senders and self._size < self._capacity:
+            if not self._move_sender():
+                return
 
     def _drop(self, item: T, priority: int) -> None:
         self._dropped += 1
@@ -578,26 +697,30 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._drops_warned = dropped
 
     def _offer_full(self, item: T, priority: int) -> None:
-        """Apply the drop-oldest policy to a full mailbox."""
+        """Apply the drop-oldest policy to a full mailbox (nobody waiting to receive)."""
         prios = self._prios
-        lowest = prios[0]
-        if priority < lowest:
+        if not prios or priority < prios[0]:
+            # Below everything queued, or unbuffered (capacity 0, nothing to evict):
+            # the newcomer itself is dropped.
             self._sent += 1
             self._drop(item, priority)
             return
+        lowest = prios[0]
         lane = self._lanes[lowest]
         assert lane is not None
         victim = lane.popleft()
         if not lane:
             prios.pop(0)
         self._size -= 1
-        self._push(item, priority)
+        self._enqueue(item, priority)
         self._drop(victim, lowest)
 
     def _full_error(self, accepted: int = 0) -> MailboxFull:
+        policy = self._backpressure
+        why = "" if policy is Backpressure.RAISE else " (send_nowait never waits)"
         return MailboxFull(
             f"{self._label()} is full ({self._capacity} messages) and its backpressure "
-            f"policy is 'raise'",
+            f"policy is {policy.value!r}{why}",
             capacity=self._capacity,
             accepted=accepted,
         )
@@ -617,10 +740,12 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     # -- sending ------------------------------------------------------------------------
 
     def send_nowait(self, item: T, priority: int = DEFAULT_PRIORITY) -> None:
-        """Enqueue ``item`` without waiting.
+        """Enqueue ``item`` without waiting (or hand it to a waiting receiver).
 
-        When the mailbox is full: ``"drop_oldest"`` makes room as documented, the other
-        policies raise :class:`~pdc_core.MailboxFull` (counted as ``rejected``).
+        When the mailbox has no room (see the module documentation: a waiting receiver
+        is room, and waiting senders come first): ``"drop_oldest"`` makes room as
+        documented, the other policies raise :class:`~pdc_core.MailboxFull` (an
+        :class:`anyio.WouldBlock`; counted as ``rejected``).
         Raises :class:`~pdc_core.MailboxClosed` after :meth:`close` (an
         :class:`anyio.ClosedResourceError`, or :class:`anyio.BrokenResourceError` once the
         receiving side is gone).
@@ -629,7 +754,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             priority = check_priority(priority)
         if self._closed:
             raise self._closed_error()
-        if self._size < self._capacity:
+        if self._size < self._capacity or self._has_room():
             self._push(item, priority)
         elif self._backpressure is Backpressure.DROP_OLDEST:
             self._offer_full(item, priority)
@@ -640,9 +765,13 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
     async def send(self, item: T, priority: int = DEFAULT_PRIORITY) -> None:
         """Enqueue ``item``, applying the backpressure policy when the mailbox is full.
 
-        With ``"block"`` this waits for room; cancelling the wait leaves the item
-        unsent. Raises :class:`~pdc_core.MailboxClosed` if the mailbox is (or gets)
-        closed before the item is enqueued: an :class:`anyio.ClosedResourceError`, or an
+        With ``"block"`` this waits for room; waiting senders are served in the order
+        they began to wait, and the receive that makes room moves the first one's item
+        in at once (its ``send`` is then done, even if :meth:`close` follows).
+        Cancelling the wait leaves the item unsent, unless a receive had moved it in
+        already (the cancellation is then raised all the same, as by anyio's streams).
+        Raises :class:`~pdc_core.MailboxClosed` if the mailbox is (or gets) closed
+        before the item is enqueued: an :class:`anyio.ClosedResourceError`, or an
         :class:`anyio.BrokenResourceError` once the receiving side is gone (see the module
         documentation).
         """
@@ -656,7 +785,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             await kit.checkpoint()
         if self._closed:
             raise self._closed_error()
-        if self._size < self._capacity:
+        if self._size < self._capacity or self._has_room():
             self._push(item, priority)
             return
         await self._send_full(item, priority, kit)
@@ -673,7 +802,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if (self._kit or self._bind()).cancel_called():
             await raise_cancelled()
         priority = check_priority(priority)
-        if self._size < self._capacity:
+        if self._has_room():
             self._push(item, priority)
             return
         await self._send_full(item, priority, self._kit or self._bind())
@@ -685,33 +814,25 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         ``await`` between, takes the room; after an ``await``, another sender may have
         taken it (check again). How a mesh's ``broadcast`` waits for room in every member
         before it tells any. A caller already cancelled on entry gets its cancellation;
-        a cancelled wait takes nothing (and passes on a wake-up it had)."""
+        a cancelled wait takes nothing."""
         kit = self._kit or self._bind()
         if kit.cancel_called():
             await raise_cancelled()
-        if (
-            self._size < self._capacity
-            or self._closed
-            or self._backpressure is not Backpressure.BLOCK
-        ):
+        if self._closed or self._backpressure is not Backpressure.BLOCK or self._has_room():
             return
-        try:
-            await self._wait_for_room(kit)
-        except MailboxClosed:
-            return
-        if self._senders and self._size < self._capacity:
-            self._wake_sender()  # this wake-up took no room: pass it on
+        # Woken when room appeared, in line with the senders (those behind it in line
+        # may take it before this caller looks: it checks again, as said above).
+        await self._wait_sender(_ROOM, 0, kit)
 
     async def _send_full(self, item: T, priority: int, kit: Kit) -> None:
-        """Apply the backpressure policy to an item that finds the mailbox full."""
+        """Apply the backpressure policy to an item that finds no room."""
         if self._backpressure is Backpressure.DROP_OLDEST:
             self._offer_full(item, priority)
             return
         if self._backpressure is Backpressure.RAISE:
             self._rejected += 1
             raise self._full_error()
-        await self._wait_for_room(kit)
-        self._push(item, priority)
+        await self._wait_sender(item, priority, kit)
 
     def _check_loop(self, kit: Kit) -> None:
         """A mailbox waits with the event loop that first used it; any other is an error."""
@@ -721,30 +842,25 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
                 "a mailbox (and an actor) cannot be used from another event loop"
             )
 
-    async def _wait_for_room(self, kit: Kit) -> None:
-        """Wait until the mailbox has room (or raise MailboxClosed once closed for good;
-        a sender that was already waiting when the mailbox was sealed goes on waiting)."""
+    async def _wait_sender(self, item: Any, priority: int, kit: Kit) -> None:
+        """Wait in line as a sender until a receive moves ``item`` in (or, for
+        :data:`_ROOM`, until there may be room: look again). Raises MailboxClosed once
+        closed for good; a sender already waiting when the mailbox was sealed goes on
+        waiting."""
         self._check_loop(kit)
-        while True:
-            waiter = kit.waiter()
-            if self._senders is None:
-                self._senders = deque()
-            self._senders.append(waiter)
-            try:
-                await waiter
-            except BaseException:
-                if kit.woken(waiter):
-                    if self._size < self._capacity:
-                        self._wake_sender()
-                else:
-                    _remove(self._senders, waiter)
-                raise
-            if self._closed and not self._sealed:
-                if self._size < self._capacity:
-                    self._wake_sender()
-                raise self._closed_error()
-            if self._size < self._capacity:
-                return
+        waiter = kit.waiter()
+        entry = _Send(waiter, item, priority)
+        if self._senders is None:
+            self._senders = deque()
+        self._senders.append(entry)
+        try:
+            result = await waiter
+        except BaseException:
+            if not kit.woken(waiter):
+                _remove(self._senders, entry)
+            raise
+        if result is not _SENT and item is not _ROOM:
+            raise self._closed_error()  # woken by close(): the item was not sent
 
     def send_many_nowait(self, items: Iterable[T], priority: int = DEFAULT_PRIORITY) -> int:
         """Enqueue as many of ``items`` as the policy allows without waiting.
@@ -771,9 +887,11 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         """Enqueue all of ``items`` at ``priority``, waking the receiver once per chunk.
 
         This is the fast path for bulk traffic. With ``"block"`` it waits for room
-        whenever the mailbox fills, so memory stays bounded; if cancelled while waiting,
-        the items before the wait were enqueued and the rest were not. The other
-        policies behave as :meth:`send_many_nowait`. Returns the number accepted.
+        whenever the mailbox fills (in line with the other senders), so memory stays
+        bounded; if cancelled while waiting, the items before the wait were enqueued
+        and the rest were not (the one it waited with too, if a receive had moved it in
+        already). The other policies behave as :meth:`send_many_nowait`. Returns the
+        number accepted.
         """
         priority = check_priority(priority)
         kit = self._kit or self._bind()
@@ -793,22 +911,29 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             self._rejected += total - done
             raise self._full_error(done)
         while done < total:
-            await self._wait_for_room(kit)
-            done = self._push_many(batch, done, priority)
+            await self._wait_sender(batch[done], priority, kit)
+            done = self._push_many(batch, done + 1, priority)
         return total
 
     def _push_many(self, batch: Sequence[T], start: int, priority: int) -> int:
-        """Append ``batch[start:]`` while there is room; return the new start index."""
-        room = self._capacity - self._size
-        if room <= 0 or start >= len(batch):
+        """Accept ``batch[start:]`` while there is room (waiting senders first: none go
+        in while one waits); return the new start index."""
+        if self._senders and any(not s.waiter.done() for s in self._senders):
             return start
-        stop = min(len(batch), start + room)
+        n_batch = len(batch)
+        while start < n_batch and self._size >= self._capacity and self._has_room():
+            self._push(batch[start], priority)  # unbuffered: to a waiting receiver
+            start += 1
+        room = self._capacity - self._size
+        if room <= 0 or start >= n_batch:
+            return start
+        stop = min(n_batch, start + room)
         lane = self._lanes[priority]
         if lane is None:
             lane = self._new_lane(priority)
         if not lane:
             insort(self._prios, priority)
-        if start == 0 and stop == len(batch):
+        if start == 0 and stop == n_batch:
             lane.extend(batch)
         else:
             lane.extend(batch[start:stop])  # not islice: that would skip `start` items
@@ -818,7 +943,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if size > self._peak:
             self._peak = size
         if (self._receivers or self._taker is not None) and not self._paused:
-            self._wake_receiver()
+            self._wake_receivers()
         return stop
 
     def send_control(self, message: Control) -> None:
@@ -1035,10 +1160,14 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             size = self._size = self._size - 1
             self._received += 1
             if self._senders:
-                self._wake_sender()
+                self._serve_senders()
             if not size and self._closed and not self._sealed:
                 self._wake_all_receivers()
             return item
+        if self._senders:  # unbuffered: take a waiting sender's item (or wake wait_room)
+            item = self.poll()
+            if item is not EMPTY:
+                return item
         if self._closed and not self._sealed and not self._size:
             return EMPTY
         waiter = (self._kit or self._bind()).waiter()
@@ -1131,6 +1260,10 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         deadline = None if timeout is None else kit.now() + timeout
         remaining = timeout
         while True:
+            if self._senders:  # unbuffered: take a waiting sender's item (or wake wait_room)
+                item = self.poll()
+                if item is not EMPTY:
+                    return item
             if self._closed and not self._sealed and not self._size and not self._ctrl:
                 raise self._ended_error()
             waiter = kit.waiter()
@@ -1149,6 +1282,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
             if result is TIMED_OUT:
                 _remove(self._receivers, waiter)
                 raise MessageTimeout(f"nothing received from {self._label()} within {timeout} s")
+            if type(result) is tuple:  # handed to this receiver: (item, priority)
+                return result[0]
             item = self.poll()
             if item is not EMPTY:
                 return item
@@ -1166,6 +1301,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         ctrl = self._ctrl
         while ctrl and len(out) < max_items:
             out.append(ctrl.popleft())
+        if not self._size and self._senders and not self._paused:
+            self._move_sender()  # unbuffered: the first waiting sender's item
         if self._paused or not self._size:
             return out
         prios = self._prios
@@ -1187,9 +1324,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if taken:
             self._size -= taken
             self._received += taken
-            senders = self._senders
-            for _ in range(min(taken, len(senders or ()))):
-                self._wake_sender()
+            if self._senders:
+                self._serve_senders()
             if not self._size and self._closed and not self._sealed:
                 self._wake_all_receivers()
         return out
@@ -1230,9 +1366,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         if not self._paused:
             return
         self._paused = False
-        waiting = len(self._receivers or ()) + (self._taker is not None)
-        for _ in range(min(self._size, waiting)):
-            self._wake_receiver()
+        self._wake_receivers()
 
     def close(self) -> None:
         """Refuse new data from now on. Queued data can still be received.
@@ -1247,8 +1381,11 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._closed = True
         self._sealed = False
         self._on_starved = None
-        while self._senders:
-            self._wake_sender()
+        senders = self._senders
+        while senders:  # their items were not moved in: each send raises
+            waiter = senders.popleft().waiter
+            if not waiter.done():
+                waiter.set_result(None)
         if not self._size:
             self._wake_all_receivers()
 
@@ -1264,6 +1401,14 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         """``async with mailbox:`` (closed on the way out); a checkpoint."""
         await full_checkpoint(self._kit or current_kit())
         return self
+
+    def __enter__(self) -> Self:
+        """``with mailbox:`` (closed on the way out, as :meth:`close`), as anyio 4's
+        memory streams allow in synchronous code."""
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def seal(self, on_starved: Callable[[], None]) -> None:
         """Refuse new data from :meth:`send` (it raises MailboxClosed), but not from
@@ -1285,12 +1430,7 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
 
     def starved(self) -> bool:
         """Nothing is queued and a receiver waits, not yet woken."""
-        if self._size or self._ctrl:
-            return False
-        taker = self._taker
-        if taker is not None and not taker.done():
-            return True
-        return any(not waiter.done() for waiter in self._receivers or ())
+        return not (self._size or self._ctrl) and self._receiver_waits()
 
     def discard(self) -> list[T]:
         """Remove and return every queued data message, counting them as discarded.
@@ -1311,8 +1451,8 @@ class Mailbox(ObjectSendStream[T], ObjectReceiveStream["T | Control"]):
         self._discarded += len(out)
         if self._closed and not self._sealed:
             self._broken = True  # closed and emptied for good: the receiving side is gone
-        while self._senders:
-            self._wake_sender()
+        if self._senders:
+            self._serve_senders()
         if self._closed:
             self._wake_all_receivers()
         return out

@@ -514,6 +514,7 @@ class MailboxActorRef(ActorRef[M, R]):
             restarts=runner.restarts,
             skipped=runner.skipped,
             mailbox=self._mailbox.statistics(),
+            failed=runner.failed,
         )
 
     @property
@@ -544,6 +545,7 @@ class MailboxActor(ActorRunner):
         "cancel_scope",
         "crash",
         "errors",
+        "failed",
         "finished",
         "handled",
         "is_member",
@@ -578,6 +580,7 @@ class MailboxActor(ActorRunner):
         self.errors = 0
         self.restarts = 0
         self.skipped = 0
+        self.failed = 0
         self.stop_waiters: list[Any] | None = None
         self._inflight: Any = None
         self._task: Any = None
@@ -741,10 +744,8 @@ class MailboxActor(ActorRunner):
                         self.skipped += n
                     else:
                         replies = await handle_batch([part[0] for part in items])
-                        if len(replies) != n:
-                            raise ValueError(
-                                f"handle_batch returned {len(replies)} replies for {n} messages"
-                            )
+                        if replies is None or len(replies) != n:
+                            raise self._replies_error(replies, n, n)
                         start = first[2]
                         batch.results[start : start + n] = replies
                         batch.remaining -= n
@@ -772,18 +773,23 @@ class MailboxActor(ActorRunner):
             self._inflight = [item for item in items if item is not _STOP]
             return True
         live: list[Any] = []
+        asks = 0
         for item in items:
             cls = item.__class__
             if (cls is Envelope and item.reply.done()) or (cls is tuple and item[1].waiter.done()):
                 self.skipped += 1
             else:
                 live.append(item)
+                asks += cls is Envelope or cls is tuple
+        # In place: what _serve_batches fails if the call raises (skipped ones are not).
+        items[:] = live
         if live:
             replies = await handle_batch([_message_of(item) for item in live])
-            if len(replies) != len(live):
-                raise ValueError(
-                    f"handle_batch returned {len(replies)} replies for {len(live)} messages"
-                )
+            if replies is None and not asks:
+                self.handled += len(live)  # a batch of tells needs no replies
+                return False
+            if replies is None or len(replies) != len(live):
+                raise self._replies_error(replies, len(live), asks)
             for item, value in zip(live, replies, strict=True):
                 cls = item.__class__
                 if cls is Envelope:
@@ -797,11 +803,26 @@ class MailboxActor(ActorRunner):
             self.handled += len(live)
         return False
 
+    def _replies_error(self, replies: Any, n: int, asks: int) -> Exception:
+        """``handle_batch`` returned the wrong thing for a batch of ``n`` messages, of
+        which ``asks`` wait for a reply: a TypeError for None, else a ValueError."""
+        got = "None" if replies is None else f"{len(replies)} replies"
+        return (TypeError if replies is None else ValueError)(
+            f"actor {self._ref.actor_id!r}: handle_batch returned {got} for a batch of "
+            f"{n} messages ({asks} of them asks): it must return a list of {n} replies, "
+            "one per message in order (None only when every message is a tell)"
+        )
+
     def _fail_inflight(self, error: Callable[[], BaseException]) -> None:
+        """Fail the messages in hand (taken from the mailbox, never handled): each ask's
+        caller gets ``error()``, and every one (tells too) is counted in ``failed``."""
         inflight, self._inflight = self._inflight, None
         if inflight is None:
             return
         for item in inflight if isinstance(inflight, list) else (inflight,):
+            if isinstance(item, Control):
+                continue
+            self.failed += 1
             _fail_request(item, error())
 
     def on_crash(self, error: Exception, *, restarting: bool) -> None:

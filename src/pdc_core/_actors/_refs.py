@@ -93,6 +93,12 @@ class ActorStatistics:
     skipped: int
     #: The mailbox's counters, where the actor has a mailbox.
     mailbox: MailboxStatistics | None
+    #: Messages taken from the mailbox that were never handled: every message of a
+    #: handler call that raised (a ``handle_batch`` call fails its whole batch; each
+    #: ask in it fails with :class:`~pdc_core.ActorCrashed`, each tell is lost) and any
+    #: in hand when the actor stopped. With a mailbox, ``mailbox.received == handled +
+    #: failed + skipped`` once the actor is idle or stopped.
+    failed: int = 0
 
 
 class ActorRef(ABC, Generic[M, R]):
