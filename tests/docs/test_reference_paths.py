@@ -89,3 +89,30 @@ def test_signatures_name_type_aliases_instead_of_numpys_private_types(
         assert shown is not None
         assert "_typing" not in shown
         assert "DTypeLike" in shown or "RecordLike" in shown
+
+
+def test_a_class_split_into_private_mixins_documents_their_members(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``pdc_ray.RemoteRunner``'s methods live in private mixins (its caller's and
+    keeper's sides), which have no page: the reference documents them on the class,
+    down to its first public base; a class whose next base is public gets no change."""
+    pytest.importorskip(
+        "sphinx", reason="the docs extra is not installed: pip install -e '.[docs]'"
+    )
+    from pathlib import Path
+
+    import pdc_ray
+
+    import pdc_core
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "docs" / "_ext"))
+    import pdc_api
+
+    assert pdc_api._mixins_end(pdc_ray.RemoteRunner) == "ActorRunner"
+    rst = pdc_api._entry_rst(
+        next(e for e in pdc_api.pdc_faces.entries("pdc_ray") if e.name == "RemoteRunner")
+    )
+    assert "   :inherited-members: ActorRunner" in rst
+    assert pdc_api._mixins_end(pdc_ray.RemoteKernelRunner) is None  # RemoteRunner is public
+    assert pdc_api._mixins_end(pdc_core.ActorNursery) is None

@@ -177,6 +177,8 @@ LAYERS: dict[str, list[set[str]]] = {
     "pdc_metal": [
         {"_version", "_mlx"},
         {"_kernels", "_streams", "_persistent"},
+        {"_memory"},
+        {"_work"},
         {"_backend"},
         {""},
     ],
@@ -184,6 +186,23 @@ LAYERS: dict[str, list[set[str]]] = {
         {"_version", "_memory", "_streams", "_persistent"},
         {"_backend"},
         {""},
+    ],
+    # pdc_ray: the wire and the engines at the bottom; then the remote actor's runner by
+    # role (its state, then the caller's and the keeper's sides, which know nothing of
+    # each other, then the runner that joins them), the kernel runner built on it,
+    # placements, and on top what is built on placements (meshes, connect, the plugin).
+    "pdc_ray": [
+        {"_version", "_errors", "_bridge"},
+        {"_wire"},
+        {"_engine", "_host"},
+        {"_ray_engine", "testing"},
+        {"_runner_state"},
+        {"_runner_caller", "_runner_keeper"},
+        {"_runner"},
+        {"_kernel"},
+        {"_placement"},
+        {"_mesh", "_connect"},
+        {"", "_plugin"},
     ],
 }
 
@@ -213,6 +232,13 @@ def _upward(graph: dict[str, set[str]], package: str, layers: list[set[str]]) ->
 def test_a_plugin_s_modules_import_only_down(package: str) -> None:
     (src,) = [path for path in PLUGINS if path.name == package]
     assert _upward(_graph(src), package, LAYERS[package]) == []
+
+
+def test_the_remote_runner_s_two_sides_know_nothing_of_each_other() -> None:
+    (src,) = [path for path in PLUGINS if path.name == "pdc_ray"]
+    graph = _graph(src)
+    assert "pdc_ray._runner_keeper" not in graph["pdc_ray._runner_caller"]
+    assert "pdc_ray._runner_caller" not in graph["pdc_ray._runner_keeper"]
 
 
 def test_the_layer_check_sees_an_arrow_up() -> None:

@@ -8,86 +8,76 @@ it cannot run. Nor does it import the backend's own modules: the plugin register
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from pdc_core import Backend
 from pdc_core.backend import BenchmarkPath, BenchmarkPaths, LazyBackend, hookimpl, lazy_exports
 
-from ._availability import PRIORITY, CudaProbe, availability, diagnose, probe
-from ._version import __version__
+from ._availability import PRIORITY, availability
+from ._availability import CudaProbe as CudaProbe
+from ._availability import diagnose as diagnose
+from ._availability import probe as probe
+from ._version import __version__ as __version__
 
-if TYPE_CHECKING:
-    from ._backend import CudaBackend
-    from ._context import CONTEXT_KINDS
-    from ._exceptions import (
-        CudaCompileError,
-        CudaContextError,
-        NvrtcUnavailable,
-        ResidentKernelBlocks,
-    )
-    from ._kernels import CudaKernel
-    from ._launch import LaunchConfig, auto_block_size, launch_config
-    from ._nvrtc import compile_to_ptx
-    from ._persistent import CudaResidentKernel
-    from ._properties import CudaDeviceProperties
-    from ._ring_source import CudaRingBody, compile_ring_kernel_ptx, render_ring_kernel
-    from ._streams import CudaEvent, CudaStream
+if TYPE_CHECKING:  # the names of _LAZY, for type checkers (a test holds them alike)
+    from ._backend import CudaBackend as CudaBackend
+    from ._context import CONTEXT_KINDS as CONTEXT_KINDS
+    from ._exceptions import CudaCompileError as CudaCompileError
+    from ._exceptions import CudaContextError as CudaContextError
+    from ._exceptions import NvrtcUnavailable as NvrtcUnavailable
+    from ._exceptions import ResidentKernelBlocks as ResidentKernelBlocks
+    from ._kernels import CudaKernel as CudaKernel
+    from ._launch import LaunchConfig as LaunchConfig
+    from ._launch import auto_block_size as auto_block_size
+    from ._launch import launch_config as launch_config
+    from ._nvrtc import compile_to_ptx as compile_to_ptx
+    from ._persistent import CudaResidentKernel as CudaResidentKernel
+    from ._properties import CudaDeviceProperties as CudaDeviceProperties
+    from ._ring_source import CudaRingBody as CudaRingBody
+    from ._ring_source import compile_ring_kernel_ptx as compile_ring_kernel_ptx
+    from ._ring_source import render_ring_kernel as render_ring_kernel
+    from ._streams import CudaEvent as CudaEvent
+    from ._streams import CudaStream as CudaStream
 
-__all__ = [
-    "CONTEXT_KINDS",
-    "CudaBackend",
-    "CudaCompileError",
-    "CudaContextError",
-    "CudaDeviceProperties",
-    "CudaEvent",
-    "CudaKernel",
-    "CudaProbe",
-    "CudaResidentKernel",
-    "CudaRingBody",
-    "CudaStream",
-    "LaunchConfig",
-    "NvrtcUnavailable",
-    "ResidentKernelBlocks",
-    "__version__",
-    "auto_block_size",
-    "compile_ring_kernel_ptx",
-    "compile_to_ptx",
-    "diagnose",
-    "launch_config",
-    "pdc_register_backends",
-    "pdc_register_benchmarks",
-    "probe",
-    "render_ring_kernel",
-]
-
-
-#: Names loaded on first use: every ``pdc`` command and the first ``get_backend()`` import
-#: this package to register the backend, on machines where it cannot run too, so only
-#: the availability probe is imported eagerly (the backend is registered lazily).
+#: The names loaded on first use, by the module they live in: every ``pdc`` command and
+#: the first ``get_backend()`` import this package to register the backend, on machines
+#: where it cannot run too, so only the availability probe is imported eagerly (the
+#: backend is registered lazily).
 _LAZY = {
-    "CONTEXT_KINDS": "._context",
-    "CudaBackend": "._backend",
-    "CudaCompileError": "._exceptions",
-    "CudaContextError": "._exceptions",
-    "CudaDeviceProperties": "._properties",
-    "CudaEvent": "._streams",
-    "CudaKernel": "._kernels",
-    "CudaResidentKernel": "._persistent",
-    "CudaRingBody": "._ring_source",
-    "CudaStream": "._streams",
-    "LaunchConfig": "._launch",
-    "NvrtcUnavailable": "._exceptions",
-    "ResidentKernelBlocks": "._exceptions",
-    "auto_block_size": "._launch",
-    "compile_ring_kernel_ptx": "._ring_source",
-    "compile_to_ptx": "._nvrtc",
-    "launch_config": "._launch",
-    "render_ring_kernel": "._ring_source",
+    "._backend": ("CudaBackend",),
+    "._context": ("CONTEXT_KINDS",),
+    "._exceptions": (
+        "CudaCompileError",
+        "CudaContextError",
+        "NvrtcUnavailable",
+        "ResidentKernelBlocks",
+    ),
+    "._kernels": ("CudaKernel",),
+    "._launch": ("LaunchConfig", "auto_block_size", "launch_config"),
+    "._nvrtc": ("compile_to_ptx",),
+    "._persistent": ("CudaResidentKernel",),
+    "._properties": ("CudaDeviceProperties",),
+    "._ring_source": ("CudaRingBody", "compile_ring_kernel_ptx", "render_ring_kernel"),
+    "._streams": ("CudaEvent", "CudaStream"),
 }
 
+__all__ = sorted(
+    [
+        "CudaProbe",
+        "__version__",
+        "diagnose",
+        "probe",
+        "pdc_register_backends",
+        "pdc_register_benchmarks",
+        *itertools.chain(*_LAZY.values()),
+    ]
+)
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(
+    __name__, {name: home for home, names in _LAZY.items() for name in names}
+)
 
 
 @hookimpl

@@ -8,6 +8,7 @@ unavailable with the reason.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -15,34 +16,28 @@ from pdc_core import Backend
 from pdc_core.backend import LazyBackend, hookimpl, lazy_exports
 
 from . import _mlx
-from ._version import __version__
+from ._version import __version__ as __version__
 
-if TYPE_CHECKING:
-    from ._backend import MetalBackend
-    from ._kernels import MetalKernel
-    from ._streams import MetalEvent, MetalStream
+if TYPE_CHECKING:  # the names of _LAZY, for type checkers (a test holds them alike)
+    from ._backend import MetalBackend as MetalBackend
+    from ._kernels import MetalKernel as MetalKernel
+    from ._streams import MetalEvent as MetalEvent
+    from ._streams import MetalStream as MetalStream
 
-__all__ = [
-    "MetalBackend",
-    "MetalEvent",
-    "MetalKernel",
-    "MetalStream",
-    "__version__",
-    "pdc_register_backends",
-]
-
-
-#: Names loaded on first use: the plugin registers its backend lazily, so that choosing
-#: the default backend imports only the MLX probe (:mod:`pdc_metal._mlx`).
+#: The names loaded on first use, by the module they live in: the plugin registers its
+#: backend lazily, so that choosing the default backend imports only the MLX probe
+#: (:mod:`pdc_metal._mlx`).
 _LAZY = {
-    "MetalBackend": "._backend",
-    "MetalEvent": "._streams",
-    "MetalKernel": "._kernels",
-    "MetalStream": "._streams",
+    "._backend": ("MetalBackend",),
+    "._kernels": ("MetalKernel",),
+    "._streams": ("MetalEvent", "MetalStream"),
 }
 
+__all__ = sorted(["__version__", "pdc_register_backends", *itertools.chain(*_LAZY.values())])
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(
+    __name__, {name: home for home, names in _LAZY.items() for name in names}
+)
 
 
 @hookimpl

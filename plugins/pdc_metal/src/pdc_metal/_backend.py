@@ -22,6 +22,13 @@ leave MLX: :meth:`MetalBackend.run` and :meth:`MetalBackend.submit` evaluate wha
 function returns, and :meth:`MetalBackend.to_host` evaluates what it copies. A graph
 built from a device view reads the buffer when it is *evaluated*, not when it is
 built: evaluate it before writing the host memory that feeds it.
+
+The class is the facade: its memory services live in :mod:`pdc_metal._memory`
+(:class:`~pdc_metal._memory.MetalMemory`), its kernel services (running MLX code,
+Python kernels, Metal shaders) in :mod:`pdc_metal._work`
+(:class:`~pdc_metal._work.MetalWork`), its streams in :mod:`pdc_metal._streams`, and
+its persistent kernels in :mod:`pdc_metal._persistent`; none of them knows the class
+(each takes what it needs of it through a protocol).
 """
 
 from __future__ import annotations
@@ -30,22 +37,18 @@ import abc
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from types import ModuleType
 from typing import Any, ClassVar
 
-import anyio
 import numpy as np
 import numpy.typing as npt
 
 from pdc_core import (
     Backend,
-    BackendError,
     Capability,
-    CapabilityError,
     DeviceInfo,
-    UnifiedBuffer,
 )
 from pdc_core.backend import (
     Availability,
@@ -55,12 +58,13 @@ from pdc_core.backend import (
     ResidentKernel,
     RingMemory,
     Stream,
-    normalize_shape_dtype,
 )
 
 from . import _mlx
-from ._kernels import MetalKernel, parse_kernel_options
-from ._streams import MetalEvent, MetalStream, evaluate
+from ._kernels import MetalKernel
+from ._memory import MetalMemory
+from ._streams import MetalEvent, MetalStream, check_stream
+from ._work import MetalWork
 
 __all__ = ["MetalBackend"]
 
@@ -148,6 +152,9 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         self._default_stream: MetalStream | None = None
         self._streams: weakref.WeakSet[MetalStream] = weakref.WeakSet()
         self._streams_lock = threading.Lock()
+        # The memory and kernel services the methods below delegate to.
+        self._memory = MetalMemory(self)
+        self._work = MetalWork(self, self._memory)
 
     @property
     def mx(self) -> ModuleType:
@@ -205,58 +212,11 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         (so :meth:`device_view` can share it); ``DEVICE`` and ``MANAGED`` return the
         evaluated MLX array. A dtype MLX cannot hold exactly raises ``TypeError``.
         """
-        shape, dtype = normalize_shape_dtype(shape, dtype)
-        kind = MemoryKind(kind)
-        owner = self._mx.zeros(shape, dtype=_mlx.to_mlx_dtype(dtype), stream=self.mlx_device)
-        self._mx.eval(owner)
-        if kind in (MemoryKind.DEVICE, MemoryKind.MANAGED):
-            return owner
-        host: npt.NDArray[Any] = np.asarray(owner)
-        if host.dtype != dtype or host.shape != shape or not host.flags.c_contiguous:
-            raise BackendError(
-                f"MLX exported a {host.dtype} {host.shape} array (C-contiguous: "
-                f"{host.flags.c_contiguous}) for a {dtype} {shape} allocation"
-            )
-        return host
-
-    def _owner(self, host: npt.NDArray[Any]) -> Any:
-        """The MLX array whose buffer ``host`` views, or ``None``."""
-        base: Any = host
-        while isinstance(base, np.ndarray):
-            base = base.base
-        if isinstance(base, memoryview) and isinstance(base.obj, self._mx.array):
-            return base.obj
-        return None
+        return self._memory.allocate(shape, dtype, kind)
 
     def can_view(self, host: npt.NDArray[Any]) -> bool:
         """True when ``host`` is exactly a whole buffer MLX allocated (see :meth:`allocate`)."""
-        return self._view_problem(host) is None
-
-    def _view_problem(self, host: Any) -> str | None:
-        if not isinstance(host, np.ndarray):
-            return f"{type(host).__name__} is not a NumPy array"
-        owner = self._owner(host)
-        if owner is None:
-            return (
-                "MLX cannot wrap memory it did not allocate (NumPy -> MLX always copies); "
-                "allocate it with the metal backend (UnifiedBuffer(..., backend='metal') or "
-                "backend.allocate(..., MemoryKind.HOST)), or copy it with to_device()"
-            )
-        whole = np.asarray(owner)
-        if (
-            host.ctypes.data != whole.ctypes.data
-            or host.nbytes != whole.nbytes
-            or not host.flags.c_contiguous
-        ):
-            return (
-                "the array is a partial or strided view of an MLX allocation; only a whole, "
-                "C-contiguous allocation can be viewed"
-            )
-        try:
-            _mlx.to_mlx_dtype(host.dtype)
-        except TypeError as exc:
-            return str(exc)
-        return None
+        return self._memory.can_view(host)
 
     def device_view(self, host: npt.NDArray[Any]) -> Any:
         """A new, evaluated MLX array over the same bytes as ``host``; never a copy.
@@ -266,16 +226,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         :meth:`to_device` for a copy). Each call returns a fresh MLX array object, so
         rebinding one (``view[i] = v``) never detaches the buffer from ``host``.
         """
-        problem = self._view_problem(host)
-        if problem is not None:
-            raise BackendError(f"the metal backend cannot view this array: {problem}")
-        mx = self._mx
-        owner = self._owner(host)
-        mlx_dtype = _mlx.to_mlx_dtype(host.dtype)
-        view = owner if owner.dtype == mlx_dtype else mx.view(owner, mlx_dtype)
-        view = view.reshape(host.shape)
-        mx.eval(view)
-        return view
+        return self._memory.device_view(host)
 
     def to_device(
         self, host: npt.NDArray[Any], out: Any = None, stream: Stream | None = None
@@ -286,22 +237,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         not given) and may still be running on return. The dtype must be one MLX holds
         exactly (``TypeError`` otherwise: MLX itself would silently narrow some).
         """
-        source = np.asarray(host)
-        _mlx.to_mlx_dtype(source.dtype)
-        metal_stream = self._check_stream(stream)
-        if out is None and metal_stream is None:
-            mx = self._mx
-            copy = mx.array(np.ascontiguousarray(source), dtype=_mlx.to_mlx_dtype(source.dtype))
-            mx.eval(copy)
-            return copy
-        if out is None:
-            out = self.allocate(source.shape, source.dtype, MemoryKind.DEVICE)
-        target = self._writable_host_view(out, source)
-        if metal_stream is None:
-            np.copyto(target, source)
-        else:
-            metal_stream.enqueue(lambda: np.copyto(target, source))
-        return out
+        return self._memory.to_device(host, out, check_stream(stream))
 
     def to_host(
         self, device: Any, out: npt.NDArray[Any] | None = None, stream: Stream | None = None
@@ -312,57 +248,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         evaluated (on the caller's thread, asynchronously when a ``stream`` is given)
         before the bytes are copied.
         """
-        mx = self._mx
-        if not isinstance(device, mx.array):
-            raise TypeError(f"to_host needs an MLX array, not {type(device).__name__}")
-        dtype = _mlx.from_mlx_dtype(device.dtype)
-        shape = tuple(device.shape)
-        if out is None:
-            out = np.empty(shape, dtype=dtype)
-        elif not isinstance(out, np.ndarray) or out.shape != shape or out.dtype != dtype:
-            raise ValueError(
-                f"cannot copy an MLX array of shape {shape} and dtype {dtype} into "
-                f"{getattr(out, 'shape', None)} {getattr(out, 'dtype', type(out).__name__)}"
-            )
-        elif not out.flags.writeable:
-            raise ValueError("the output array of to_host is read-only")
-        metal_stream = self._check_stream(stream)
-        target = out
-        if metal_stream is None:
-            np.copyto(target, np.asarray(device))
-        else:
-            # Start evaluation here: the graph may live on this thread's streams,
-            # which the stream's worker thread cannot evaluate.
-            mx.async_eval(device)
-            metal_stream.enqueue(lambda: np.copyto(target, np.asarray(device)))
-        return out
-
-    def _writable_host_view(self, out: Any, source: npt.NDArray[Any]) -> npt.NDArray[Any]:
-        """A NumPy view through which ``source`` can be written into ``out``'s memory."""
-        if isinstance(out, UnifiedBuffer):
-            target = out.host
-        elif isinstance(out, self._mx.array):
-            target = np.asarray(out)
-        elif isinstance(out, np.ndarray):
-            target = out
-        else:
-            raise TypeError(
-                f"out must be an MLX array, a NumPy array or a UnifiedBuffer, not {type(out)!r}"
-            )
-        if target.shape != source.shape:
-            raise ValueError(
-                f"cannot write an array of shape {source.shape} into one of shape {target.shape}"
-            )
-        if target.dtype != source.dtype:
-            raise TypeError(
-                f"cannot write an array of dtype {source.dtype} into one of dtype {target.dtype}"
-            )
-        if not (target.flags.writeable and target.flags.c_contiguous):
-            raise ValueError(
-                "the output's memory is not a writeable C-contiguous buffer "
-                "(an MLX broadcast or strided view cannot be written in place)"
-            )
-        return target
+        return self._memory.to_host(device, out, check_stream(stream))
 
     def memory_statistics(self) -> MemoryStatistics:
         """MLX's allocator, process-wide for this device.
@@ -372,33 +258,19 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         count cache hits, so ``hits`` and ``misses`` are 0; :meth:`memory_report`
         adds the peak.
         """
-        mx = self._mx
-        active = int(mx.get_active_memory())
-        return MemoryStatistics(
-            hits=0,
-            misses=0,
-            bytes_in_use=active,
-            bytes_held=active + int(mx.get_cache_memory()),
-            limit=int(mx.get_memory_limit()),
-        )
+        return self._memory.statistics()
 
     def memory_report(self) -> dict[str, int]:
         """MLX's own counters: active, cache and peak bytes, and the memory limit."""
-        mx = self._mx
-        return {
-            "active": int(mx.get_active_memory()),
-            "cache": int(mx.get_cache_memory()),
-            "peak": int(mx.get_peak_memory()),
-            "limit": int(mx.get_memory_limit()),
-        }
+        return self._memory.report()
 
     def reset_peak_memory(self) -> None:
         """Reset MLX's peak-memory counter (``mx.reset_peak_memory()``)."""
-        self._mx.reset_peak_memory()
+        self._memory.reset_peak()
 
     def free_cached_memory(self) -> None:
         """Give MLX's cached buffers back to the system (``mx.clear_cache()``)."""
-        self._mx.clear_cache()
+        self._memory.free_cached()
 
     # -- streams and events -----------------------------------------------------------
 
@@ -435,11 +307,6 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
                 stream.synchronize()
         self._mx.synchronize(self.mlx_device)
 
-    def _check_stream(self, stream: Stream | None) -> MetalStream | None:
-        if stream is None or isinstance(stream, MetalStream):
-            return stream
-        raise TypeError(f"the metal backend needs a metal stream, not {stream!r}")
-
     # -- running MLX code ---------------------------------------------------------------
 
     def as_mlx(self, value: Any) -> Any:
@@ -450,16 +317,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         other NumPy memory is copied (MLX cannot wrap it); MLX arrays are evaluated;
         anything else is returned unchanged.
         """
-        mx = self._mx
-        if isinstance(value, UnifiedBuffer):
-            if value.backend is self:
-                return value.device
-            return self.to_device(value.host_readonly())
-        if isinstance(value, np.ndarray):
-            return self.device_view(value) if self.can_view(value) else self.to_device(value)
-        if isinstance(value, mx.array):
-            mx.eval(value)
-        return value
+        return self._work.as_mlx(value)
 
     def run(
         self,
@@ -477,13 +335,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         written into that memory, so the next ``buf.host`` read sees them: MLX cannot
         compute into a given buffer, so this is one copy within unified memory.
         """
-        mx = self._mx
-        converted = [self.as_mlx(arg) for arg in args]
-        with mx.stream(self.mlx_device):
-            result = evaluate(fn(*converted, **kwargs))
-        if out is not None:
-            self._write_results(result, out)
-        return result
+        return self._work.run(fn, *args, out=out, **kwargs)
 
     def submit(
         self,
@@ -499,16 +351,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         the write into ``out`` run on the stream's worker, in order with other work on
         that stream. The future holds the evaluated result.
         """
-        target = self._check_stream(stream) or self.default_stream
-        converted = [self.as_mlx(arg) for arg in args]
-
-        def work() -> Any:
-            result = evaluate(fn(*converted, **kwargs))
-            if out is not None:
-                self._write_results(result, out)
-            return result
-
-        return target.submit(work)
+        return self._work.submit(fn, *args, out=out, stream=stream, **kwargs)
 
     async def run_async(
         self,
@@ -523,28 +366,7 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         Cancelling the wait does not un-queue the work (device work cannot be
         recalled); it completes on its stream and its result is dropped.
         """
-        future = self.submit(fn, *args, out=out, stream=stream, **kwargs)
-        delay = 0.0
-        while not future.done():
-            await anyio.sleep(delay)
-            delay = min(0.001, delay * 2 or 0.00005)
-        return future.result()
-
-    def _write_results(self, result: Any, out: Any) -> None:
-        mx = self._mx
-        if isinstance(result, mx.array):
-            results: Sequence[Any] = (result,)
-            outs: Sequence[Any] = (out,)
-        else:
-            results = tuple(result)
-            outs = tuple(out) if isinstance(out, list | tuple) else (out,)
-        if len(results) != len(outs):
-            raise ValueError(f"{len(results)} result(s) but {len(outs)} output(s) given in out=")
-        for value, target in zip(results, outs, strict=True):
-            if not isinstance(value, mx.array):
-                raise TypeError(f"the kernel returned {type(value).__name__}, not an MLX array")
-            source = np.asarray(value)
-            np.copyto(self._writable_host_view(target, source), source)
+        return await self._work.run_async(fn, *args, out=out, stream=stream, **kwargs)
 
     # -- kernels written with MLX operations ----------------------------------------------
 
@@ -570,44 +392,9 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         so a host read sees it. numba.cuda-style bodies (``cuda.grid(1)``) do not run
         here. Without ``stream`` this returns when done; with one the body runs on it.
         """
-        mx = self._mx
-        metal_stream = self._check_stream(stream)
-        converted: list[Any] = []
-        # (MLX argument, a NumPy view of the memory it must end up in, kept alive)
-        outputs: list[tuple[Any, npt.NDArray[Any], Any]] = []
-        for arg in args:
-            if isinstance(arg, np.ndarray):
-                value = self.device_view(arg) if self.can_view(arg) else self.to_device(arg)
-                converted.append(value)
-                if arg.flags.writeable:
-                    outputs.append((value, arg, None))
-            elif isinstance(arg, mx.array):
-                mx.eval(arg)
-                alias = mx.view(arg, arg.dtype)  # shares the buffer; never rebound
-                mx.eval(alias)
-                converted.append(arg)
-                outputs.append((arg, np.asarray(alias), alias))
-            else:
-                converted.append(arg)
-
-        def launch() -> None:
-            result = body(*converted)
-            if result is not None:
-                raise TypeError(
-                    f"the kernel body returned {type(result).__name__}; a kernel returns "
-                    "nothing: write results into its array arguments (out[...] = ...)"
-                )
-            mx.eval([value for value, _, _ in outputs])
-            for value, target, _ in outputs:
-                source = np.asarray(value)
-                if source.ctypes.data != target.ctypes.data:
-                    np.copyto(target, source)
-
-        if metal_stream is None:
-            with mx.stream(self.mlx_device):
-                launch()
-        else:
-            metal_stream.enqueue(launch)
+        self._work.run_python_kernel(
+            body, grid, block, args, shared_mem=shared_mem, stream=stream, options=options
+        )
 
     # -- persistent kernels ---------------------------------------------------------------
 
@@ -663,14 +450,4 @@ class MetalBackend(Backend, metaclass=_MetalBackendType):
         :class:`~pdc_core.CapabilityError`: MLX's CPU device cannot run Metal; write
         the kernel as MLX operations and use :meth:`run` instead.
         """
-        if not self.is_metal:
-            raise CapabilityError(
-                "the metal backend cannot compile Metal shader source here: MLX has no "
-                "Metal device on this machine (it runs on MLX's CPU device). Write the "
-                "kernel as MLX operations and run it with backend.run(fn, ...)"
-            )
-        if not isinstance(source, str) or not source.strip():
-            raise ValueError("the Metal kernel source must be a non-empty string")
-        settings = parse_kernel_options(options)
-        compiled = self._mx.fast.metal_kernel(name=name, source=source, **settings)
-        return MetalKernel(self, name, compiled, settings)
+        return self._work.compile_kernel(source, name, options)

@@ -20,11 +20,11 @@ from concurrent.futures import Future
 from typing import Any, cast
 
 from pdc_core import Backend
-from pdc_core.backend import ThreadContext, WorkerEvent, WorkerStream
+from pdc_core.backend import Stream, ThreadContext, WorkerEvent, WorkerStream
 
 from ._mlx import MlxDevice
 
-__all__ = ["MetalEvent", "MetalStream"]
+__all__ = ["MetalEvent", "MetalStream", "check_stream"]
 
 
 @contextlib.contextmanager
@@ -98,3 +98,10 @@ class MetalEvent(WorkerEvent):
 
 
 MetalStream.event_type = MetalEvent
+
+
+def check_stream(stream: Stream | None) -> MetalStream | None:
+    """``stream`` when it is a metal stream (or ``None``); a ``TypeError`` otherwise."""
+    if stream is None or isinstance(stream, MetalStream):
+        return stream
+    raise TypeError(f"the metal backend needs a metal stream, not {stream!r}")

@@ -27,64 +27,46 @@ first started on it, or by :func:`connect`. Its names are loaded on first use (e
 from __future__ import annotations
 
 import importlib
+import itertools
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from ._version import __version__ as __version__
 
-if TYPE_CHECKING:
-    from ._connect import RayCluster, connect, placement_group
-    from ._engine import Engine, PendingCall, PlacementSpec
-    from ._errors import PlacementTimeout, RemoteActorLost, RemoteError
-    from ._kernel import RemoteKernelRef, RemoteKernelRunner
-    from ._mesh import bundles
-    from ._placement import RayPlacement, on
-    from ._ray_engine import RayEngine
-    from ._runner import RemoteActorRef, RemoteRunner
-    from ._wire import Location
+if TYPE_CHECKING:  # the names of _LAZY, for type checkers (a test holds them alike)
+    from ._connect import RayCluster as RayCluster
+    from ._connect import connect as connect
+    from ._connect import placement_group as placement_group
+    from ._engine import Engine as Engine
+    from ._engine import PendingCall as PendingCall
+    from ._engine import PlacementSpec as PlacementSpec
+    from ._errors import PlacementTimeout as PlacementTimeout
+    from ._errors import RemoteActorLost as RemoteActorLost
+    from ._errors import RemoteError as RemoteError
+    from ._kernel import RemoteKernelRef as RemoteKernelRef
+    from ._kernel import RemoteKernelRunner as RemoteKernelRunner
+    from ._mesh import bundles as bundles
+    from ._placement import RayPlacement as RayPlacement
+    from ._placement import on as on
+    from ._ray_engine import RayEngine as RayEngine
+    from ._runner import RemoteActorRef as RemoteActorRef
+    from ._runner import RemoteRunner as RemoteRunner
+    from ._wire import Location as Location
 
-__all__ = [
-    "Engine",
-    "Location",
-    "PendingCall",
-    "PlacementSpec",
-    "PlacementTimeout",
-    "RayCluster",
-    "RayEngine",
-    "RayPlacement",
-    "RemoteActorLost",
-    "RemoteActorRef",
-    "RemoteError",
-    "RemoteKernelRef",
-    "RemoteKernelRunner",
-    "RemoteRunner",
-    "__version__",
-    "bundles",
-    "connect",
-    "on",
-    "placement_group",
-]
-
-#: Where each public name lives (``RayEngine`` imports Ray).
-_HOMES = {
-    "RayCluster": "_connect",
-    "connect": "_connect",
-    "placement_group": "_connect",
-    "Engine": "_engine",
-    "PendingCall": "_engine",
-    "PlacementSpec": "_engine",
-    "PlacementTimeout": "_errors",
-    "RemoteActorLost": "_errors",
-    "RemoteError": "_errors",
-    "RemoteKernelRef": "_kernel",
-    "RemoteKernelRunner": "_kernel",
-    "bundles": "_mesh",
-    "RayPlacement": "_placement",
-    "on": "_placement",
-    "RayEngine": "_ray_engine",
-    "RemoteActorRef": "_runner",
-    "RemoteRunner": "_runner",
-    "Location": "_wire",
+#: The public names, by the module they live in (``RayEngine``'s imports Ray).
+_LAZY = {
+    "._connect": ("RayCluster", "connect", "placement_group"),
+    "._engine": ("Engine", "PendingCall", "PlacementSpec"),
+    "._errors": ("PlacementTimeout", "RemoteActorLost", "RemoteError"),
+    "._kernel": ("RemoteKernelRef", "RemoteKernelRunner"),
+    "._mesh": ("bundles",),
+    "._placement": ("RayPlacement", "on"),
+    "._ray_engine": ("RayEngine",),
+    "._runner": ("RemoteActorRef", "RemoteRunner"),
+    "._wire": ("Location",),
 }
+
+__all__ = sorted(["__version__", *itertools.chain(*_LAZY.values())])
+
 #: Classes documented (and shown in reprs and tracebacks) as ``pdc_ray.X``.
 _PUBLIC_PATH = frozenset(
     {
@@ -105,9 +87,11 @@ _PUBLIC_PATH = frozenset(
 
 def _load() -> None:
     """Import every public name (all at once, so every class has its public path)."""
-    for name, home in _HOMES.items():
-        if home != "_ray_engine":
-            globals()[name] = getattr(importlib.import_module(f".{home}", __name__), name)
+    for home, names in _LAZY.items():
+        if home != "._ray_engine":
+            module = importlib.import_module(home, __name__)
+            for name in names:
+                globals()[name] = getattr(module, name)
     for name in _PUBLIC_PATH:
         globals()[name].__module__ = __name__
 
@@ -117,7 +101,7 @@ def __getattr__(name: str) -> Any:
         from ._ray_engine import RayEngine
 
         return RayEngine
-    if name not in _HOMES:
+    if name not in __all__:
         raise AttributeError(f"module 'pdc_ray' has no attribute {name!r}")
     _load()  # later lookups find the names in globals() and skip this function
     return globals()[name]

@@ -40,7 +40,8 @@ from pdc_core.lowlevel import (
     raise_cancelled,
 )
 
-from ._runner import RemoteActorRef, RemoteRunner, _Request
+from ._runner import RemoteActorRef, RemoteRunner
+from ._runner_state import _Request
 
 __all__ = ["RemoteKernelRef", "RemoteKernelRunner"]
 
