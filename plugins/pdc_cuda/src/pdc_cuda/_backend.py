@@ -15,13 +15,21 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import Backend, BackendError, Capability, CapabilityError, DeviceInfo
+from pdc_core import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    Capability,
+    CapabilityError,
+    DeviceInfo,
+)
 from pdc_core.backend import (
     Availability,
     MemoryKind,
     MemoryStatistics,
     Stream,
     normalize_shape_dtype,
+    strict_int,
 )
 
 from ._availability import PRIORITY, prefer_eager_module_loading
@@ -121,8 +129,18 @@ class CudaBackend(Backend):
     def __init__(
         self, device: int = 0, *, context: str | None = None, green_sms: int = DEFAULT_GREEN_SMS
     ) -> None:
+        device = strict_int(device, "device", "a device index (an int)")
         super().__init__(device)
         self._setup_residency(context, green_sms)
+        # The verdict get_backend("cuda") gives, before CuPy's first call (which would
+        # raise its own error, e.g. "CUDA driver version is insufficient", without a
+        # driver): the same BackendUnavailable and reason, however the backend is made.
+        availability = self.availability()
+        if not availability.available:
+            raise BackendUnavailable(
+                f"the {self.name} backend (from {self.distribution}) is not available "
+                f"here: {availability.reason}"
+            )
         prefer_eager_module_loading()
         import cupy
 

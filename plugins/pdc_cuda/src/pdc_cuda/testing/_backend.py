@@ -38,6 +38,7 @@ from pdc_core.backend import (
     MemoryStatistics,
     Stream,
     normalize_shape_dtype,
+    strict_int,
 )
 
 from .._backend import CudaBackend
@@ -281,7 +282,8 @@ class HostCudaBackend(CudaBackend):
         context: str | None = None,
         resident_place: ResidentPlace | None = None,
     ) -> None:
-        if not (isinstance(device, int) and device >= 0):
+        device = strict_int(device, "device", "a device index (an int)")
+        if device < 0:
             raise ValueError(f"device must be a non-negative int, not {device!r}")
         self.device = device
         self.max_threads_per_block = max_threads_per_block
