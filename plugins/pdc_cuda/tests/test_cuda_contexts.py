@@ -370,3 +370,129 @@ def test_kernels_preloaded_together_share_one_context_when_launched_one_by_one()
     assert len(setup.driver.contexts) == 1
     assert len(setup.driver.calls("load_module")) == 2
     assert setup.driver.calls("load while busy") == []
+
+
+# -- the real driver's calls, against a stand-in cuda.bindings.driver ----------------------
+
+
+class _FakeBindings:
+    """``cuda.bindings.driver`` as far as :class:`BindingsDriver` uses it: every function
+    records its name and returns ``(CUresult, values...)``; ``fail`` names one that
+    returns an error status; ``ctx_create_params`` picks cuCtxCreate's form (13: three
+    arguments, 12: two)."""
+
+    class CUresult:
+        CUDA_ERROR_NOT_READY = 600
+
+    class CUdevResourceType:
+        CU_DEV_RESOURCE_TYPE_SM = 1
+
+    class CUgreenCtxCreate_flags:
+        CU_GREEN_CTX_DEFAULT_STREAM = 1
+
+    class CUstream_flags:
+        CU_STREAM_NON_BLOCKING = 1
+
+    class CUfunction_attribute:
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
+
+    def __init__(self, *, ctx_create_params: bool = True, fail: str = "") -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+        part = SimpleNamespace(sm=SimpleNamespace(smCount=8))
+        values: dict[str, tuple[Any, ...]] = {
+            "cuDeviceGet": ("dev",),
+            "cuCtxCreate": ("ctx",),
+            "cuDeviceGetDevResource": ("whole",),
+            "cuDevSmResourceSplitByCount": ([part], 1, "rest"),
+            "cuDevResourceGenerateDesc": ("desc",),
+            "cuGreenCtxCreate": ("green",),
+            "cuCtxFromGreenCtx": ("green-ctx",),
+            "cuModuleLoadData": ("module",),
+            "cuModuleGetFunction": ("function",),
+            "cuFuncGetAttribute": (1024,),
+            "cuGreenCtxStreamCreate": ("green-stream",),
+            "cuStreamCreate": ("stream",),
+            "cuMemAlloc": (0x1000,),
+            "cuMemHostGetDevicePointer": (0x2000,),
+        }
+        self._values = values
+        self._ctx_params = ctx_create_params
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("cu"):
+            raise AttributeError(name)
+        if name == "cuGetErrorName":
+            return lambda status: (0, b"CUDA_ERROR_INVALID_VALUE")
+
+        def call(*args: Any) -> tuple[Any, ...]:
+            if name == "cuCtxCreate" and len(args) != (3 if self._ctx_params else 2):
+                raise TypeError(f"cuCtxCreate() takes {3 if self._ctx_params else 2} arguments")
+            self.calls.append(name)
+            status = 1 if name == self.fail else 0
+            return (status, *self._values.get(name, ()))
+
+        return call
+
+
+def _bindings_driver(monkeypatch: Any, fake: _FakeBindings) -> Any:
+    from pdc_cuda._context import BindingsDriver
+
+    real_import = __import__("importlib").import_module
+    monkeypatch.setattr(
+        "pdc_cuda._context.importlib.import_module",
+        lambda name: fake if name == "cuda.bindings.driver" else real_import(name),
+    )
+    return BindingsDriver()
+
+
+@pytest.mark.parametrize("ctx_create_params", [True, False], ids=["cuda-bindings 13", "12"])
+def test_the_bindings_driver_makes_every_call_through_one_place(monkeypatch, ctx_create_params):
+    fake = _FakeBindings(ctx_create_params=ctx_create_params)
+    driver = _bindings_driver(monkeypatch, fake)
+    assert driver.create_context(0) == "ctx"
+    assert driver.create_green_context(0, 8) == ("green", "green-ctx", 8)
+    driver.push("ctx")
+    assert driver.load_module(b"image") == "module"
+    assert driver.get_function("module", "k") == "function"
+    assert driver.max_threads_per_block("function") == 1024
+    assert driver.create_stream(None) == "stream"
+    assert driver.create_stream("green") == "green-stream"
+    assert driver.stream_done("stream")
+    assert driver.mem_alloc(16) == 0x1000
+    assert driver.host_device_pointer(0x10) == 0x2000
+    driver.copy_to_device(1, 2, 3, "stream")
+    driver.copy_to_host(1, 2, 3, "stream")
+    driver.launch("function", (1, 1, 1), (32, 1, 1), [1, 2], "stream")
+    driver.stream_synchronize("stream")
+    driver.destroy_stream("stream")
+    driver.mem_free(0x1000)
+    driver.pop()
+    driver.destroy_context("ctx", None)
+    driver.destroy_context("green-ctx", "green")
+    assert fake.calls[:4] == ["cuInit", "cuDeviceGet", "cuCtxCreate", "cuCtxPopCurrent"]
+    assert {"cuFuncLoad", "cuLaunchKernel", "cuGreenCtxDestroy", "cuCtxDestroy"} <= set(fake.calls)
+
+
+def test_a_failed_driver_call_is_named_with_its_status(monkeypatch):
+    driver = _bindings_driver(monkeypatch, _FakeBindings(fail="cuMemAlloc"))
+    with pytest.raises(
+        CudaContextError, match=r"^cuMemAlloc failed: CUDA_ERROR_INVALID_VALUE \(1\)$"
+    ):
+        driver.mem_alloc(16)
+
+
+def test_every_call_of_the_bindings_driver_exists_in_cuda_bindings():
+    """A misspelt call would fail only on a GPU: each name the driver passes to ``_call``
+    is a function of the installed ``cuda.bindings.driver`` (12 or 13)."""
+    import inspect
+    import re
+
+    from pdc_cuda._context import BindingsDriver
+
+    module = pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    source = inspect.getsource(BindingsDriver)
+    names = set(re.findall(r'_call\("(cu\w+)"', source)) | set(re.findall(r"_cu\.(cu\w+)", source))
+    assert len(names) >= 25
+    missing = sorted(name for name in names if not callable(getattr(module, name, None)))
+    assert not missing, missing

@@ -586,8 +586,10 @@ def refuse_foreign_memory_reason(value: Any) -> str:
 
 
 class BindingsDriver:
-    """:class:`Driver` through NVIDIA's ``cuda.bindings`` (``cuda-bindings`` >= 12.4, a
-    dependency of pdc-cuda; the error below covers an environment that lacks it)."""
+    """:class:`Driver` through NVIDIA's ``cuda.bindings`` (``cuda-bindings`` 12.4 or newer,
+    13 included: a dependency of pdc-cuda; the error below covers an environment that
+    lacks it). Every driver call goes through :meth:`_call`, which names the call in
+    its error."""
 
     def __init__(self) -> None:
         try:
@@ -599,7 +601,12 @@ class BindingsDriver:
                 "context with context='shared' (PDC_CUDA_CONTEXT=shared)"
             ) from exc
         self._cu = driver
-        self._check(driver.cuInit(0), "cuInit")
+        self._call("cuInit", 0)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """``cuda.bindings.driver.<name>(*args)``: its value (``None``, one value or a
+        tuple of them), or :class:`CudaContextError` naming the call and its ``CUresult``."""
+        return self._check(getattr(self._cu, name)(*args), name)
 
     def _check(self, result: Any, call: str) -> Any:
         if not isinstance(result, tuple):
@@ -614,110 +621,88 @@ class BindingsDriver:
             return None
         return values[0] if len(values) == 1 else values
 
-    def _device(self, device: int) -> Any:
-        return self._check(self._cu.cuDeviceGet(device), "cuDeviceGet")
-
     def create_context(self, device: int) -> Any:
-        cu = self._cu
-        handle = self._device(device)
+        handle = self._call("cuDeviceGet", device)
         try:  # cuda-bindings 13: cuCtxCreate(ctxCreateParams, flags, dev)
-            result = cu.cuCtxCreate(None, 0, handle)
+            context = self._call("cuCtxCreate", None, 0, handle)
         except TypeError:  # cuda-bindings 12: cuCtxCreate(flags, dev)
-            result = cu.cuCtxCreate(0, handle)
-        context = self._check(result, "cuCtxCreate")
-        self._check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")  # created current: undo
+            context = self._call("cuCtxCreate", 0, handle)
+        self._call("cuCtxPopCurrent")  # created current: undo
         return context
 
     def create_green_context(self, device: int, sm_count: int) -> tuple[Any, Any, int]:
         cu = self._cu
-        handle = self._device(device)
-        whole = self._check(
-            cu.cuDeviceGetDevResource(handle, cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
-            "cuDeviceGetDevResource",
-        )
-        groups, _count, _rest = self._check(
-            cu.cuDevSmResourceSplitByCount(1, whole, 0, sm_count), "cuDevSmResourceSplitByCount"
-        )
+        handle = self._call("cuDeviceGet", device)
+        sm = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+        whole = self._call("cuDeviceGetDevResource", handle, sm)
+        groups, _count, _rest = self._call("cuDevSmResourceSplitByCount", 1, whole, 0, sm_count)
         part = groups[0]
-        desc = self._check(cu.cuDevResourceGenerateDesc([part], 1), "cuDevResourceGenerateDesc")
-        green = self._check(
-            cu.cuGreenCtxCreate(
-                desc, handle, cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
-            ),
-            "cuGreenCtxCreate",
-        )
-        context = self._check(cu.cuCtxFromGreenCtx(green), "cuCtxFromGreenCtx")
+        desc = self._call("cuDevResourceGenerateDesc", [part], 1)
+        flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
+        green = self._call("cuGreenCtxCreate", desc, handle, flags)
+        context = self._call("cuCtxFromGreenCtx", green)
         return green, context, int(part.sm.smCount)
 
     def destroy_context(self, context: Any, green: Any) -> None:
         if green is not None:
-            self._check(self._cu.cuGreenCtxDestroy(green), "cuGreenCtxDestroy")
+            self._call("cuGreenCtxDestroy", green)
         else:
-            self._check(self._cu.cuCtxDestroy(context), "cuCtxDestroy")
+            self._call("cuCtxDestroy", context)
 
     def push(self, context: Any) -> None:
-        self._check(self._cu.cuCtxPushCurrent(context), "cuCtxPushCurrent")
+        self._call("cuCtxPushCurrent", context)
 
     def pop(self) -> None:
-        self._check(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+        self._call("cuCtxPopCurrent")
 
     def load_module(self, image: bytes) -> Any:
-        return self._check(self._cu.cuModuleLoadData(image), "cuModuleLoadData")
+        return self._call("cuModuleLoadData", image)
 
     def get_function(self, module: Any, name: str) -> Any:
-        function = self._check(
-            self._cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction"
-        )
-        load = getattr(self._cu, "cuFuncLoad", None)  # CUDA >= 12.4
-        if load is not None:
+        function = self._call("cuModuleGetFunction", module, name.encode())
+        if hasattr(self._cu, "cuFuncLoad"):  # CUDA >= 12.4
             # Under lazy loading a function is loaded at its first launch, which waits
             # for the kernels running in its context: load it now, while none does.
-            self._check(load(function), "cuFuncLoad")
+            self._call("cuFuncLoad", function)
         return function
 
     def max_threads_per_block(self, function: Any) -> int:
         attribute = self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
-        return int(
-            self._check(self._cu.cuFuncGetAttribute(attribute, function), "cuFuncGetAttribute")
-        )
+        return int(self._call("cuFuncGetAttribute", attribute, function))
 
     def create_stream(self, green: Any) -> Any:
         flags = self._cu.CUstream_flags.CU_STREAM_NON_BLOCKING
         if green is not None:
-            return self._check(
-                self._cu.cuGreenCtxStreamCreate(green, flags, 0), "cuGreenCtxStreamCreate"
-            )
-        return self._check(self._cu.cuStreamCreate(flags), "cuStreamCreate")
+            return self._call("cuGreenCtxStreamCreate", green, flags, 0)
+        return self._call("cuStreamCreate", flags)
 
     def stream_done(self, stream: Any) -> bool:
         (status,) = self._cu.cuStreamQuery(stream)
-        if status == self._cu.CUresult.CUDA_ERROR_NOT_READY:
+        if status == self._cu.CUresult.CUDA_ERROR_NOT_READY:  # the one status not an error
             return False
         self._check((status,), "cuStreamQuery")
         return True
 
     def stream_synchronize(self, stream: Any) -> None:
-        self._check(self._cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        self._call("cuStreamSynchronize", stream)
 
     def destroy_stream(self, stream: Any) -> None:
-        self._check(self._cu.cuStreamDestroy(stream), "cuStreamDestroy")
+        self._call("cuStreamDestroy", stream)
 
     def mem_alloc(self, nbytes: int) -> int:
-        return int(self._check(self._cu.cuMemAlloc(nbytes), "cuMemAlloc"))
+        return int(self._call("cuMemAlloc", nbytes))
 
     def mem_free(self, address: int) -> None:
-        self._check(self._cu.cuMemFree(address), "cuMemFree")
+        self._call("cuMemFree", address)
 
     def copy_to_device(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
-        self._check(self._cu.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
+        self._call("cuMemcpyHtoDAsync", dst, src, nbytes, stream)
 
     def copy_to_host(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
-        self._check(self._cu.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
+        self._call("cuMemcpyDtoHAsync", dst, src, nbytes, stream)
 
     def host_device_pointer(self, host: int) -> int:
-        return int(
-            self._check(self._cu.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
-        )
+        return int(self._call("cuMemHostGetDevicePointer", host, 0))
 
     def launch(
         self,
@@ -728,10 +713,7 @@ class BindingsDriver:
         stream: Any,
     ) -> None:
         params = (tuple(args), tuple(ctypes.c_uint64 for _ in args))
-        self._check(
-            self._cu.cuLaunchKernel(function, *grid, *block, 0, stream, params, 0),
-            "cuLaunchKernel",
-        )
+        self._call("cuLaunchKernel", function, *grid, *block, 0, stream, params, 0)
 
 
 class ContextPool:
