@@ -23,7 +23,7 @@ from pdc_cuda._context import (
     PdcContext,
     context_kind,
 )
-from pdc_cuda._persistent import launch_persistent_kernel
+from pdc_cuda._persistent import LaunchOptions, launch_persistent_kernel
 from pdc_cuda._pipeline import launch_pipeline
 from pdc_cuda._places import DriverPlace, check_state
 from pdc_cuda._residency import BESIDE_RESIDENT, ResidentKernelBlocks, Why
@@ -68,7 +68,8 @@ class _Setup:
 
     def launch(self, kernel: PersistentKernel | None = None, **options: Any) -> Any:
         site = self.backend.launch_site()
-        return launch_persistent_kernel(site, kernel or _kernel(), self.rings(), **options)
+        launch = LaunchOptions.parse(options)
+        return launch_persistent_kernel(site, kernel or _kernel(), self.rings(), launch)
 
 
 # -- the setting ---------------------------------------------------------------------------
@@ -169,8 +170,91 @@ def test_memory_of_a_busy_context_is_freed_once_nothing_runs_there():
         context.load_source("new", "k", ())
     driver.finish(stream)
     assert not context.busy
+    assert driver.calls("mem_free") == []  # busy only looks: collect() frees
+    assert not context.collect()
     assert [entry[2] for entry in driver.calls("mem_free")] == [scratch.address]
     assert driver.calls("free while busy") == []
+    assert not context.collect()  # once
+    assert len(driver.calls("mem_free")) == 1
+
+
+def test_busy_is_a_pure_query_and_collect_keeps_what_still_runs():
+    driver = FakeDriver()
+    context = _pool(driver).context_for([KEY])
+    kernel = context.load_source(*KEY)
+    first, second = context.create_stream(), context.create_stream()
+    kernel.launch((1,), (32,), (np.uint64(1),), stream=first)
+    kernel.launch((1,), (32,), (np.uint64(1),), stream=second)
+    scratch = context.allocate(16)
+    scratch.free()  # deferred: kernels run here
+    driver.finish(first)
+    for _ in range(3):
+        assert context.busy
+    assert context.collect()  # the second still runs: nothing freed
+    assert driver.calls("mem_free") == []
+    driver.finish(second)
+    assert not context.collect()
+    assert [entry[2] for entry in driver.calls("mem_free")] == [scratch.address]
+
+
+def test_the_pool_makes_at_most_max_contexts_and_says_what_to_do():
+    driver = FakeDriver()
+    setup = _Setup()
+    setup.driver = driver
+    setup.pool = _pool(driver)
+    setup.backend = HostCudaBackend(resident_place=DriverPlace(setup.pool, "own", 2))
+    first = setup.launch()
+    second = setup.launch(_kernel(OTHER, name="other"))
+    assert len(driver.contexts) == 2
+    third = _kernel(OTHER.replace("+ 1", "+ 2"), name="third")
+    refused = (
+        r"every one of the 2 context\(s\) pdc may own \(own on cuda:0\) runs a resident "
+        r"kernel.*preload_persistent_kernels.*CudaBackend\(max_contexts=3\)"
+    )
+    with pytest.raises(CudaContextError, match=refused):
+        setup.launch(third)
+    assert len(driver.contexts) == 2  # none made
+    assert driver.calls("load while busy") == []
+    driver.finish(second.stream)
+    assert setup.launch(third).compiled.context is second.compiled.context
+    driver.finish(first.stream)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"max_contexts": 0}, ValueError, "max_contexts must be at least 1, not 0"),
+        ({"max_contexts": True}, TypeError, "max_contexts must be an int, got bool True"),
+        ({"max_contexts": 2.0}, TypeError, "max_contexts must be an int, got float 2.0"),
+        ({"green_sms": 0}, ValueError, "green_sms must be at least 1, not 0"),
+        ({"green_sms": "8"}, TypeError, "green_sms must be a number of SMs"),
+    ],
+)
+def test_the_context_settings_are_checked_first(options, error, match):
+    from pdc_cuda import CudaBackend
+
+    with pytest.raises(error, match=match):
+        CudaBackend(**options)
+
+
+def test_residency_running_only_looks_and_collect_lets_memory_go():
+    from pdc_cuda._residency import Residency
+
+    class Kernel:
+        exited = False
+        shares_primary = False
+        label = "'k'"
+
+    residency = Residency("cuda:0")
+    kernel = Kernel()
+    residency.register(kernel)
+    held = np.zeros(4)
+    residency.defer_free(held)
+    kernel.exited = True
+    assert residency.running() == []
+    assert residency._deferred == [held]  # a query frees nothing
+    assert residency.collect() == []
+    assert residency._deferred == []
 
 
 def test_a_green_context_gets_its_partition_and_its_streams():

@@ -394,6 +394,14 @@ class Backend(abc.ABC):
         self.require(Capability.PYTHON_KERNELS, "run Python kernel bodies")
         raise NotImplementedError(f"{type(self).__name__}.run_python_kernel")
 
+    def check_launch_options(self, options: Mapping[str, Any]) -> None:
+        """Raise what :meth:`launch_persistent_kernel` would raise for ``options`` alone
+        (an unknown option: ``TypeError`` naming it; a bad value), without launching or
+        allocating anything. The core calls it before it allocates the rings, so a
+        misspelt option costs nothing. The default accepts everything (the launch
+        itself still checks)."""
+        return None
+
     def launch_persistent_kernel(
         self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
     ) -> ResidentKernel:

@@ -62,6 +62,7 @@ __all__ = [
     "CONTEXT_KINDS",
     "DEFAULT_CONTEXT",
     "DEFAULT_GREEN_SMS",
+    "DEFAULT_MAX_CONTEXTS",
     "BindingsDriver",
     "ContextArray",
     "ContextKernel",
@@ -84,6 +85,15 @@ DEFAULT_CONTEXT: ContextKind = "own"
 CONTEXT_ENV = "PDC_CUDA_CONTEXT"
 #: SMs asked for a green context's partition (the driver rounds up).
 DEFAULT_GREEN_SMS = 8
+#: Contexts pdc may own per device and placement (``CudaBackend(max_contexts=)``). A
+#: context is made only when every one holds a running kernel and the launch needs a
+#: module none has loaded; each costs about 170 ms to make (measured on an H200) and
+#: device memory of its own, and contexts with work time-slice the GPU: with n
+#: contexts each holding a resident kernel (which always has work: it polls), each
+#: kernel runs about 1/n of the time. Past 4 the latency cost dominates, and the
+#: remedy is not another context but loading the kernels together
+#: (``CudaBackend.preload_persistent_kernels``), which puts them in one.
+DEFAULT_MAX_CONTEXTS = 4
 
 
 def context_kind(value: str | None = None) -> ContextKind:
@@ -363,12 +373,24 @@ class PdcContext:
         self._green: Any = None
         #: SMs of the green partition (None for an ordinary context).
         self.sm_count: int | None = None
+        # The shared state below is guarded by ``_lock`` (an RLock: services nest);
+        # driver calls are made outside it, except in close().
+        #: Kernels loaded here, by (source, name, options): added by load_source() only,
+        #: while no kernel runs here (a load would wait for it); cleared by close().
         self._kernels: dict[tuple[str, str, tuple[str, ...]], ContextKernel] = {}
+        #: Every array allocated here and not yet freed: added by allocate(); removed
+        #: when its cuMemFree is made (_free_now) or by close(), which frees them all.
         self._arrays: list[ContextArray] = []
-        #: Streams a kernel was launched on and not yet seen done.
+        #: Streams a kernel was launched on (launched()), until collect() sees them
+        #: done; may hold streams already done (``busy`` queries each, changing
+        #: nothing). Empty in a context no kernel was launched in since the last collect.
         self._running: list[ContextStream] = []
-        #: Frees asked for while a kernel ran here (``cuMemFree`` would wait for it).
-        self._pending_frees: list[ContextArray] = []
+        #: This context's one deferral queue: arrays whose free was asked for while a
+        #: kernel ran here (cuMemFree would wait for it). Appended by free() only while
+        #: busy; emptied by collect() once no kernel runs, and by close(). Each entry is
+        #: still in ``_arrays``.
+        self._deferred: list[ContextArray] = []
+        #: Set once by close(); every later service raises.
         self._closed = False
 
     # -- the context itself -------------------------------------------------------------
@@ -388,21 +410,32 @@ class PdcContext:
 
     @property
     def busy(self) -> bool:
-        """Whether a kernel launched here may still run (queries its streams, never
-        blocks). A busy context loads no module and frees no memory: both would wait
-        for the running kernel. Frees deferred while busy happen once it is not."""
+        """Whether a kernel launched here may still run: a pure query of its streams
+        (never blocks, changes nothing). A busy context loads no module and frees no
+        memory: both would wait for the running kernel. :meth:`collect` frees what
+        was deferred once it is not."""
         with self._lock:
             running = list(self._running)
-        still = [stream for stream in running if not _finished(stream)]
+        return any(not _finished(stream) for stream in running)
+
+    def collect(self) -> bool:
+        """Forget the streams seen done and, once no kernel runs here, make the frees
+        deferred meanwhile (cuMemFree no longer waits). Returns whether a kernel still
+        runs here. Never blocks; called by the services that would wait (a load, a
+        free) and by the pool before it picks a context."""
         with self._lock:
-            self._running = [stream for stream in self._running if stream in still]
-            idle = not self._running
-            pending = self._pending_frees if idle else []
-            if idle:
-                self._pending_frees = []
-        for array in pending:
+            running = list(self._running)
+        done = [stream for stream in running if _finished(stream)]
+        with self._lock:
+            # Streams launched since the snapshot stay: they were not queried.
+            self._running = [stream for stream in self._running if stream not in done]
+            busy = bool(self._running)
+            deferred: list[ContextArray] = [] if busy else self._deferred
+            if not busy:
+                self._deferred = []
+        for array in deferred:
             self._free_now(array)
-        return not idle
+        return busy
 
     def has_loaded(self, key: tuple[str, str, tuple[str, ...]]) -> bool:
         """Whether the kernel of ``key`` (source, name, options) is loaded here already."""
@@ -410,7 +443,8 @@ class PdcContext:
             return key in self._kernels
 
     def launched(self, stream: ContextStream) -> None:
-        """Record that a kernel now runs on ``stream`` (see :attr:`busy`)."""
+        """Record that a kernel now runs on ``stream`` (see :attr:`busy`; the stream
+        stays recorded until :meth:`collect` sees it done)."""
         with self._lock:
             self._running.append(stream)
 
@@ -440,6 +474,7 @@ class PdcContext:
             handle, green = self._handle, self._green
             self._handle = self._green = None
             arrays, self._arrays = self._arrays, []
+            self._deferred = []  # each is in ``arrays``, freed below
             self._kernels.clear()
         if handle is None:
             return
@@ -464,7 +499,7 @@ class PdcContext:
             cached = self._kernels.get(key)
         if cached is not None:
             return cached
-        if self.busy:
+        if self.collect():
             raise CudaContextError(
                 f"cannot load a module into {self!r} while a kernel runs in it: the load "
                 "would wait for that kernel to exit"
@@ -501,11 +536,11 @@ class PdcContext:
         return array
 
     def free(self, array: ContextArray) -> None:
-        """``cuMemFree`` of ``array`` now, or once no kernel runs here (``cuMemFree``
-        waits for the context's kernels)."""
-        if self.busy:
+        """``cuMemFree`` of ``array`` now, or, while a kernel runs here, at the first
+        :meth:`collect` that finds none (``cuMemFree`` waits for the context's kernels)."""
+        if self.collect():
             with self._lock:
-                self._pending_frees.append(array)
+                self._deferred.append(array)
             return
         self._free_now(array)
 
@@ -731,21 +766,38 @@ class ContextPool:
     def __init__(self, factory: Callable[[], PdcContext]) -> None:
         self._factory = factory
         self._lock = threading.Lock()
+        #: The contexts made so far, in order: appended by context_for() (under
+        #: ``_lock``, at most ``limit`` of them), emptied by close().
         self.contexts: list[PdcContext] = []
 
-    def context_for(self, keys: Sequence[tuple[str, str, tuple[str, ...]]]) -> PdcContext:
+    def context_for(
+        self,
+        keys: Sequence[tuple[str, str, tuple[str, ...]]],
+        limit: int = DEFAULT_MAX_CONTEXTS,
+    ) -> PdcContext:
         """A context that holds every kernel of ``keys`` (source, name, options) already,
-        else one where no kernel runs, else a new one."""
+        else one where no kernel runs, else a new one while there are fewer than
+        ``limit``; at the limit, :class:`CudaContextError` saying what to do."""
         with self._lock:
             contexts = list(self.contexts)
         for context in contexts:
             if all(context.has_loaded(key) for key in keys):
                 return context
         for context in contexts:
-            if not context.busy:
+            if not context.collect():
                 return context
-        context = self._factory()
         with self._lock:
+            if len(self.contexts) >= limit:
+                where = f"{self.contexts[0]!r}".replace("<PdcContext ", "").rstrip(">")
+                raise CudaContextError(
+                    f"every one of the {limit} context(s) pdc may own ({where}) runs a resident "
+                    "kernel, and this launch needs a module none of them has loaded (a load "
+                    "beside a running kernel would wait for it). Load the kernels together "
+                    "before launching them (backend.preload_persistent_kernels), stop one, "
+                    f"or allow more contexts: CudaBackend(max_contexts={limit + 1}) (each one "
+                    "more time-slices the GPU with the others)"
+                )
+            context = self._factory()
             self.contexts.append(context)
         return context
 

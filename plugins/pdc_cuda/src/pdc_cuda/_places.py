@@ -29,6 +29,7 @@ from pdc_core import Backend
 from pdc_core.backend import RingMemory
 
 from ._context import (
+    DEFAULT_MAX_CONTEXTS,
     ContextKernel,
     ContextKind,
     ContextPool,
@@ -203,9 +204,13 @@ class PrimaryPlace:
 class DriverPlace:
     """Resident kernels in contexts pdc owns (``"own"``/``"green"``), from ``pool``."""
 
-    def __init__(self, pool: ContextPool, kind: ContextKind) -> None:
+    def __init__(
+        self, pool: ContextPool, kind: ContextKind, max_contexts: int = DEFAULT_MAX_CONTEXTS
+    ) -> None:
         self.pool = pool
         self._kind = kind
+        #: The most contexts ``pool`` may make for this place's launches.
+        self.max_contexts = max_contexts
 
     @property
     def kind(self) -> ContextKind:
@@ -217,7 +222,7 @@ class DriverPlace:
 
     def compile(self, specs: Sequence[KernelSpec]) -> list[Any]:
         full = [(source, name, compile_options(options)) for source, name, options in specs]
-        context = self.pool.context_for(full)
+        context = self.pool.context_for(full, self.max_contexts)
         return [context.load_source(*spec) for spec in full]
 
     def create_stream(self, kernel: ContextKernel) -> Any:
