@@ -16,16 +16,10 @@ from context_fakes import FakeDriver, FakeDriverError, fake_compiler
 from cuda_pipeline_support import abc
 from cuda_test_support import needs_nvrtc
 from pdc_cuda import _memory, _numa
-from pdc_cuda._context import (
-    CONTEXT_ENV,
-    ContextPool,
-    CudaContextError,
-    PdcContext,
-    context_kind,
-)
+from pdc_cuda._context import ContextPool, CudaContextError, PdcContext
 from pdc_cuda._persistent import LaunchOptions, launch_persistent_kernel
 from pdc_cuda._pipeline import launch_pipeline
-from pdc_cuda._places import DriverPlace, check_state
+from pdc_cuda._places import CONTEXT_ENV, DriverPlace, check_state, context_kind
 from pdc_cuda._residency import BESIDE_RESIDENT, ResidentKernelBlocks, Why
 from pdc_cuda.testing import HostCudaBackend
 
@@ -87,6 +81,37 @@ def test_the_placement_defaults_to_a_context_of_its_own_and_can_be_set(monkeypat
         context_kind()
     with pytest.raises(ValueError, match=r"context='primary' is not a placement"):
         HostCudaBackend(context="primary")
+
+
+def test_the_placement_policy_lives_in_the_places_layer_and_goes_straight_down():
+    """``_context`` knows contexts only: the kinds, their default, the environment
+    variable and ``"shared"`` are the places layer's; ``place_for`` turns a kind into a
+    place -- the primary context's services, or a pool of contexts pdc owns (bounded by
+    the device's ``max_contexts``) -- and reaches ``_context`` once, for the pool."""
+    import inspect
+
+    from pdc_cuda import _context
+    from pdc_cuda._places import PrimaryPlace, place_for
+
+    source = inspect.getsource(_context)
+    for policy in ("PDC_CUDA_CONTEXT\"", "os.environ", "CONTEXT_KINDS", "DEFAULT_CONTEXT"):
+        assert policy not in source
+    services = SimpleNamespace(
+        device=7,
+        properties=SimpleNamespace(major=9, minor=0),
+        green_sms=16,
+        max_contexts=3,
+    )
+    shared = place_for("shared", services)
+    assert isinstance(shared, PrimaryPlace)
+    assert shared.services is services
+    assert shared.shares_primary
+    for kind in ("own", "green"):
+        place = place_for(kind, services)
+        assert isinstance(place, DriverPlace)
+        assert (place.kind, place.max_contexts) == (kind, 3)
+        assert place.pool is place_for(kind, services).pool  # one pool per device and kind
+        assert not place.shares_primary
 
 
 def test_nothing_reaches_the_driver_until_a_context_is_used():

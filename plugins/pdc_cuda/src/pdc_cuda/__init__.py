@@ -19,7 +19,6 @@ from ._version import __version__
 
 if TYPE_CHECKING:
     from ._backend import CudaBackend
-    from ._context import CONTEXT_KINDS
     from ._exceptions import (
         CudaCompileError,
         CudaContextError,
@@ -30,6 +29,7 @@ if TYPE_CHECKING:
     from ._launch import LaunchConfig, auto_block_size, launch_config
     from ._nvrtc import compile_to_ptx
     from ._persistent import CudaResidentKernel
+    from ._places import CONTEXT_KINDS
     from ._properties import CudaDeviceProperties
     from ._ring_source import CudaRingBody, compile_ring_kernel_ptx, render_ring_kernel
     from ._streams import CudaEvent, CudaStream
@@ -66,7 +66,7 @@ __all__ = [
 #: this package to register the backend, on machines where it cannot run too, so only
 #: the availability probe is imported eagerly (the backend is registered lazily).
 _LAZY = {
-    "CONTEXT_KINDS": "._context",
+    "CONTEXT_KINDS": "._places",
     "CudaBackend": "._backend",
     "CudaCompileError": "._exceptions",
     "CudaContextError": "._exceptions",

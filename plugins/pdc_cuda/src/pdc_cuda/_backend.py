@@ -34,17 +34,11 @@ from pdc_core.backend import (
 
 from ._availability import PRIORITY, prefer_eager_module_loading
 from ._availability import availability as cuda_availability
-from ._context import (
-    DEFAULT_GREEN_SMS,
-    DEFAULT_MAX_CONTEXTS,
-    ContextKind,
-    context_kind,
-    context_pool,
-)
+from ._context import DEFAULT_GREEN_SMS, DEFAULT_MAX_CONTEXTS
 from ._kernels import CudaKernel, compile_options, compile_raw_module
 from ._launch import Dims, LaunchConfig
 from ._memory import DevicePool, device_pointer, is_pinned, mapped_empty, pinned_empty
-from ._places import DriverPlace, LaunchSite, PrimaryPlace, ResidentPlace
+from ._places import ContextKind, LaunchSite, ResidentPlace, context_kind, place_for
 from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
 from ._residency import Residency, ResidentKernelBlocks
 from ._streams import CudaEvent, CudaStream, synchronize_stream
@@ -530,16 +524,7 @@ class CudaBackend(Backend):
         return place
 
     def _make_place(self, kind: ContextKind) -> ResidentPlace:
-        if kind == "shared":
-            return PrimaryPlace(self)
-        props = self.properties
-        pool = context_pool(
-            self.device,
-            kind,
-            compute_capability=(props.major, props.minor),
-            green_sms=self.green_sms,
-        )
-        return DriverPlace(pool, kind, self.max_contexts)
+        return place_for(kind, self)
 
     def launch_site(self, context: str | None = None) -> LaunchSite:
         """What a resident launch on this device needs (its place from ``context``)."""

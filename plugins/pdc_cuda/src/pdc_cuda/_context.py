@@ -10,24 +10,19 @@ synchronizes freely beside it. So a resident kernel is placed, by default, in a 
 pdc owns, and everything else (CuPy, numba-cuda, other libraries, pdc's own
 ``compile_kernel``/``launch_kernel``/``run_python_kernel``) keeps the primary context.
 
-Placements (:data:`CONTEXT_KINDS`; the backend's ``context=`` setting, the launch option
-``context=`` or the environment variable ``PDC_CUDA_CONTEXT``):
+The kinds of context pdc owns (the placements ``"own"`` and ``"green"``; the policy --
+which placement, its default, ``PDC_CUDA_CONTEXT``, and ``"shared"``, the primary
+context -- is :mod:`pdc_cuda._places`'s):
 
-``"own"`` (default)
-    An ordinary second context (``cuCtxCreate``), one per device and process, made
-    lazily at the first resident launch (about 170 ms, measured with the probe above).
-    Ordinary contexts time-slice against each other when both have work.
+``"own"``
+    An ordinary second context (``cuCtxCreate``), made lazily at the first resident
+    launch that needs one (about 170 ms, measured with the probe above). Ordinary
+    contexts time-slice against each other when both have work.
 ``"green"``
     A green context (``cuGreenCtxCreate``, CUDA >= 12.4) over a partition of the
     device's SMs (``green_sms``, rounded up by the driver to its partition granularity):
     work in it runs on SMs no other context uses. A one-block kernel in an 8-SM
-    partition leaves 7 SMs idle (about 5% of an H200); whether the primary context may
-    load modules beside a kernel running in a green context is what
-    ``benchmarks/cuda_contexts.py`` measures, so it is not the default.
-``"shared"``
-    The primary context, as before: no second context. A pdc operation that would then
-    wait for the kernel (a module load, a free of cached memory) raises at once instead
-    (:mod:`pdc_cuda._residency`).
+    partition leaves 7 SMs idle (about 5% of an H200).
 
 What may cross contexts: host memory that is pinned **portable** and mapped (the rings:
 ``MemoryKind.MAPPED`` is always allocated so) is addressable from every context, at the
@@ -47,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, Protocol
@@ -58,31 +52,22 @@ import numpy.typing as npt
 from ._exceptions import CudaContextError
 
 __all__ = [
-    "CONTEXT_ENV",
-    "CONTEXT_KINDS",
-    "DEFAULT_CONTEXT",
     "DEFAULT_GREEN_SMS",
     "DEFAULT_MAX_CONTEXTS",
     "BindingsDriver",
     "ContextArray",
     "ContextKernel",
-    "ContextKind",
     "ContextStream",
     "CudaContextError",
     "Driver",
     "PdcContext",
     "ContextPool",
-    "context_kind",
+    "OwnedKind",
     "context_pool",
 ]
 
-ContextKind = Literal["own", "green", "shared"]
-#: The placements of resident kernels, the default first.
-CONTEXT_KINDS: tuple[ContextKind, ...] = ("own", "green", "shared")
-#: The placement when neither the call nor ``PDC_CUDA_CONTEXT`` names one.
-DEFAULT_CONTEXT: ContextKind = "own"
-#: The environment variable that sets the default placement.
-CONTEXT_ENV = "PDC_CUDA_CONTEXT"
+#: The kinds of context pdc owns: an ordinary one, or a green one over an SM partition.
+OwnedKind = Literal["own", "green"]
 #: SMs asked for a green context's partition (the driver rounds up).
 DEFAULT_GREEN_SMS = 8
 #: Contexts pdc may own per device and placement (``CudaBackend(max_contexts=)``). A
@@ -94,21 +79,6 @@ DEFAULT_GREEN_SMS = 8
 #: remedy is not another context but loading the kernels together
 #: (``CudaBackend.preload_persistent_kernels``), which puts them in one.
 DEFAULT_MAX_CONTEXTS = 4
-
-
-def context_kind(value: str | None = None) -> ContextKind:
-    """The placement ``value`` names, or ``PDC_CUDA_CONTEXT``'s, or :data:`DEFAULT_CONTEXT`.
-
-    Raises ``ValueError`` naming the accepted values for anything else.
-    """
-    chosen = value if value is not None else os.environ.get(CONTEXT_ENV) or DEFAULT_CONTEXT
-    if chosen not in CONTEXT_KINDS:
-        source = "context=" if value is not None else f"{CONTEXT_ENV}="
-        raise ValueError(
-            f"{source}{chosen!r} is not a placement for resident kernels; use one of "
-            + ", ".join(repr(kind) for kind in CONTEXT_KINDS)
-        )
-    return chosen
 
 
 class Driver(Protocol):
@@ -352,7 +322,7 @@ class PdcContext:
         self,
         driver: Driver,
         device: int,
-        kind: ContextKind = "own",
+        kind: OwnedKind = "own",
         *,
         compute_capability: tuple[int, int] = (9, 0),
         green_sms: int = DEFAULT_GREEN_SMS,
@@ -809,13 +779,13 @@ class ContextPool:
             context.close()
 
 
-_pools: dict[tuple[int, ContextKind, int], ContextPool] = {}
+_pools: dict[tuple[int, OwnedKind, int], ContextPool] = {}
 _pools_lock = threading.Lock()
 
 
 def context_pool(
     device: int,
-    kind: ContextKind,
+    kind: OwnedKind,
     *,
     compute_capability: tuple[int, int],
     green_sms: int = DEFAULT_GREEN_SMS,

@@ -41,9 +41,8 @@ from pdc_core.backend import (
     strict_int,
 )
 
-from ._context import ContextKind, context_kind
 from ._nvrtc import find_nvrtc, min_compute_capability
-from ._places import LaunchSite, ResidentPlace, check_state
+from ._places import ContextKind, LaunchSite, ResidentPlace, check_state, context_kind
 from ._residency import Residency
 from ._ring_source import KERNEL_NAME, CudaRingBody, RingWiring, render_ring_kernel
 

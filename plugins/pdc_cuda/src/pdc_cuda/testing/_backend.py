@@ -42,11 +42,11 @@ from pdc_core.backend import (
 )
 
 from .._backend import CudaBackend
-from .._context import DEFAULT_GREEN_SMS, ContextKind
+from .._context import DEFAULT_GREEN_SMS
 from .._kernels import CudaKernel, compile_options
 from .._launch import Dims, explicit_config
 from .._nvrtc import find_nvrtc
-from .._places import PrimaryPlace, ResidentPlace
+from .._places import ContextKind, PrimaryPlace, ResidentPlace
 from .._properties import CudaDeviceProperties
 from .._ring_source import KERNEL_NAME
 from .._streams import CudaEvent, CudaStream
