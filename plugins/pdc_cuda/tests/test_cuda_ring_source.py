@@ -263,6 +263,30 @@ def test_the_padding_zeroer_clears_exactly_the_padding(dtype, tmp_path):
     assert struct.has_padding == (len(covered) < dtype.itemsize)
 
 
+@needs_nvrtc
+def test_zeroing_padding_costs_nothing_where_a_reply_has_none():
+    """For a reply without padding the zeroing is an empty inline function: the PTX is
+    the PTX of the kernel without the call, instruction for instruction. With padding
+    it adds the stores of those bytes only."""
+    call = "            pdc_zero_padding(reply);\n"
+    for reply, padded in (
+        (REPLY, False),
+        (np.dtype([("id", "<u8"), ("t", "u1")], align=True), True),
+    ):
+        body = ECHO.replace("reply.y = 2.0 * request.x;", "") if padded else ECHO
+        if padded:
+            body = body.replace("reply.id = request.id;", "reply.id = request.id; reply.t = 1;")
+        source = render_ring_kernel(body, REQUEST, reply)
+        assert source.count(call) == 1
+        with_zeroing = compile_to_ptx(source, filename="pdc_ring_kernel.cu")
+        without = compile_to_ptx(source.replace(call, ""), filename="pdc_ring_kernel.cu")
+        assert ".entry pdc_ring_kernel(" in with_zeroing
+        if padded:
+            assert with_zeroing != without
+        else:
+            assert with_zeroing == without
+
+
 #: A field ``a`` holding ``b`` beside a field ``a_b``: both paths are ``<name>_a_b``.
 COLLIDING = np.dtype(
     [
