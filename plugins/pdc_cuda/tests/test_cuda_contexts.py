@@ -94,7 +94,7 @@ def test_the_placement_policy_lives_in_the_places_layer_and_goes_straight_down()
     from pdc_cuda._places import PrimaryPlace, place_for
 
     source = inspect.getsource(_context)
-    for policy in ("PDC_CUDA_CONTEXT\"", "os.environ", "CONTEXT_KINDS", "DEFAULT_CONTEXT"):
+    for policy in ('PDC_CUDA_CONTEXT"', "os.environ", "CONTEXT_KINDS", "DEFAULT_CONTEXT"):
         assert policy not in source
     services = SimpleNamespace(
         device=7,

@@ -68,6 +68,10 @@ class Capability(enum.StrEnum):
     PYTHON_KERNELS = "python_kernels"
     #: Running a persistent kernel fed through ring buffers.
     PERSISTENT_KERNELS = "persistent_kernels"
+    #: Linking persistent kernels into a pipeline (``launch_pipeline``): every stage's
+    #: ``launch_persistent_kernel`` takes the ``link=`` option (``HostWorkerKernel``
+    #: does), or the backend defines ``launch_pipeline`` itself.
+    PIPELINES = "pipelines"
     #: Device arrays implement ``__cuda_array_interface__``.
     CUDA_ARRAY_INTERFACE = "cuda_array_interface"
 

@@ -116,6 +116,7 @@ class CudaBackend(Backend):
             Capability.KERNELS,
             Capability.PYTHON_KERNELS,
             Capability.PERSISTENT_KERNELS,
+            Capability.PIPELINES,
             Capability.CUDA_ARRAY_INTERFACE,
         }
     )

@@ -70,6 +70,7 @@ _BASE_CAPABILITIES = frozenset(
         Capability.ASYNC_COPIES,
         Capability.PYTHON_KERNELS,
         Capability.PERSISTENT_KERNELS,
+        Capability.PIPELINES,
     }
 )
 

@@ -270,6 +270,7 @@ class HostCudaBackend(CudaBackend):
             Capability.MAPPED_MEMORY,
             Capability.MANAGED_MEMORY,
             Capability.PERSISTENT_KERNELS,
+            Capability.PIPELINES,
         }
     )
 
