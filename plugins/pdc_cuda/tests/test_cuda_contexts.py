@@ -280,6 +280,11 @@ def test_residency_running_only_looks_and_collect_lets_memory_go():
     assert residency._deferred == [held]  # a query frees nothing
     assert residency.collect() == []
     assert residency._deferred == []
+    freed: list[str] = []
+    residency.register(Kernel())  # resident again: memory of a context pdc owns goes to it
+    residency.defer_free(SimpleNamespace(free=lambda: freed.append("its context's free")))
+    assert freed == ["its context's free"]
+    assert residency._deferred == []
 
 
 def test_a_green_context_gets_its_partition_and_its_streams():

@@ -231,7 +231,12 @@ class Residency:
 
     def defer_free(self, memory: Any) -> None:
         """Keep ``memory`` (primary-context memory, or a tuple of it) alive until no
-        kernel is resident (its free would wait); see :meth:`collect`."""
+        kernel is resident (its free would wait); see :meth:`collect`. Memory of a
+        context pdc owns (it has ``free``) goes to that context's own queue instead."""
+        free = getattr(memory, "free", None)
+        if callable(free):
+            free()  # PdcContext.free: made now, or deferred while a kernel runs there
+            return
         with self._lock:
             self._deferred.append(memory)
 
