@@ -94,8 +94,9 @@ class CudaBackend(Backend):
     raises :class:`~pdc_cuda.ResidentKernelBlocks` at once, and :meth:`synchronize`
     synchronizes streams instead of the device. The launch option ``context=`` places
     one kernel. At most ``max_contexts`` contexts of pdc's own are made per placement
-    (4 by default: ``pdc_cuda._context.DEFAULT_MAX_CONTEXTS`` says why); a launch that
-    would need one more raises :class:`~pdc_cuda.CudaContextError` saying what to do.
+    (4 by default: contexts with work time-slice the GPU, so with n of them each
+    resident kernel runs about 1/n of the time); a launch that would need one more
+    raises :class:`~pdc_cuda.CudaContextError` saying what to do.
     Every driver call pdc makes beside a resident kernel goes to another
     context, is deferred until no kernel is resident (frees), or is refused at once in
     the shared placement; none can wait for a resident kernel. A resident
