@@ -431,3 +431,15 @@ def test_every_variant_compiles_without_a_warning(sequenced, link):
     ok, _, log = find_nvrtc().compile(source, "pdc_ring_kernel.cu", options)
     assert ok
     assert "warning" not in log, log
+
+
+@pytest.mark.parametrize("layout", ["include", "include/cccl"], ids=["CUDA 12", "CUDA 13"])
+def test_a_toolkit_s_cccl_is_found_where_its_version_keeps_it(layout, tmp_path, monkeypatch):
+    """CUDA 13 moved CCCL's headers from ``include/`` to ``include/cccl/``."""
+    from pdc_cuda import _nvrtc
+
+    include = tmp_path / layout
+    (include / "cuda").mkdir(parents=True)
+    (include / "cuda" / "atomic").write_text("// cuda/atomic\n")
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path))
+    assert _nvrtc._toolkit_cccl() == [str(include)]
