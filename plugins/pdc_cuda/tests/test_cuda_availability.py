@@ -274,3 +274,14 @@ def test_the_device_index_follows_the_integer_rule(device):
         with pytest.raises(TypeError, match=f"device must be a device index .*{device!r}"):
             backend(device=device)
     assert HostCudaBackend(device=np.int32(2)).qualified_name == "cuda:2"
+
+
+@pytest.mark.parametrize("name", ["max_threads_per_block", "multiprocessors"])
+def test_the_host_build_s_device_limits_follow_the_integer_rule(name):
+    from pdc_cuda.testing import HostCudaBackend
+
+    with pytest.raises(TypeError, match=f"{name} must be an int, got bool True"):
+        HostCudaBackend(**{name: True})
+    with pytest.raises(ValueError, match=f"{name} must be at least 1, not 0"):
+        HostCudaBackend(**{name: 0})
+    assert HostCudaBackend(**{name: np.int64(8)}).properties.to_device_info("cuda")

@@ -286,6 +286,14 @@ class HostCudaBackend(CudaBackend):
         device = strict_int(device, "device", "a device index (an int)")
         if device < 0:
             raise ValueError(f"device must be a non-negative int, not {device!r}")
+        for name, value in (
+            ("max_threads_per_block", max_threads_per_block),
+            ("multiprocessors", multiprocessors),
+        ):
+            if strict_int(value, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {value!r}")
+        max_threads_per_block = int(max_threads_per_block)
+        multiprocessors = int(multiprocessors)
         self.device = device
         self.max_threads_per_block = max_threads_per_block
         self._lock = threading.Lock()
