@@ -18,7 +18,8 @@ What is here, by the part of the contract it serves:
 
 * the contract: :class:`Backend`, :class:`Stream`, :class:`Event`,
   :class:`Capability`, :class:`MemoryKind`, :class:`Availability`,
-  :class:`DeviceInfo`, :class:`MemoryStatistics`, :func:`normalize_shape_dtype`;
+  :class:`DeviceInfo`, :class:`MemoryStatistics`, :func:`normalize_shape_dtype`,
+  :func:`strict_int` (pdc's one integer rule, for a backend's own arguments);
 * host-thread streams for backends whose work runs on the host: :class:`WorkerStream`
   (extension hook :meth:`WorkerStream.thread_context`, which returns a
   ``ThreadContext``) and :class:`WorkerEvent`;
@@ -109,6 +110,7 @@ from ._launch import (
     launch_config,
     problem_size,
 )
+from ._loop import strict_int
 from ._persistent._kernel import PersistentKernel, persistent_kernel
 from ._plugins import BenchmarkPath, BenchmarkPaths, LazyBackend, hookimpl, lazy_exports
 
@@ -126,6 +128,7 @@ __all__ = [
     "hookimpl",
     "lazy_exports",
     "normalize_shape_dtype",
+    "strict_int",
     # host-thread streams
     "ThreadContext",
     "WorkerEvent",

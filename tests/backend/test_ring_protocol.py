@@ -312,6 +312,26 @@ def test_record_copies_copy_bytes_or_fields() -> None:
         assert not np.shares_memory(copy, many)
 
 
+@pytest.mark.parametrize("count", [1, 3, 127, 128, 1000])
+def test_padded_records_are_copied_with_their_padding(count: int) -> None:
+    """A field-by-field copy would leave the destination's padding as ``np.empty`` left
+    it (this process's heap bytes): short runs of records with padding are copied as
+    bytes too, so a reply's padding (zero in a ring slot) is what arrives."""
+    padded = np.dtype([("id", "<u8"), ("flag", "u1")], align=True)  # 7 bytes of padding
+    source = np.zeros(count, padded)
+    source["id"] = np.arange(count)
+    source["flag"] = 1
+    assert records_copy(source).tobytes() == source.tobytes()
+    target = np.full(count * padded.itemsize, 0xFF, np.uint8).view(padded)  # stale bytes
+    copy_records(target, source)
+    assert target.tobytes() == source.tobytes()
+    nested = np.dtype([("p", np.dtype([("a", "<u4"), ("b", "u1")], align=True), (2,))])
+    source = np.zeros(count, nested)
+    target = np.full(count * nested.itemsize, 0xFF, np.uint8).view(nested)
+    copy_records(target, source)
+    assert target.tobytes() == source.tobytes()
+
+
 def test_stop_modes_on_the_reference_device() -> None:
     _memory, host, device = make(4)
     host.write(records(0, 4))

@@ -262,6 +262,34 @@ def test_a_backend_that_does_not_take_links_cannot_run_a_pipeline() -> None:
         _launch_on(_KernelsWithoutLinks())
 
 
+def test_whether_a_backend_links_pipelines_is_its_capability_not_an_error_text() -> None:
+    """Without ``Capability.PIPELINES`` nothing is allocated or launched; with it, a
+    ``TypeError`` of a stage's launch is the launch's error, whatever its text."""
+    allocated: list[object] = []
+
+    class Counting(_KernelsWithoutLinks):
+        def allocate(self, *args: Any, **kwargs: Any) -> Any:
+            allocated.append(args)
+            return super().allocate(*args, **kwargs)
+
+    with pytest.raises(CapabilityError, match="it has no pipelines capability"):
+        _launch_on(Counting())
+    assert allocated == []
+
+    class Linking(Counting):
+        capabilities: ClassVar[frozenset[Capability]] = frozenset(
+            {Capability.PERSISTENT_KERNELS, Capability.PIPELINES}
+        )
+
+        def launch_persistent_kernel(
+            self, kernel: PersistentKernel, rings: RingMemory, **options: Any
+        ) -> ResidentKernel:
+            raise TypeError("a bad link word in this stage's body")
+
+    with pytest.raises(TypeError, match="a bad link word"):
+        _launch_on(Linking())
+
+
 def test_a_backend_without_persistent_kernels_cannot_run_a_pipeline() -> None:
     with pytest.raises(CapabilityError, match="no persistent_kernels capability"):
         _launch_on(_HostMemoryBackend())
@@ -271,6 +299,10 @@ def test_a_backend_launching_pipelines_itself_must_return_their_resident() -> No
     calls: list[tuple[Any, ...]] = []
 
     class OwnLaunch(_KernelsWithoutLinks):
+        capabilities: ClassVar[frozenset[Capability]] = frozenset(
+            {Capability.PERSISTENT_KERNELS, Capability.PIPELINES}
+        )
+
         def launch_pipeline(self, pipeline: Any, memory: Any, **options: Any) -> Any:
             calls.append((pipeline, memory, options))
             return object()

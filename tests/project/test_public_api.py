@@ -192,6 +192,7 @@ BACKEND = [
     "record_from_mapping",
     "records_copy",
     "sequenced_slot_size",
+    "strict_int",
 ]
 
 LOWLEVEL = [

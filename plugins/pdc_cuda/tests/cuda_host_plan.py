@@ -27,7 +27,7 @@ from cuda_pipeline_support import (
     abc,
     stage,
 )
-from cuda_test_support import COUNTING, DOUBLE, REPLY, REQUEST, STATE
+from cuda_test_support import COUNTING, DOUBLE, REPLY, REQUEST, STATE, padding_kernels
 from pdc_cuda._kernels import compile_options
 from pdc_cuda._ring_source import RingWiring, render_ring_kernel
 from pdc_cuda.testing import PlannedBuild, kernel_builds, pipeline_builds
@@ -83,6 +83,7 @@ def _host_kernel_module() -> list[PlannedBuild]:
         *kernel_builds(_kernel("double", DOUBLE, 16)),
         *pipeline_builds(PersistentPipeline(stage("a", ADD_ONE, 3), stage("c", MINUS_THREE, 2))),
         PlannedBuild(narrow, compile_options(()), what="a scope narrower than its memory"),
+        *(build for kernel in padding_kernels() for build in kernel_builds(kernel)),
     ]
 
 

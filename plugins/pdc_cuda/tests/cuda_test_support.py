@@ -280,3 +280,30 @@ def skip_if_a_kernel_is_resident(backend: Any) -> Any:
             f"({names}): this test would queue behind it"
         )
     return backend
+
+
+#: A 16-byte record with 7 bytes of padding after ``flag``.
+PADDED = np.dtype([("id", "<u8"), ("flag", "u1")], align=True)
+
+
+def padding_kernels() -> list[Any]:
+    """Kernels whose body fills the whole reply with 0xAB before writing its fields
+    (what a struct assignment or a stale stage would leave in the padding): one whose
+    8-byte requests are read in place, one whose padded requests are staged."""
+    from pdc_core import PersistentKernel
+
+    dirty = (
+        "__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {\n"
+        "    unsigned char* bytes = reinterpret_cast<unsigned char*>(&reply);\n"
+        "    for (unsigned int i = 0; i < sizeof(pdc_reply); ++i) bytes[i] = 0xAB;\n"
+        "    reply.id = request.ID + 1;\n"
+        "    reply.flag = 1;\n"
+        "    return 0;\n"
+        "}\n"
+    )
+    in_place = PersistentKernel("padding_in_place", np.uint64, PADDED, capacity=16)
+    staged = PersistentKernel("padding_staged", PADDED, PADDED, capacity=16)
+    return [
+        in_place.add_body("cuda", dirty.replace("ID", "value")),
+        staged.add_body("cuda", dirty.replace("ID", "id")),
+    ]

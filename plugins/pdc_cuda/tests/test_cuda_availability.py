@@ -6,6 +6,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
@@ -245,3 +246,42 @@ def test_probe_asks_the_cheap_questions_before_importing_cupy(monkeypatch):
     assert diagnose(facts).reason == "no CUDA driver (libcuda.so not found)"
     monkeypatch.setattr(_availability, "_cupy_installed", lambda: False)
     assert diagnose(_availability.probe()).reason == "CuPy is not installed: pip install pdc-cuda"
+
+
+def test_making_the_backend_without_a_driver_names_the_same_reason(monkeypatch):
+    """``CudaBackend()`` (any placement) where no driver loads raises what
+    ``get_backend("cuda")`` raises -- BackendUnavailable with the probe's reason --
+    before CuPy is ever asked (it would say "CUDA driver version is insufficient")."""
+    from pdc_cuda import _availability
+
+    monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
+    monkeypatch.setattr(_availability, "_driver_loadable", lambda: False)
+    reason = _availability.availability().reason
+    assert reason == "no CUDA driver (libcuda.so not found)"
+    for options in ({}, {"context": "own"}, {"context": "green"}, {"context": "shared"}):
+        with pytest.raises(BackendUnavailable) as caught:
+            CudaBackend(**options)
+        expected = f"the cuda backend (from pdc-cuda) is not available here: {reason}"
+        assert str(caught.value) == expected
+
+
+@pytest.mark.parametrize("device", [True, 0.0, "0", None])
+def test_the_device_index_follows_the_integer_rule(device):
+    """Checked before anything else: never ``cuda:True``."""
+    from pdc_cuda.testing import HostCudaBackend
+
+    for backend in (CudaBackend, HostCudaBackend):
+        with pytest.raises(TypeError, match=f"device must be a device index .*{device!r}"):
+            backend(device=device)
+    assert HostCudaBackend(device=np.int32(2)).qualified_name == "cuda:2"
+
+
+@pytest.mark.parametrize("name", ["max_threads_per_block", "multiprocessors"])
+def test_the_host_build_s_device_limits_follow_the_integer_rule(name):
+    from pdc_cuda.testing import HostCudaBackend
+
+    with pytest.raises(TypeError, match=f"{name} must be an int, got bool True"):
+        HostCudaBackend(**{name: True})
+    with pytest.raises(ValueError, match=f"{name} must be at least 1, not 0"):
+        HostCudaBackend(**{name: 0})
+    assert HostCudaBackend(**{name: np.int64(8)}).properties.to_device_info("cuda")

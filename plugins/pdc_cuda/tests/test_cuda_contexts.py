@@ -16,16 +16,10 @@ from context_fakes import FakeDriver, FakeDriverError, fake_compiler
 from cuda_pipeline_support import abc
 from cuda_test_support import needs_nvrtc
 from pdc_cuda import _memory, _numa
-from pdc_cuda._context import (
-    CONTEXT_ENV,
-    ContextPool,
-    CudaContextError,
-    PdcContext,
-    context_kind,
-)
-from pdc_cuda._persistent import launch_persistent_kernel
+from pdc_cuda._context import ContextPool, CudaContextError, PdcContext
+from pdc_cuda._persistent import LaunchOptions, launch_persistent_kernel
 from pdc_cuda._pipeline import launch_pipeline
-from pdc_cuda._places import DriverPlace, check_state
+from pdc_cuda._places import CONTEXT_ENV, DriverPlace, check_state, context_kind
 from pdc_cuda._residency import BESIDE_RESIDENT, ResidentKernelBlocks, Why
 from pdc_cuda.testing import HostCudaBackend
 
@@ -68,7 +62,8 @@ class _Setup:
 
     def launch(self, kernel: PersistentKernel | None = None, **options: Any) -> Any:
         site = self.backend.launch_site()
-        return launch_persistent_kernel(site, kernel or _kernel(), self.rings(), **options)
+        launch = LaunchOptions.parse(options)
+        return launch_persistent_kernel(site, kernel or _kernel(), self.rings(), launch)
 
 
 # -- the setting ---------------------------------------------------------------------------
@@ -86,6 +81,37 @@ def test_the_placement_defaults_to_a_context_of_its_own_and_can_be_set(monkeypat
         context_kind()
     with pytest.raises(ValueError, match=r"context='primary' is not a placement"):
         HostCudaBackend(context="primary")
+
+
+def test_the_placement_policy_lives_in_the_places_layer_and_goes_straight_down():
+    """``_context`` knows contexts only: the kinds, their default, the environment
+    variable and ``"shared"`` are the places layer's; ``place_for`` turns a kind into a
+    place -- the primary context's services, or a pool of contexts pdc owns (bounded by
+    the device's ``max_contexts``) -- and reaches ``_context`` once, for the pool."""
+    import inspect
+
+    from pdc_cuda import _context
+    from pdc_cuda._places import PrimaryPlace, place_for
+
+    source = inspect.getsource(_context)
+    for policy in ('PDC_CUDA_CONTEXT"', "os.environ", "CONTEXT_KINDS", "DEFAULT_CONTEXT"):
+        assert policy not in source
+    services = SimpleNamespace(
+        device=7,
+        properties=SimpleNamespace(major=9, minor=0),
+        green_sms=16,
+        max_contexts=3,
+    )
+    shared = place_for("shared", services)
+    assert isinstance(shared, PrimaryPlace)
+    assert shared.services is services
+    assert shared.shares_primary
+    for kind in ("own", "green"):
+        place = place_for(kind, services)
+        assert isinstance(place, DriverPlace)
+        assert (place.kind, place.max_contexts) == (kind, 3)
+        assert place.pool is place_for(kind, services).pool  # one pool per device and kind
+        assert not place.shares_primary
 
 
 def test_nothing_reaches_the_driver_until_a_context_is_used():
@@ -169,8 +195,96 @@ def test_memory_of_a_busy_context_is_freed_once_nothing_runs_there():
         context.load_source("new", "k", ())
     driver.finish(stream)
     assert not context.busy
+    assert driver.calls("mem_free") == []  # busy only looks: collect() frees
+    assert not context.collect()
     assert [entry[2] for entry in driver.calls("mem_free")] == [scratch.address]
     assert driver.calls("free while busy") == []
+    assert not context.collect()  # once
+    assert len(driver.calls("mem_free")) == 1
+
+
+def test_busy_is_a_pure_query_and_collect_keeps_what_still_runs():
+    driver = FakeDriver()
+    context = _pool(driver).context_for([KEY])
+    kernel = context.load_source(*KEY)
+    first, second = context.create_stream(), context.create_stream()
+    kernel.launch((1,), (32,), (np.uint64(1),), stream=first)
+    kernel.launch((1,), (32,), (np.uint64(1),), stream=second)
+    scratch = context.allocate(16)
+    scratch.free()  # deferred: kernels run here
+    driver.finish(first)
+    for _ in range(3):
+        assert context.busy
+    assert context.collect()  # the second still runs: nothing freed
+    assert driver.calls("mem_free") == []
+    driver.finish(second)
+    assert not context.collect()
+    assert [entry[2] for entry in driver.calls("mem_free")] == [scratch.address]
+
+
+def test_the_pool_makes_at_most_max_contexts_and_says_what_to_do():
+    driver = FakeDriver()
+    setup = _Setup()
+    setup.driver = driver
+    setup.pool = _pool(driver)
+    setup.backend = HostCudaBackend(resident_place=DriverPlace(setup.pool, "own", 2))
+    first = setup.launch()
+    second = setup.launch(_kernel(OTHER, name="other"))
+    assert len(driver.contexts) == 2
+    third = _kernel(OTHER.replace("+ 1", "+ 2"), name="third")
+    refused = (
+        r"every one of the 2 context\(s\) pdc may own \(own on cuda:0\) runs a resident "
+        r"kernel.*preload_persistent_kernels.*CudaBackend\(max_contexts=3\)"
+    )
+    with pytest.raises(CudaContextError, match=refused):
+        setup.launch(third)
+    assert len(driver.contexts) == 2  # none made
+    assert driver.calls("load while busy") == []
+    driver.finish(second.stream)
+    assert setup.launch(third).compiled.context is second.compiled.context
+    driver.finish(first.stream)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"max_contexts": 0}, ValueError, "max_contexts must be at least 1, not 0"),
+        ({"max_contexts": True}, TypeError, "max_contexts must be an int, got bool True"),
+        ({"max_contexts": 2.0}, TypeError, "max_contexts must be an int, got float 2.0"),
+        ({"green_sms": 0}, ValueError, "green_sms must be at least 1, not 0"),
+        ({"green_sms": "8"}, TypeError, "green_sms must be a number of SMs"),
+    ],
+)
+def test_the_context_settings_are_checked_first(options, error, match):
+    from pdc_cuda import CudaBackend
+
+    with pytest.raises(error, match=match):
+        CudaBackend(**options)
+
+
+def test_residency_running_only_looks_and_collect_lets_memory_go():
+    from pdc_cuda._residency import Residency
+
+    class Kernel:
+        exited = False
+        shares_primary = False
+        label = "'k'"
+
+    residency = Residency("cuda:0")
+    kernel = Kernel()
+    residency.register(kernel)
+    held = np.zeros(4)
+    residency.defer_free(held)
+    kernel.exited = True
+    assert residency.running() == []
+    assert residency._deferred == [held]  # a query frees nothing
+    assert residency.collect() == []
+    assert residency._deferred == []
+    freed: list[str] = []
+    residency.register(Kernel())  # resident again: memory of a context pdc owns goes to it
+    residency.defer_free(SimpleNamespace(free=lambda: freed.append("its context's free")))
+    assert freed == ["its context's free"]
+    assert residency._deferred == []
 
 
 def test_a_green_context_gets_its_partition_and_its_streams():
@@ -370,3 +484,129 @@ def test_kernels_preloaded_together_share_one_context_when_launched_one_by_one()
     assert len(setup.driver.contexts) == 1
     assert len(setup.driver.calls("load_module")) == 2
     assert setup.driver.calls("load while busy") == []
+
+
+# -- the real driver's calls, against a stand-in cuda.bindings.driver ----------------------
+
+
+class _FakeBindings:
+    """``cuda.bindings.driver`` as far as :class:`BindingsDriver` uses it: every function
+    records its name and returns ``(CUresult, values...)``; ``fail`` names one that
+    returns an error status; ``ctx_create_params`` picks cuCtxCreate's form (13: three
+    arguments, 12: two)."""
+
+    class CUresult:
+        CUDA_ERROR_NOT_READY = 600
+
+    class CUdevResourceType:
+        CU_DEV_RESOURCE_TYPE_SM = 1
+
+    class CUgreenCtxCreate_flags:
+        CU_GREEN_CTX_DEFAULT_STREAM = 1
+
+    class CUstream_flags:
+        CU_STREAM_NON_BLOCKING = 1
+
+    class CUfunction_attribute:
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
+
+    def __init__(self, *, ctx_create_params: bool = True, fail: str = "") -> None:
+        self.calls: list[str] = []
+        self.fail = fail
+        part = SimpleNamespace(sm=SimpleNamespace(smCount=8))
+        values: dict[str, tuple[Any, ...]] = {
+            "cuDeviceGet": ("dev",),
+            "cuCtxCreate": ("ctx",),
+            "cuDeviceGetDevResource": ("whole",),
+            "cuDevSmResourceSplitByCount": ([part], 1, "rest"),
+            "cuDevResourceGenerateDesc": ("desc",),
+            "cuGreenCtxCreate": ("green",),
+            "cuCtxFromGreenCtx": ("green-ctx",),
+            "cuModuleLoadData": ("module",),
+            "cuModuleGetFunction": ("function",),
+            "cuFuncGetAttribute": (1024,),
+            "cuGreenCtxStreamCreate": ("green-stream",),
+            "cuStreamCreate": ("stream",),
+            "cuMemAlloc": (0x1000,),
+            "cuMemHostGetDevicePointer": (0x2000,),
+        }
+        self._values = values
+        self._ctx_params = ctx_create_params
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.startswith("cu"):
+            raise AttributeError(name)
+        if name == "cuGetErrorName":
+            return lambda status: (0, b"CUDA_ERROR_INVALID_VALUE")
+
+        def call(*args: Any) -> tuple[Any, ...]:
+            if name == "cuCtxCreate" and len(args) != (3 if self._ctx_params else 2):
+                raise TypeError(f"cuCtxCreate() takes {3 if self._ctx_params else 2} arguments")
+            self.calls.append(name)
+            status = 1 if name == self.fail else 0
+            return (status, *self._values.get(name, ()))
+
+        return call
+
+
+def _bindings_driver(monkeypatch: Any, fake: _FakeBindings) -> Any:
+    from pdc_cuda._context import BindingsDriver
+
+    real_import = __import__("importlib").import_module
+    monkeypatch.setattr(
+        "pdc_cuda._context.importlib.import_module",
+        lambda name: fake if name == "cuda.bindings.driver" else real_import(name),
+    )
+    return BindingsDriver()
+
+
+@pytest.mark.parametrize("ctx_create_params", [True, False], ids=["cuda-bindings 13", "12"])
+def test_the_bindings_driver_makes_every_call_through_one_place(monkeypatch, ctx_create_params):
+    fake = _FakeBindings(ctx_create_params=ctx_create_params)
+    driver = _bindings_driver(monkeypatch, fake)
+    assert driver.create_context(0) == "ctx"
+    assert driver.create_green_context(0, 8) == ("green", "green-ctx", 8)
+    driver.push("ctx")
+    assert driver.load_module(b"image") == "module"
+    assert driver.get_function("module", "k") == "function"
+    assert driver.max_threads_per_block("function") == 1024
+    assert driver.create_stream(None) == "stream"
+    assert driver.create_stream("green") == "green-stream"
+    assert driver.stream_done("stream")
+    assert driver.mem_alloc(16) == 0x1000
+    assert driver.host_device_pointer(0x10) == 0x2000
+    driver.copy_to_device(1, 2, 3, "stream")
+    driver.copy_to_host(1, 2, 3, "stream")
+    driver.launch("function", (1, 1, 1), (32, 1, 1), [1, 2], "stream")
+    driver.stream_synchronize("stream")
+    driver.destroy_stream("stream")
+    driver.mem_free(0x1000)
+    driver.pop()
+    driver.destroy_context("ctx", None)
+    driver.destroy_context("green-ctx", "green")
+    assert fake.calls[:4] == ["cuInit", "cuDeviceGet", "cuCtxCreate", "cuCtxPopCurrent"]
+    assert {"cuFuncLoad", "cuLaunchKernel", "cuGreenCtxDestroy", "cuCtxDestroy"} <= set(fake.calls)
+
+
+def test_a_failed_driver_call_is_named_with_its_status(monkeypatch):
+    driver = _bindings_driver(monkeypatch, _FakeBindings(fail="cuMemAlloc"))
+    with pytest.raises(
+        CudaContextError, match=r"^cuMemAlloc failed: CUDA_ERROR_INVALID_VALUE \(1\)$"
+    ):
+        driver.mem_alloc(16)
+
+
+def test_every_call_of_the_bindings_driver_exists_in_cuda_bindings():
+    """A misspelt call would fail only on a GPU: each name the driver passes to ``_call``
+    is a function of the installed ``cuda.bindings.driver`` (12 or 13)."""
+    import inspect
+    import re
+
+    from pdc_cuda._context import BindingsDriver
+
+    module = pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    source = inspect.getsource(BindingsDriver)
+    names = set(re.findall(r'_call\("(cu\w+)"', source)) | set(re.findall(r"_cu\.(cu\w+)", source))
+    assert len(names) >= 25
+    missing = sorted(name for name in names if not callable(getattr(module, name, None)))
+    assert not missing, missing

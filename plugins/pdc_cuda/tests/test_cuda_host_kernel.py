@@ -25,7 +25,14 @@ import pytest
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from cuda_host_plan import check_planned
 from cuda_pipeline_support import ADD_ONE, MINUS_THREE, REC, TWICE, expected, records, stage
-from cuda_test_support import DOUBLE, REPLY, REQUEST, skip_if_a_kernel_is_resident
+from cuda_test_support import (
+    DOUBLE,
+    PADDED,
+    REPLY,
+    REQUEST,
+    padding_kernels,
+    skip_if_a_kernel_is_resident,
+)
 from pdc_cuda import CudaCompileError
 from pdc_cuda._ring_source import RingWiring, render_ring_kernel
 from pdc_cuda.testing import (
@@ -204,6 +211,29 @@ async def test_a_scope_narrower_than_the_memory_needs_fails_the_launch(cuda: Any
     assert "needs thread_scope_system" in message
     assert "pdc_ring_kernel.cu:" in message
     assert memory.load32(Offset.STARTED) == 0  # it failed before it started
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["in_place", "staged"])
+async def test_every_reply_goes_out_with_zero_padding(cuda: Any, which: int) -> None:
+    """The body fills its whole reply with 0xAB, then writes the fields: the kernel
+    zeroes the 7 padding bytes of every reply, read in place or staged, so nothing the
+    slot, the stage or the body left there leaves the device."""
+    from pdc_core import open_persistent_kernel
+
+    kernel = padding_kernels()[which]
+    requests = np.zeros(40, kernel.request_dtype)
+    if kernel.request_dtype.names is None:
+        requests[:] = np.arange(40)
+    else:
+        requests["id"] = np.arange(40)
+    async with open_persistent_kernel(kernel, cuda, threads=8) as session:
+        replies = await session.request_batch(requests)
+        one = await session.request(requests[3])
+    assert replies["id"].tolist() == list(range(1, 41))
+    assert replies["flag"].tolist() == [1] * 40
+    padding = replies.view(np.uint8).reshape(40, PADDED.itemsize)[:, 9:]
+    assert not padding.any(), padding
+    assert one.tobytes() == np.array((4, 1), PADDED).tobytes()
 
 
 def test_nvrtc_gates_every_host_build(tmp_path: Path) -> None:

@@ -215,8 +215,8 @@ def test_memory_of_a_stopped_kernel_is_freed_only_once_none_is_resident():
     assert backend.residency._deferred[0][0] is allocation
     second_stream.state = "done"
     assert backend.resident_kernels() == []
-    assert backend.residency._deferred == []
-    second.release()
+    assert len(backend.residency._deferred) == 1  # a query only looks
+    second.release()  # the last one goes: collect() lets the memory go
     assert backend.residency._deferred == []
 
 
@@ -275,4 +275,76 @@ def test_a_failed_launch_leaves_a_stop_word_and_nothing_resident(monkeypatch):
         launch_persistent_kernel(backend.launch_site("shared"), _kernel(), memory)
     assert memory.load32(Offset.STOP) == StopMode.NOW  # a kernel that did start exits
     assert stream.calls == ["synchronize", "discard"]  # the rings outlive it
+    assert backend.resident_kernels() == []
+
+
+# -- launch options: typed, checked before anything is allocated -------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"thread": 64}, TypeError, r"unknown CUDA launch option\(s\) thread; the cuda backend"),
+        ({"threads": True}, TypeError, "threads must be an int in 1..1024, got bool True"),
+        ({"threads": 64.0}, TypeError, "threads must be an int in 1..1024, got float 64.0"),
+        ({"threads": 0}, ValueError, "threads must be an int in 1..1024, not 0"),
+        ({"backoff_min_ns": "64"}, TypeError, "backoff_min_ns must be an int in 0..1000000 ns"),
+        ({"allow_watchdog": 1}, TypeError, "allow_watchdog must be True or False, got int 1"),
+        ({"compile_options": "-G"}, TypeError, "not one string"),
+        ({"compile_options": ["-G", 3]}, TypeError, "compile_options must be strings, got 3"),
+        ({"context": "mine"}, ValueError, "context='mine' is not a placement"),
+    ],
+)
+def test_launch_options_are_typed_and_named_when_wrong(options, error, match):
+    from pdc_cuda._persistent import LaunchOptions
+
+    with pytest.raises(error, match=match):
+        LaunchOptions.parse(options)
+
+
+def test_launch_options_parse_into_their_types():
+    from pdc_cuda._persistent import LaunchOptions
+
+    parsed = LaunchOptions.parse(
+        {"threads": np.int16(96), "compile_options": ["-lineinfo"], "context": "green"}
+    )
+    assert parsed == LaunchOptions(threads=96, compile_options=("-lineinfo",), context="green")
+    assert type(parsed.threads) is int
+    assert LaunchOptions.parse(parsed) is parsed
+    assert parsed.overrides() == {"threads": 96}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("pipeline", [False, True], ids=["kernel", "pipeline"])
+async def test_a_misspelt_launch_option_is_refused_before_any_ring_is_made(pipeline):
+    """``open_persistent_kernel(..., thread=64)`` (and a pipeline's): a TypeError naming
+    the option, and the backend allocated nothing -- the core asks the backend's
+    ``check_launch_options`` before it allocates the rings."""
+    from pdc_cuda.testing import HostCudaBackend
+
+    from pdc_core import PersistentPipeline, open_persistent_kernel, open_persistent_pipeline
+
+    backend = HostCudaBackend()
+    allocations: list[object] = []
+    allocate = backend.allocate
+
+    def counting(*args, **kwargs):
+        allocations.append(args)
+        return allocate(*args, **kwargs)
+
+    backend.allocate = counting
+    if pipeline:
+        stages = [
+            persistent.PersistentKernel(name, REQUEST, REQUEST, capacity=8).add_body(
+                "cuda", SOURCE.replace("r.id = q.id;", "r = q;")
+            )
+            for name in ("a", "b")
+        ]
+        opened = open_persistent_pipeline(PersistentPipeline(*stages), backend, thread=64)
+    else:
+        opened = open_persistent_kernel(_kernel(), backend, thread=64)
+    with pytest.raises(TypeError, match=r"unknown CUDA launch option\(s\) thread"):
+        async with opened:
+            pytest.fail("launched")
+    assert allocations == []
     assert backend.resident_kernels() == []

@@ -120,6 +120,18 @@ def test_bad_bodies_are_named(kwargs, match):
         CudaRingBody(**kwargs)
 
 
+@pytest.mark.parametrize("name", ["threads", "max_batch", "backoff_min_ns", "backoff_max_ns"])
+@pytest.mark.parametrize("value", [True, 32.0, "32", None])
+def test_a_body_s_integers_follow_the_integer_rule(name, value):
+    """A bool, a float (even a whole one) or a string is a TypeError naming the setting
+    and the value as given; a NumPy integer is an int."""
+    with pytest.raises(TypeError, match=f"{name} must be .*, got {type(value).__name__} {value!r}"):
+        CudaRingBody(ECHO, **{name: value})
+    body = CudaRingBody(ECHO, **{name: np.int64(64)})
+    assert type(getattr(body, name)) is int
+    assert getattr(body, name) == 64
+
+
 @pytest.mark.parametrize(
     ("dtype", "match"),
     [
@@ -189,6 +201,125 @@ def test_generated_structs_have_numpys_layout(dtype, tmp_path):
     assert output[0] == f"sizeof {dtype.itemsize}"
     expected = [f"{name} {offset}" for name, offset in struct.offsets]
     assert output[1 : 1 + len(expected)] == expected
+
+
+def _field_bytes(dtype: np.dtype, base: int = 0, into: set[int] | None = None) -> set[int]:
+    """The byte offsets some field of ``dtype`` covers (nested fields included)."""
+    into = set() if into is None else into
+    if dtype.names is None:
+        into.update(range(base, base + dtype.itemsize))
+        return into
+    for name in dtype.names:
+        field, offset = dtype.fields[name][:2]
+        inner, count = field, 1
+        if field.subdtype is not None:
+            inner, shape = field.subdtype
+            count = int(np.prod(shape))
+        for index in range(count):
+            _field_bytes(inner, base + offset + index * inner.itemsize, into)
+    return into
+
+
+PADDED = np.dtype(
+    [
+        ("flag", "u1"),
+        ("id", "<u8"),
+        ("p", np.dtype([("x", "<f4"), ("t", "u1")], align=True), (2,)),
+        ("q", np.dtype([("inner", np.dtype([("a", "<u2"), ("b", "<u8")], align=True))])),
+        ("tag", "u1"),
+    ],
+    align=True,
+)
+
+
+@pytest.mark.parametrize("dtype", [*LAYOUTS, PADDED], ids=lambda d: str(d)[:40])
+def test_the_padding_zeroer_clears_exactly_the_padding(dtype, tmp_path):
+    """``pdc_zero_padding`` on a record full of 0xAB zeroes every byte no field covers
+    (nested structs and arrays of them included) and leaves every field's byte alone."""
+    compiler = shutil.which("c++") or shutil.which("g++") or shutil.which("clang++")
+    if compiler is None:
+        pytest.skip("no host C++ compiler (c++, g++ or clang++) to run the padding zeroer")
+    struct = c_struct(dtype, "rec")
+    program = (
+        "#include <cstdio>\n#include <cstring>\n#define __device__\n"
+        "#define __forceinline__ inline\n" + PRELUDE + struct.source + "\n"
+        + struct.padding_zeroer + "\nint main() {\n    static rec r;\n"
+        "    std::memset(&r, 0xAB, sizeof r);\n    pdc_zero_padding(r);\n"
+        "    const unsigned char* b = reinterpret_cast<const unsigned char*>(&r);\n"
+        '    for (unsigned i = 0; i < sizeof r; ++i) std::printf("%d ", b[i] ? 1 : 0);\n}\n'
+    )  # fmt: skip
+    (tmp_path / "zero.cpp").write_text(program)
+    subprocess.run(
+        [compiler, "-std=c++17", "-o", str(tmp_path / "zero"), str(tmp_path / "zero.cpp")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    output = subprocess.run(
+        [str(tmp_path / "zero")], check=True, capture_output=True, text=True, timeout=30
+    ).stdout.split()
+    covered = _field_bytes(dtype)
+    assert output == ["1" if byte in covered else "0" for byte in range(dtype.itemsize)]
+    assert struct.has_padding == (len(covered) < dtype.itemsize)
+
+
+@needs_nvrtc
+def test_zeroing_padding_costs_nothing_where_a_reply_has_none():
+    """For a reply without padding the zeroing is an empty inline function: the PTX is
+    the PTX of the kernel without the call, instruction for instruction. With padding
+    it adds the stores of those bytes only."""
+    call = "            pdc_zero_padding(reply);\n"
+    for reply, padded in (
+        (REPLY, False),
+        (np.dtype([("id", "<u8"), ("t", "u1")], align=True), True),
+    ):
+        body = ECHO.replace("reply.y = 2.0 * request.x;", "") if padded else ECHO
+        if padded:
+            body = body.replace("reply.id = request.id;", "reply.id = request.id; reply.t = 1;")
+        source = render_ring_kernel(body, REQUEST, reply)
+        assert source.count(call) == 1
+        with_zeroing = compile_to_ptx(source, filename="pdc_ring_kernel.cu")
+        without = compile_to_ptx(source.replace(call, ""), filename="pdc_ring_kernel.cu")
+        assert ".entry pdc_ring_kernel(" in with_zeroing
+        if padded:
+            assert with_zeroing != without
+        else:
+            assert with_zeroing == without
+
+
+#: A field ``a`` holding ``b`` beside a field ``a_b``: both paths are ``<name>_a_b``.
+COLLIDING = np.dtype(
+    [
+        ("a", np.dtype([("b", np.dtype([("v", "<u4")]))])),
+        ("a_b", np.dtype([("w", "<f4"), ("t", "u1")], align=True)),
+        ("a_b_2", np.dtype([("u", "<u2")])),
+    ],
+    align=True,
+)
+
+
+def test_nested_structs_get_distinct_names():
+    struct = c_struct(COLLIDING, "pdc_reply")
+    names = re.findall(r"^struct (\w+) \{", struct.source, flags=re.MULTILINE)
+    assert len(names) == len(set(names)) == 5
+    assert "    pdc_reply_a_b b;" in struct.source  # the first path keeps its name
+    assert "    pdc_reply_a_b_2 a_b;" in struct.source  # the later one takes a suffix
+    assert "    pdc_reply_a_b_2_2 a_b_2;" in struct.source  # and so on, never a clash
+
+
+@needs_nvrtc
+def test_a_record_whose_nested_paths_collide_compiles():
+    body = """
+__device__ int pdc_body(const pdc_request& request, pdc_reply& reply) {
+    reply.a.b.v = request.a.b.v + 1u;
+    reply.a_b.w = 2.0f * request.a_b.w;
+    reply.a_b.t = request.a_b.t;
+    reply.a_b_2.u = request.a_b_2.u;
+    return 0;
+}
+"""
+    ptx = compile_ring_kernel_ptx(body, COLLIDING, COLLIDING)
+    assert ".entry pdc_ring_kernel(" in ptx
 
 
 # -- NVRTC: the template and a body compile to PTX, with the memory orders we need ----------
@@ -300,3 +431,15 @@ def test_every_variant_compiles_without_a_warning(sequenced, link):
     ok, _, log = find_nvrtc().compile(source, "pdc_ring_kernel.cu", options)
     assert ok
     assert "warning" not in log, log
+
+
+@pytest.mark.parametrize("layout", ["include", "include/cccl"], ids=["CUDA 12", "CUDA 13"])
+def test_a_toolkit_s_cccl_is_found_where_its_version_keeps_it(layout, tmp_path, monkeypatch):
+    """CUDA 13 moved CCCL's headers from ``include/`` to ``include/cccl/``."""
+    from pdc_cuda import _nvrtc
+
+    include = tmp_path / layout
+    (include / "cuda").mkdir(parents=True)
+    (include / "cuda" / "atomic").write_text("// cuda/atomic\n")
+    monkeypatch.setenv("CUDA_PATH", str(tmp_path))
+    assert _nvrtc._toolkit_cccl() == [str(include)]

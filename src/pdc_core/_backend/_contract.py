@@ -68,6 +68,10 @@ class Capability(enum.StrEnum):
     PYTHON_KERNELS = "python_kernels"
     #: Running a persistent kernel fed through ring buffers.
     PERSISTENT_KERNELS = "persistent_kernels"
+    #: Linking persistent kernels into a pipeline (``launch_pipeline``): every stage's
+    #: ``launch_persistent_kernel`` takes the ``link=`` option (``HostWorkerKernel``
+    #: does), or the backend defines ``launch_pipeline`` itself.
+    PIPELINES = "pipelines"
     #: Device arrays implement ``__cuda_array_interface__``.
     CUDA_ARRAY_INTERFACE = "cuda_array_interface"
 
@@ -393,6 +397,14 @@ class Backend(abc.ABC):
         """
         self.require(Capability.PYTHON_KERNELS, "run Python kernel bodies")
         raise NotImplementedError(f"{type(self).__name__}.run_python_kernel")
+
+    def check_launch_options(self, options: Mapping[str, Any]) -> None:
+        """Raise what :meth:`launch_persistent_kernel` would raise for ``options`` alone
+        (an unknown option: ``TypeError`` naming it; a bad value), without launching or
+        allocating anything. The core calls it before it allocates the rings, so a
+        misspelt option costs nothing. The default accepts everything (the launch
+        itself still checks)."""
+        return None
 
     def launch_persistent_kernel(
         self, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any

@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy.typing as npt
 
-from .._exceptions import CapabilityError, PersistentKernelError
+from .._exceptions import PersistentKernelError
+from ._contract import Capability
 from ._persistent_kernel import PersistentKernelSpec
 from ._resident import HostWaiter, ResidentKernel
 from ._ring import (
@@ -551,8 +552,9 @@ def launch_pipeline(
     host region, initialised for ``pipeline.kernel.layout``.
 
     ``options`` go to every stage's ``launch_persistent_kernel``, with ``link=``. A
-    backend that does not take links raises :class:`~pdc_core.CapabilityError`. If a
-    launch fails, the stages already launched are stopped before the error propagates.
+    backend without :attr:`Capability.PIPELINES` (or persistent kernels) raises
+    :class:`~pdc_core.CapabilityError` before anything is allocated. If a launch
+    fails, the stages already launched are stopped before the error propagates.
 
     A backend that launches pipelines its own way -- a GPU backend that places the
     links in device memory and launches every stage at once -- defines
@@ -565,6 +567,8 @@ def launch_pipeline(
         raise TypeError("memory must be a RingMemory allocated for the pipeline's host region")
     if "link" in options:
         raise TypeError("the launch option 'link' is set by the pipeline itself")
+    backend.require(Capability.PERSISTENT_KERNELS, "run persistent kernels")
+    backend.require(Capability.PIPELINES, "link persistent kernels into a pipeline")
     own_launch = getattr(backend, "launch_pipeline", None)
     if own_launch is not None:
         resident = own_launch(pipeline, memory, **options)
@@ -592,17 +596,9 @@ def launch_pipeline(
                 link.consumer = residents[index + 1]
             if index == 0:
                 link.last = residents[-1]
-            try:
-                resident = backend.launch_persistent_kernel(
-                    stages[index], regions[index], link=link, **options
-                )
-            except TypeError as exc:
-                if "link" in str(exc):
-                    raise CapabilityError(
-                        f"the {backend.name} backend cannot link persistent kernels into a "
-                        f"pipeline ({exc})"
-                    ) from exc
-                raise
+            resident = backend.launch_persistent_kernel(
+                stages[index], regions[index], link=link, **options
+            )
             residents[index] = resident
             if index + 1 < count:
                 links[index + 1].producer = resident

@@ -29,6 +29,7 @@ Neither endpoint blocks or waits: they report what is possible now, and the call
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -807,7 +808,11 @@ def copy_records(destination: npt.NDArray[Any], source: npt.NDArray[Any]) -> Non
     Large contiguous runs are copied as bytes, in one ``memcpy``: NumPy copies a
     structured array field by field, about 25x slower for the ring's small records (a
     16-byte record: 64 us against 2.6 us per 16,384 records on a 2-core VM). Short
-    runs, where making the byte views costs more than the copy, are assigned.
+    runs, where making the byte views costs more than the copy, are assigned -- except
+    records with padding: a field-by-field copy leaves the destination's padding as it
+    was (``np.empty``'s leftovers: heap bytes of this process), so they are always
+    copied as bytes, carrying the source's padding (zero in ring slots: the device
+    sides zero it, ``docs/ring-protocol.md`` section 7).
     """
     if destination.dtype != source.dtype or len(destination) != len(source):
         raise ValueError(
@@ -815,7 +820,7 @@ def copy_records(destination: npt.NDArray[Any], source: npt.NDArray[Any]) -> Non
             f"{destination.shape} of {destination.dtype}"
         )
     if (
-        len(source) >= _BYTE_COPY_MIN
+        (len(source) >= _BYTE_COPY_MIN or _padded(source.dtype))
         and destination.flags.c_contiguous
         and source.flags.c_contiguous
     ):
@@ -828,10 +833,25 @@ def copy_records(destination: npt.NDArray[Any], source: npt.NDArray[Any]) -> Non
 _BYTE_COPY_MIN: Final = 128
 
 
+@functools.cache
+def _padded(dtype: np.dtype[Any]) -> bool:
+    """Whether some byte of a ``dtype`` record belongs to no field (nested included)."""
+
+    def covered(dtype: np.dtype[Any]) -> int:
+        if dtype.subdtype is not None:
+            inner, shape = dtype.subdtype
+            return covered(inner) * int(np.prod(shape, dtype=np.int64))
+        if dtype.fields is None:
+            return dtype.itemsize
+        return sum(covered(field[0]) for field in dtype.fields.values())
+
+    return covered(dtype) < dtype.itemsize
+
+
 def records_copy(source: npt.NDArray[Any]) -> npt.NDArray[Any]:
     """A new array holding a copy of the 1-D record array ``source`` (as fast as
-    :func:`copy_records`)."""
-    if len(source) < _BYTE_COPY_MIN:
+    :func:`copy_records`; padding copied as :func:`copy_records` says)."""
+    if len(source) < _BYTE_COPY_MIN and not _padded(source.dtype):
         return source.copy()
     copy = np.empty(len(source), source.dtype)
     copy_records(copy, source)

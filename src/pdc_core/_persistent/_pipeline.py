@@ -96,6 +96,7 @@ class PipelineSession(PersistentKernelSession):
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         pipeline = _pipeline_of(kernel)
         resolved = _pipeline_backend(pipeline, backend)
+        resolved.check_launch_options(options)  # a misspelt option allocates nothing
         memory = RingMemory.allocate(resolved, pipeline.kernel.layout)
         resident = launch_pipeline(resolved, pipeline, memory, **options)
         session = cls(

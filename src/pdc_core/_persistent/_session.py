@@ -411,6 +411,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         check_duration(stop_timeout, "stop_timeout")
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         backend = backend_for(kernel, backend)
+        backend.check_launch_options(options)  # a misspelt option allocates nothing
         memory = RingMemory.allocate(backend, kernel.layout)
         resident = backend.launch_persistent_kernel(kernel, memory, **options)
         if not isinstance(resident, ResidentKernel):

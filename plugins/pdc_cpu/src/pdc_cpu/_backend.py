@@ -70,6 +70,7 @@ class CpuBackend(Backend):
             Capability.UNIFIED_MEMORY,
             Capability.ASYNC_COPIES,
             Capability.PERSISTENT_KERNELS,
+            Capability.PIPELINES,
             Capability.PYTHON_KERNELS,
         }
     )

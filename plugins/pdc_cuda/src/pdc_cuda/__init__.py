@@ -23,7 +23,6 @@ from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # the names of _LAZY, for type checkers (a test holds them alike)
     from ._backend import CudaBackend as CudaBackend
-    from ._context import CONTEXT_KINDS as CONTEXT_KINDS
     from ._exceptions import CudaCompileError as CudaCompileError
     from ._exceptions import CudaContextError as CudaContextError
     from ._exceptions import NvrtcUnavailable as NvrtcUnavailable
@@ -34,6 +33,7 @@ if TYPE_CHECKING:  # the names of _LAZY, for type checkers (a test holds them al
     from ._launch import launch_config as launch_config
     from ._nvrtc import compile_to_ptx as compile_to_ptx
     from ._persistent import CudaResidentKernel as CudaResidentKernel
+    from ._places import CONTEXT_KINDS as CONTEXT_KINDS
     from ._properties import CudaDeviceProperties as CudaDeviceProperties
     from ._ring_source import CudaRingBody as CudaRingBody
     from ._ring_source import compile_ring_kernel_ptx as compile_ring_kernel_ptx
@@ -47,7 +47,6 @@ if TYPE_CHECKING:  # the names of _LAZY, for type checkers (a test holds them al
 #: backend is registered lazily).
 _LAZY = {
     "._backend": ("CudaBackend",),
-    "._context": ("CONTEXT_KINDS",),
     "._exceptions": (
         "CudaCompileError",
         "CudaContextError",
@@ -58,6 +57,7 @@ _LAZY = {
     "._launch": ("LaunchConfig", "auto_block_size", "launch_config"),
     "._nvrtc": ("compile_to_ptx",),
     "._persistent": ("CudaResidentKernel",),
+    "._places": ("CONTEXT_KINDS",),
     "._properties": ("CudaDeviceProperties",),
     "._ring_source": ("CudaRingBody", "compile_ring_kernel_ptx", "render_ring_kernel"),
     "._streams": ("CudaEvent", "CudaStream"),

@@ -15,22 +15,30 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from pdc_core import Backend, BackendError, Capability, CapabilityError, DeviceInfo
+from pdc_core import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    Capability,
+    CapabilityError,
+    DeviceInfo,
+)
 from pdc_core.backend import (
     Availability,
     MemoryKind,
     MemoryStatistics,
     Stream,
     normalize_shape_dtype,
+    strict_int,
 )
 
 from ._availability import PRIORITY, prefer_eager_module_loading
 from ._availability import availability as cuda_availability
-from ._context import DEFAULT_GREEN_SMS, ContextKind, context_kind, context_pool
+from ._context import DEFAULT_GREEN_SMS, DEFAULT_MAX_CONTEXTS
 from ._kernels import CudaKernel, compile_options, compile_raw_module
 from ._launch import Dims, LaunchConfig
 from ._memory import DevicePool, device_pointer, is_pinned, mapped_empty, pinned_empty
-from ._places import DriverPlace, LaunchSite, PrimaryPlace, ResidentPlace
+from ._places import ContextKind, LaunchSite, ResidentPlace, context_kind, place_for
 from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
 from ._residency import Residency, ResidentKernelBlocks
 from ._streams import CudaEvent, CudaStream, synchronize_stream
@@ -85,7 +93,11 @@ class CudaBackend(Backend):
     new source, a first :meth:`run_python_kernel` of a body; :meth:`free_cached_memory`)
     raises :class:`~pdc_cuda.ResidentKernelBlocks` at once, and :meth:`synchronize`
     synchronizes streams instead of the device. The launch option ``context=`` places
-    one kernel. Every driver call pdc makes beside a resident kernel goes to another
+    one kernel. At most ``max_contexts`` contexts of pdc's own are made per placement
+    (4 by default: contexts with work time-slice the GPU, so with n of them each
+    resident kernel runs about 1/n of the time); a launch that would need one more
+    raises :class:`~pdc_cuda.CudaContextError` saying what to do.
+    Every driver call pdc makes beside a resident kernel goes to another
     context, is deferred until no kernel is resident (frees), or is refused at once in
     the shared placement; none can wait for a resident kernel. A resident
     kernel is held (with its ring memory) until its stream is seen done, so a dropped
@@ -105,6 +117,7 @@ class CudaBackend(Backend):
             Capability.KERNELS,
             Capability.PYTHON_KERNELS,
             Capability.PERSISTENT_KERNELS,
+            Capability.PIPELINES,
             Capability.CUDA_ARRAY_INTERFACE,
         }
     )
@@ -119,10 +132,25 @@ class CudaBackend(Backend):
     _class_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(
-        self, device: int = 0, *, context: str | None = None, green_sms: int = DEFAULT_GREEN_SMS
+        self,
+        device: int = 0,
+        *,
+        context: str | None = None,
+        green_sms: int = DEFAULT_GREEN_SMS,
+        max_contexts: int = DEFAULT_MAX_CONTEXTS,
     ) -> None:
+        device = strict_int(device, "device", "a device index (an int)")
         super().__init__(device)
-        self._setup_residency(context, green_sms)
+        self._setup_residency(context, green_sms, max_contexts)
+        # The verdict get_backend("cuda") gives, before CuPy's first call (which would
+        # raise its own error, e.g. "CUDA driver version is insufficient", without a
+        # driver): the same BackendUnavailable and reason, however the backend is made.
+        availability = self.availability()
+        if not availability.available:
+            raise BackendUnavailable(
+                f"the {self.name} backend (from {self.distribution}) is not available "
+                f"here: {availability.reason}"
+            )
         prefer_eager_module_loading()
         import cupy
 
@@ -135,12 +163,20 @@ class CudaBackend(Backend):
         self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
         self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
 
-    def _setup_residency(self, context: str | None, green_sms: int) -> None:
+    def _setup_residency(
+        self, context: str | None, green_sms: int, max_contexts: int = DEFAULT_MAX_CONTEXTS
+    ) -> None:
         """The placement setting and the residency bookkeeping (subclasses that stand
         for a device without CuPy call it from their own ``__init__``)."""
         #: Where resident kernels go unless a launch says otherwise.
         self.context: ContextKind = context_kind(context)
-        self.green_sms = green_sms
+        self.green_sms = strict_int(green_sms, "green_sms", "a number of SMs (an int)")
+        if self.green_sms < 1:
+            raise ValueError(f"green_sms must be at least 1, not {green_sms!r}")
+        #: Contexts of pdc's own per placement on this device (see DEFAULT_MAX_CONTEXTS).
+        self.max_contexts = strict_int(max_contexts, "max_contexts", "an int")
+        if self.max_contexts < 1:
+            raise ValueError(f"max_contexts must be at least 1, not {max_contexts!r}")
         #: The resident kernels of this device and the memory waiting for them to go.
         self.residency = Residency(self.qualified_name)
         self._places: dict[ContextKind, ResidentPlace] = {}
@@ -425,11 +461,9 @@ class CudaBackend(Backend):
             synchronize_stream(cupy.cuda.get_current_stream())
 
     def resident_kernels(self) -> list[CudaResidentKernel]:
-        """The persistent kernels still running on this device (prunes exited ones).
-
-        Never blocks: each kernel's stream is queried. Memory deferred by
-        :meth:`defer_free` is let go once none is left.
-        """
+        """The persistent kernels still running on this device: a pure query (each
+        kernel's stream is asked, never waited for). Memory deferred by
+        :meth:`defer_free` is let go when a kernel is released and none is left."""
         return self.residency.running()
 
     def defer_free(self, memory: Any) -> None:
@@ -492,16 +526,7 @@ class CudaBackend(Backend):
         return place
 
     def _make_place(self, kind: ContextKind) -> ResidentPlace:
-        if kind == "shared":
-            return PrimaryPlace(self)
-        props = self.properties
-        pool = context_pool(
-            self.device,
-            kind,
-            compute_capability=(props.major, props.minor),
-            green_sms=self.green_sms,
-        )
-        return DriverPlace(pool, kind)
+        return place_for(kind, self)
 
     def launch_site(self, context: str | None = None) -> LaunchSite:
         """What a resident launch on this device needs (its place from ``context``)."""
@@ -624,10 +649,17 @@ class CudaBackend(Backend):
         13's NVRTC) or has a display watchdog; :class:`~pdc_cuda.CudaCompileError` with
         NVRTC's log when the body does not compile.
         """
-        from ._persistent import launch_persistent_kernel
+        from ._persistent import LaunchOptions, launch_persistent_kernel
 
-        site = self.launch_site(options.get("context"))
-        return launch_persistent_kernel(site, kernel, rings, **options)
+        launch = LaunchOptions.parse(options)
+        return launch_persistent_kernel(self.launch_site(launch.context), kernel, rings, launch)
+
+    def check_launch_options(self, options: Mapping[str, Any]) -> None:
+        """Raise what :meth:`launch_persistent_kernel` raises for ``options`` (a misspelt
+        option: ``TypeError`` naming it); the core asks before allocating the rings."""
+        from ._persistent import LaunchOptions
+
+        LaunchOptions.parse(options)
 
     def preload_persistent_kernels(
         self, kernels: Sequence[PersistentKernelSpec], **options: Any
@@ -642,9 +674,10 @@ class CudaBackend(Backend):
         ``"shared"`` placement it is how a program loads its resident kernels before
         the first one makes new modules impossible.
         """
-        from ._persistent import preload_persistent_kernels
+        from ._persistent import LaunchOptions, preload_persistent_kernels
 
-        preload_persistent_kernels(self.launch_site(options.get("context")), kernels, **options)
+        launch = LaunchOptions.parse(options)
+        preload_persistent_kernels(self.launch_site(launch.context), kernels, launch)
 
     def launch_pipeline(
         self, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
@@ -660,7 +693,8 @@ class CudaBackend(Backend):
         once (every stage's blocks must fit the device's SMs together), and
         :class:`~pdc_cuda.CudaCompileError` naming the stage whose body does not compile.
         """
+        from ._persistent import LaunchOptions
         from ._pipeline import launch_pipeline
 
-        site = self.launch_site(options.get("context"))
-        return launch_pipeline(site, pipeline, memory, **options)
+        launch = LaunchOptions.parse(options)
+        return launch_pipeline(self.launch_site(launch.context), pipeline, memory, launch)

@@ -10,6 +10,18 @@ Only layouts a C compiler reproduces exactly are accepted: every field at an off
 that is a multiple of its alignment, and a size that is a multiple of the struct's
 alignment. ``np.dtype([...], align=True)`` always qualifies; a packed dtype that does
 not is refused with a message saying so.
+
+A nested record field becomes a struct of its own named after its path
+(``pdc_request_pos`` for field ``pos`` of ``pdc_request``); where two paths give one
+name (field ``a`` holding ``b`` beside a field ``a_b``), the later one in field order
+gets the first free ``_2``, ``_3``... suffix, so every generated name is distinct.
+
+Every gap between fields, and the tail after the last, is a ``_pdc_pad*`` or
+``_pdc_tail`` member; :attr:`CStruct.padding_zeroer` is a device function
+``pdc_zero_padding(T&)`` (one overload per struct with padding, nested ones included)
+that zeroes exactly those bytes. The ring kernel calls it on every reply after the
+body ran, so no reply carries stale bytes out of the device (``docs/ring-protocol.md``
+section 4).
 """
 
 from __future__ import annotations
@@ -138,6 +150,19 @@ class CStruct:
     definitions: list[str] = field(default_factory=list)
     #: ``(field, byte offset)`` of the top-level fields, checked on the device.
     offsets: list[tuple[str, int]] = field(default_factory=list)
+    #: Whether some byte of the record is padding (here or in a nested struct).
+    has_padding: bool = False
+    #: The ``pdc_zero_padding`` overloads of this struct and its nested ones, nested
+    #: first (set on the struct :func:`c_struct` returns); one per struct with padding.
+    zeroers: list[str] = field(default_factory=list)
+
+    @property
+    def padding_zeroer(self) -> str:
+        """Device code defining ``pdc_zero_padding(<name>&)``: zeroes every padding
+        byte of a record (a no-op function where it has none)."""
+        if not self.has_padding:
+            return f"__device__ __forceinline__ void pdc_zero_padding({self.name}&) {{}}"
+        return "\n".join(self.zeroers)
 
     @property
     def source(self) -> str:
@@ -195,16 +220,35 @@ def c_struct(dtype: np.dtype[Any], name: str) -> CStruct:
             {"names": ["value"], "formats": [dtype], "offsets": [0], "itemsize": dtype.itemsize}
         )
     definitions: list[str] = []
-    struct = _render(dtype, name, definitions)
+    zeroers: list[str] = []
+    struct = _render(dtype, name, definitions, zeroers, {name})
     struct.definitions = definitions
+    struct.zeroers = zeroers
     return struct
 
 
-def _render(dtype: np.dtype[Any], name: str, definitions: list[str]) -> CStruct:
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or with the first free ``_2``, ``_3``... suffix; recorded as taken."""
+    candidate, suffix = name, 2
+    while candidate in taken:
+        candidate, suffix = f"{name}_{suffix}", suffix + 1
+    taken.add(candidate)
+    return candidate
+
+
+def _render(
+    dtype: np.dtype[Any],
+    name: str,
+    definitions: list[str],
+    zeroers: list[str],
+    taken: set[str],
+) -> CStruct:
     where = f"record {name} ({dtype})"
     assert dtype.names is not None
     assert dtype.fields is not None
     members: list[tuple[int, str, int, int]] = []  # offset, declaration, size, alignment
+    # Statements zeroing the padding of nested struct fields that have some.
+    nested_zeroing: list[str] = []
     for field_name in dtype.names:
         _check_identifier(field_name, where)
         field_dtype, offset = dtype.fields[field_name][:2]
@@ -212,8 +256,15 @@ def _render(dtype: np.dtype[Any], name: str, definitions: list[str]) -> CStruct:
         if field_dtype.subdtype is not None:
             field_dtype, shape = field_dtype.subdtype
         if field_dtype.names is not None:
-            nested = _render(field_dtype, f"{name}_{field_name}", definitions)
+            nested_name = _unique(f"{name}_{field_name}", taken)
+            nested = _render(field_dtype, nested_name, definitions, zeroers, taken)
             ctype, align = nested.name, nested.alignment
+            if nested.has_padding:
+                count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+                nested_zeroing.append(
+                    f"    for (unsigned int i = 0; i < {count}u; ++i) pdc_zero_padding("
+                    f"reinterpret_cast<{ctype}*>(&record.{field_name})[i]);"
+                )
         else:
             ctype, align = _scalar(field_dtype, f"field {field_name!r} of {where}")
             if field_dtype.kind in "SV":
@@ -240,21 +291,45 @@ def _render(dtype: np.dtype[Any], name: str, definitions: list[str]) -> CStruct:
             "alignment; build the dtype with np.dtype([...], align=True)"
         )
     lines = [f"struct {name} {{"]
+    pads: list[tuple[str, int]] = []  # member, bytes
     position = 0
     for pad_index, (offset, declaration, size, _align) in enumerate(members):
         if offset < position:
             raise TypeError(f"{where} has overlapping fields at byte {offset}")
         if offset > position:
+            pads.append((f"_pdc_pad{pad_index}", offset - position))
             lines.append(f"    unsigned char _pdc_pad{pad_index}[{offset - position}];")
         lines.append(f"    {declaration}")
         position = offset + size
     if dtype.itemsize > position:
+        pads.append(("_pdc_tail", dtype.itemsize - position))
         lines.append(f"    unsigned char _pdc_tail[{dtype.itemsize - position}];")
     lines.append("};")
+    if pads or nested_zeroing:
+        body = [
+            f"    for (unsigned int i = 0; i < {size}u; ++i) record.{member}[i] = 0;"
+            for member, size in pads
+        ]
+        zeroers.append(
+            "\n".join(
+                [
+                    f"__device__ __forceinline__ void pdc_zero_padding({name}& record) {{",
+                    *body,
+                    *nested_zeroing,
+                    "}",
+                ]
+            )
+        )
     lines.append(
         f'static_assert(sizeof({name}) == {dtype.itemsize}, "pdc: {name} must be '
         f'{dtype.itemsize} bytes, as its NumPy dtype");'
     )
     definitions.append("\n".join(lines))
     checks = [(field_name, int(dtype.fields[field_name][1])) for field_name in dtype.names]
-    return CStruct(name=name, size=dtype.itemsize, alignment=alignment, offsets=checks)
+    return CStruct(
+        name=name,
+        size=dtype.itemsize,
+        alignment=alignment,
+        offsets=checks,
+        has_padding=bool(pads or nested_zeroing),
+    )

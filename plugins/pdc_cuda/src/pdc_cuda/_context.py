@@ -10,24 +10,19 @@ synchronizes freely beside it. So a resident kernel is placed, by default, in a 
 pdc owns, and everything else (CuPy, numba-cuda, other libraries, pdc's own
 ``compile_kernel``/``launch_kernel``/``run_python_kernel``) keeps the primary context.
 
-Placements (:data:`CONTEXT_KINDS`; the backend's ``context=`` setting, the launch option
-``context=`` or the environment variable ``PDC_CUDA_CONTEXT``):
+The kinds of context pdc owns (the placements ``"own"`` and ``"green"``; the policy --
+which placement, its default, ``PDC_CUDA_CONTEXT``, and ``"shared"``, the primary
+context -- is :mod:`pdc_cuda._places`'s):
 
-``"own"`` (default)
-    An ordinary second context (``cuCtxCreate``), one per device and process, made
-    lazily at the first resident launch (about 170 ms, measured with the probe above).
-    Ordinary contexts time-slice against each other when both have work.
+``"own"``
+    An ordinary second context (``cuCtxCreate``), made lazily at the first resident
+    launch that needs one (about 170 ms, measured with the probe above). Ordinary
+    contexts time-slice against each other when both have work.
 ``"green"``
     A green context (``cuGreenCtxCreate``, CUDA >= 12.4) over a partition of the
     device's SMs (``green_sms``, rounded up by the driver to its partition granularity):
     work in it runs on SMs no other context uses. A one-block kernel in an 8-SM
-    partition leaves 7 SMs idle (about 5% of an H200); whether the primary context may
-    load modules beside a kernel running in a green context is what
-    ``benchmarks/cuda_contexts.py`` measures, so it is not the default.
-``"shared"``
-    The primary context, as before: no second context. A pdc operation that would then
-    wait for the kernel (a module load, a free of cached memory) raises at once instead
-    (:mod:`pdc_cuda._residency`).
+    partition leaves 7 SMs idle (about 5% of an H200).
 
 What may cross contexts: host memory that is pinned **portable** and mapped (the rings:
 ``MemoryKind.MAPPED`` is always allocated so) is addressable from every context, at the
@@ -47,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import importlib
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, Protocol
@@ -58,47 +52,33 @@ import numpy.typing as npt
 from ._exceptions import CudaContextError
 
 __all__ = [
-    "CONTEXT_ENV",
-    "CONTEXT_KINDS",
-    "DEFAULT_CONTEXT",
     "DEFAULT_GREEN_SMS",
+    "DEFAULT_MAX_CONTEXTS",
     "BindingsDriver",
     "ContextArray",
     "ContextKernel",
-    "ContextKind",
     "ContextStream",
     "CudaContextError",
     "Driver",
     "PdcContext",
     "ContextPool",
-    "context_kind",
+    "OwnedKind",
     "context_pool",
 ]
 
-ContextKind = Literal["own", "green", "shared"]
-#: The placements of resident kernels, the default first.
-CONTEXT_KINDS: tuple[ContextKind, ...] = ("own", "green", "shared")
-#: The placement when neither the call nor ``PDC_CUDA_CONTEXT`` names one.
-DEFAULT_CONTEXT: ContextKind = "own"
-#: The environment variable that sets the default placement.
-CONTEXT_ENV = "PDC_CUDA_CONTEXT"
+#: The kinds of context pdc owns: an ordinary one, or a green one over an SM partition.
+OwnedKind = Literal["own", "green"]
 #: SMs asked for a green context's partition (the driver rounds up).
 DEFAULT_GREEN_SMS = 8
-
-
-def context_kind(value: str | None = None) -> ContextKind:
-    """The placement ``value`` names, or ``PDC_CUDA_CONTEXT``'s, or :data:`DEFAULT_CONTEXT`.
-
-    Raises ``ValueError`` naming the accepted values for anything else.
-    """
-    chosen = value if value is not None else os.environ.get(CONTEXT_ENV) or DEFAULT_CONTEXT
-    if chosen not in CONTEXT_KINDS:
-        source = "context=" if value is not None else f"{CONTEXT_ENV}="
-        raise ValueError(
-            f"{source}{chosen!r} is not a placement for resident kernels; use one of "
-            + ", ".join(repr(kind) for kind in CONTEXT_KINDS)
-        )
-    return chosen
+#: Contexts pdc may own per device and placement (``CudaBackend(max_contexts=)``). A
+#: context is made only when every one holds a running kernel and the launch needs a
+#: module none has loaded; each costs about 170 ms to make (measured on an H200) and
+#: device memory of its own, and contexts with work time-slice the GPU: with n
+#: contexts each holding a resident kernel (which always has work: it polls), each
+#: kernel runs about 1/n of the time. Past 4 the latency cost dominates, and the
+#: remedy is not another context but loading the kernels together
+#: (``CudaBackend.preload_persistent_kernels``), which puts them in one.
+DEFAULT_MAX_CONTEXTS = 4
 
 
 class Driver(Protocol):
@@ -342,7 +322,7 @@ class PdcContext:
         self,
         driver: Driver,
         device: int,
-        kind: ContextKind = "own",
+        kind: OwnedKind = "own",
         *,
         compute_capability: tuple[int, int] = (9, 0),
         green_sms: int = DEFAULT_GREEN_SMS,
@@ -363,12 +343,24 @@ class PdcContext:
         self._green: Any = None
         #: SMs of the green partition (None for an ordinary context).
         self.sm_count: int | None = None
+        # The shared state below is guarded by ``_lock`` (an RLock: services nest);
+        # driver calls are made outside it, except in close().
+        #: Kernels loaded here, by (source, name, options): added by load_source() only,
+        #: while no kernel runs here (a load would wait for it); cleared by close().
         self._kernels: dict[tuple[str, str, tuple[str, ...]], ContextKernel] = {}
+        #: Every array allocated here and not yet freed: added by allocate(); removed
+        #: when its cuMemFree is made (_free_now) or by close(), which frees them all.
         self._arrays: list[ContextArray] = []
-        #: Streams a kernel was launched on and not yet seen done.
+        #: Streams a kernel was launched on (launched()), until collect() sees them
+        #: done; may hold streams already done (``busy`` queries each, changing
+        #: nothing). Empty in a context no kernel was launched in since the last collect.
         self._running: list[ContextStream] = []
-        #: Frees asked for while a kernel ran here (``cuMemFree`` would wait for it).
-        self._pending_frees: list[ContextArray] = []
+        #: This context's one deferral queue: arrays whose free was asked for while a
+        #: kernel ran here (cuMemFree would wait for it). Appended by free() only while
+        #: busy; emptied by collect() once no kernel runs, and by close(). Each entry is
+        #: still in ``_arrays``.
+        self._deferred: list[ContextArray] = []
+        #: Set once by close(); every later service raises.
         self._closed = False
 
     # -- the context itself -------------------------------------------------------------
@@ -388,21 +380,32 @@ class PdcContext:
 
     @property
     def busy(self) -> bool:
-        """Whether a kernel launched here may still run (queries its streams, never
-        blocks). A busy context loads no module and frees no memory: both would wait
-        for the running kernel. Frees deferred while busy happen once it is not."""
+        """Whether a kernel launched here may still run: a pure query of its streams
+        (never blocks, changes nothing). A busy context loads no module and frees no
+        memory: both would wait for the running kernel. :meth:`collect` frees what
+        was deferred once it is not."""
         with self._lock:
             running = list(self._running)
-        still = [stream for stream in running if not _finished(stream)]
+        return any(not _finished(stream) for stream in running)
+
+    def collect(self) -> bool:
+        """Forget the streams seen done and, once no kernel runs here, make the frees
+        deferred meanwhile (cuMemFree no longer waits). Returns whether a kernel still
+        runs here. Never blocks; called by the services that would wait (a load, a
+        free) and by the pool before it picks a context."""
         with self._lock:
-            self._running = [stream for stream in self._running if stream in still]
-            idle = not self._running
-            pending = self._pending_frees if idle else []
-            if idle:
-                self._pending_frees = []
-        for array in pending:
+            running = list(self._running)
+        done = [stream for stream in running if _finished(stream)]
+        with self._lock:
+            # Streams launched since the snapshot stay: they were not queried.
+            self._running = [stream for stream in self._running if stream not in done]
+            busy = bool(self._running)
+            deferred: list[ContextArray] = [] if busy else self._deferred
+            if not busy:
+                self._deferred = []
+        for array in deferred:
             self._free_now(array)
-        return not idle
+        return busy
 
     def has_loaded(self, key: tuple[str, str, tuple[str, ...]]) -> bool:
         """Whether the kernel of ``key`` (source, name, options) is loaded here already."""
@@ -410,7 +413,8 @@ class PdcContext:
             return key in self._kernels
 
     def launched(self, stream: ContextStream) -> None:
-        """Record that a kernel now runs on ``stream`` (see :attr:`busy`)."""
+        """Record that a kernel now runs on ``stream`` (see :attr:`busy`; the stream
+        stays recorded until :meth:`collect` sees it done)."""
         with self._lock:
             self._running.append(stream)
 
@@ -440,6 +444,7 @@ class PdcContext:
             handle, green = self._handle, self._green
             self._handle = self._green = None
             arrays, self._arrays = self._arrays, []
+            self._deferred = []  # each is in ``arrays``, freed below
             self._kernels.clear()
         if handle is None:
             return
@@ -464,7 +469,7 @@ class PdcContext:
             cached = self._kernels.get(key)
         if cached is not None:
             return cached
-        if self.busy:
+        if self.collect():
             raise CudaContextError(
                 f"cannot load a module into {self!r} while a kernel runs in it: the load "
                 "would wait for that kernel to exit"
@@ -501,11 +506,11 @@ class PdcContext:
         return array
 
     def free(self, array: ContextArray) -> None:
-        """``cuMemFree`` of ``array`` now, or once no kernel runs here (``cuMemFree``
-        waits for the context's kernels)."""
-        if self.busy:
+        """``cuMemFree`` of ``array`` now, or, while a kernel runs here, at the first
+        :meth:`collect` that finds none (``cuMemFree`` waits for the context's kernels)."""
+        if self.collect():
             with self._lock:
-                self._pending_frees.append(array)
+                self._deferred.append(array)
             return
         self._free_now(array)
 
@@ -586,8 +591,10 @@ def refuse_foreign_memory_reason(value: Any) -> str:
 
 
 class BindingsDriver:
-    """:class:`Driver` through NVIDIA's ``cuda.bindings`` (``cuda-bindings`` >= 12.4, a
-    dependency of pdc-cuda; the error below covers an environment that lacks it)."""
+    """:class:`Driver` through NVIDIA's ``cuda.bindings`` (``cuda-bindings`` 12.4 or newer,
+    13 included: a dependency of pdc-cuda; the error below covers an environment that
+    lacks it). Every driver call goes through :meth:`_call`, which names the call in
+    its error."""
 
     def __init__(self) -> None:
         try:
@@ -599,7 +606,12 @@ class BindingsDriver:
                 "context with context='shared' (PDC_CUDA_CONTEXT=shared)"
             ) from exc
         self._cu = driver
-        self._check(driver.cuInit(0), "cuInit")
+        self._call("cuInit", 0)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        """``cuda.bindings.driver.<name>(*args)``: its value (``None``, one value or a
+        tuple of them), or :class:`CudaContextError` naming the call and its ``CUresult``."""
+        return self._check(getattr(self._cu, name)(*args), name)
 
     def _check(self, result: Any, call: str) -> Any:
         if not isinstance(result, tuple):
@@ -614,110 +626,88 @@ class BindingsDriver:
             return None
         return values[0] if len(values) == 1 else values
 
-    def _device(self, device: int) -> Any:
-        return self._check(self._cu.cuDeviceGet(device), "cuDeviceGet")
-
     def create_context(self, device: int) -> Any:
-        cu = self._cu
-        handle = self._device(device)
+        handle = self._call("cuDeviceGet", device)
         try:  # cuda-bindings 13: cuCtxCreate(ctxCreateParams, flags, dev)
-            result = cu.cuCtxCreate(None, 0, handle)
+            context = self._call("cuCtxCreate", None, 0, handle)
         except TypeError:  # cuda-bindings 12: cuCtxCreate(flags, dev)
-            result = cu.cuCtxCreate(0, handle)
-        context = self._check(result, "cuCtxCreate")
-        self._check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")  # created current: undo
+            context = self._call("cuCtxCreate", 0, handle)
+        self._call("cuCtxPopCurrent")  # created current: undo
         return context
 
     def create_green_context(self, device: int, sm_count: int) -> tuple[Any, Any, int]:
         cu = self._cu
-        handle = self._device(device)
-        whole = self._check(
-            cu.cuDeviceGetDevResource(handle, cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
-            "cuDeviceGetDevResource",
-        )
-        groups, _count, _rest = self._check(
-            cu.cuDevSmResourceSplitByCount(1, whole, 0, sm_count), "cuDevSmResourceSplitByCount"
-        )
+        handle = self._call("cuDeviceGet", device)
+        sm = cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM
+        whole = self._call("cuDeviceGetDevResource", handle, sm)
+        groups, _count, _rest = self._call("cuDevSmResourceSplitByCount", 1, whole, 0, sm_count)
         part = groups[0]
-        desc = self._check(cu.cuDevResourceGenerateDesc([part], 1), "cuDevResourceGenerateDesc")
-        green = self._check(
-            cu.cuGreenCtxCreate(
-                desc, handle, cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
-            ),
-            "cuGreenCtxCreate",
-        )
-        context = self._check(cu.cuCtxFromGreenCtx(green), "cuCtxFromGreenCtx")
+        desc = self._call("cuDevResourceGenerateDesc", [part], 1)
+        flags = cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM
+        green = self._call("cuGreenCtxCreate", desc, handle, flags)
+        context = self._call("cuCtxFromGreenCtx", green)
         return green, context, int(part.sm.smCount)
 
     def destroy_context(self, context: Any, green: Any) -> None:
         if green is not None:
-            self._check(self._cu.cuGreenCtxDestroy(green), "cuGreenCtxDestroy")
+            self._call("cuGreenCtxDestroy", green)
         else:
-            self._check(self._cu.cuCtxDestroy(context), "cuCtxDestroy")
+            self._call("cuCtxDestroy", context)
 
     def push(self, context: Any) -> None:
-        self._check(self._cu.cuCtxPushCurrent(context), "cuCtxPushCurrent")
+        self._call("cuCtxPushCurrent", context)
 
     def pop(self) -> None:
-        self._check(self._cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
+        self._call("cuCtxPopCurrent")
 
     def load_module(self, image: bytes) -> Any:
-        return self._check(self._cu.cuModuleLoadData(image), "cuModuleLoadData")
+        return self._call("cuModuleLoadData", image)
 
     def get_function(self, module: Any, name: str) -> Any:
-        function = self._check(
-            self._cu.cuModuleGetFunction(module, name.encode()), "cuModuleGetFunction"
-        )
-        load = getattr(self._cu, "cuFuncLoad", None)  # CUDA >= 12.4
-        if load is not None:
+        function = self._call("cuModuleGetFunction", module, name.encode())
+        if hasattr(self._cu, "cuFuncLoad"):  # CUDA >= 12.4
             # Under lazy loading a function is loaded at its first launch, which waits
             # for the kernels running in its context: load it now, while none does.
-            self._check(load(function), "cuFuncLoad")
+            self._call("cuFuncLoad", function)
         return function
 
     def max_threads_per_block(self, function: Any) -> int:
         attribute = self._cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
-        return int(
-            self._check(self._cu.cuFuncGetAttribute(attribute, function), "cuFuncGetAttribute")
-        )
+        return int(self._call("cuFuncGetAttribute", attribute, function))
 
     def create_stream(self, green: Any) -> Any:
         flags = self._cu.CUstream_flags.CU_STREAM_NON_BLOCKING
         if green is not None:
-            return self._check(
-                self._cu.cuGreenCtxStreamCreate(green, flags, 0), "cuGreenCtxStreamCreate"
-            )
-        return self._check(self._cu.cuStreamCreate(flags), "cuStreamCreate")
+            return self._call("cuGreenCtxStreamCreate", green, flags, 0)
+        return self._call("cuStreamCreate", flags)
 
     def stream_done(self, stream: Any) -> bool:
         (status,) = self._cu.cuStreamQuery(stream)
-        if status == self._cu.CUresult.CUDA_ERROR_NOT_READY:
+        if status == self._cu.CUresult.CUDA_ERROR_NOT_READY:  # the one status not an error
             return False
         self._check((status,), "cuStreamQuery")
         return True
 
     def stream_synchronize(self, stream: Any) -> None:
-        self._check(self._cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        self._call("cuStreamSynchronize", stream)
 
     def destroy_stream(self, stream: Any) -> None:
-        self._check(self._cu.cuStreamDestroy(stream), "cuStreamDestroy")
+        self._call("cuStreamDestroy", stream)
 
     def mem_alloc(self, nbytes: int) -> int:
-        return int(self._check(self._cu.cuMemAlloc(nbytes), "cuMemAlloc"))
+        return int(self._call("cuMemAlloc", nbytes))
 
     def mem_free(self, address: int) -> None:
-        self._check(self._cu.cuMemFree(address), "cuMemFree")
+        self._call("cuMemFree", address)
 
     def copy_to_device(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
-        self._check(self._cu.cuMemcpyHtoDAsync(dst, src, nbytes, stream), "cuMemcpyHtoDAsync")
+        self._call("cuMemcpyHtoDAsync", dst, src, nbytes, stream)
 
     def copy_to_host(self, dst: int, src: int, nbytes: int, stream: Any) -> None:
-        self._check(self._cu.cuMemcpyDtoHAsync(dst, src, nbytes, stream), "cuMemcpyDtoHAsync")
+        self._call("cuMemcpyDtoHAsync", dst, src, nbytes, stream)
 
     def host_device_pointer(self, host: int) -> int:
-        return int(
-            self._check(self._cu.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer")
-        )
+        return int(self._call("cuMemHostGetDevicePointer", host, 0))
 
     def launch(
         self,
@@ -728,10 +718,7 @@ class BindingsDriver:
         stream: Any,
     ) -> None:
         params = (tuple(args), tuple(ctypes.c_uint64 for _ in args))
-        self._check(
-            self._cu.cuLaunchKernel(function, *grid, *block, 0, stream, params, 0),
-            "cuLaunchKernel",
-        )
+        self._call("cuLaunchKernel", function, *grid, *block, 0, stream, params, 0)
 
 
 class ContextPool:
@@ -749,21 +736,38 @@ class ContextPool:
     def __init__(self, factory: Callable[[], PdcContext]) -> None:
         self._factory = factory
         self._lock = threading.Lock()
+        #: The contexts made so far, in order: appended by context_for() (under
+        #: ``_lock``, at most ``limit`` of them), emptied by close().
         self.contexts: list[PdcContext] = []
 
-    def context_for(self, keys: Sequence[tuple[str, str, tuple[str, ...]]]) -> PdcContext:
+    def context_for(
+        self,
+        keys: Sequence[tuple[str, str, tuple[str, ...]]],
+        limit: int = DEFAULT_MAX_CONTEXTS,
+    ) -> PdcContext:
         """A context that holds every kernel of ``keys`` (source, name, options) already,
-        else one where no kernel runs, else a new one."""
+        else one where no kernel runs, else a new one while there are fewer than
+        ``limit``; at the limit, :class:`CudaContextError` saying what to do."""
         with self._lock:
             contexts = list(self.contexts)
         for context in contexts:
             if all(context.has_loaded(key) for key in keys):
                 return context
         for context in contexts:
-            if not context.busy:
+            if not context.collect():
                 return context
-        context = self._factory()
         with self._lock:
+            if len(self.contexts) >= limit:
+                where = f"{self.contexts[0]!r}".replace("<PdcContext ", "").rstrip(">")
+                raise CudaContextError(
+                    f"every one of the {limit} context(s) pdc may own ({where}) runs a resident "
+                    "kernel, and this launch needs a module none of them has loaded (a load "
+                    "beside a running kernel would wait for it). Load the kernels together "
+                    "before launching them (backend.preload_persistent_kernels), stop one, "
+                    f"or allow more contexts: CudaBackend(max_contexts={limit + 1}) (each one "
+                    "more time-slices the GPU with the others)"
+                )
+            context = self._factory()
             self.contexts.append(context)
         return context
 
@@ -775,13 +779,13 @@ class ContextPool:
             context.close()
 
 
-_pools: dict[tuple[int, ContextKind, int], ContextPool] = {}
+_pools: dict[tuple[int, OwnedKind, int], ContextPool] = {}
 _pools_lock = threading.Lock()
 
 
 def context_pool(
     device: int,
-    kind: ContextKind,
+    kind: OwnedKind,
     *,
     compute_capability: tuple[int, int],
     green_sms: int = DEFAULT_GREEN_SMS,

@@ -11,7 +11,7 @@ Python bindings are tried, in order:
 Both need the NVRTC library itself (the ``nvidia-cuda-nvrtc-cu12`` wheel, i.e.
 ``pip install 'pdc-cuda[nvrtc]'``, or a CUDA 12 toolkit). ``<cuda/atomic>`` comes from
 CCCL: the copy bundled inside the CuPy wheel, else the ``nvidia-cuda-cccl-cu12`` wheel,
-else the toolkit at ``CUDA_PATH``.
+else the toolkit at ``CUDA_PATH`` (``include/``, or CUDA 13's ``include/cccl/``).
 """
 
 from __future__ import annotations
@@ -80,8 +80,12 @@ def _wheel_cccl() -> list[str]:
 
 def _toolkit_cccl() -> list[str]:
     for root in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
-        if root and (Path(root) / "include" / "cuda" / "atomic").is_file():
-            return [str(Path(root) / "include")]
+        if not root:
+            continue
+        # CUDA 12 keeps CCCL in include/; CUDA 13 moved it to include/cccl/.
+        for include in (Path(root) / "include", Path(root) / "include" / "cccl"):
+            if (include / "cuda" / "atomic").is_file():
+                return [str(include)]
     return []
 
 

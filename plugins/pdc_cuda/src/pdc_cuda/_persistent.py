@@ -24,8 +24,8 @@ then kept and the process's CUDA context has to go.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -38,44 +38,120 @@ from pdc_core.backend import (
     ResidentKernel,
     RingMemory,
     StopMode,
+    strict_int,
 )
 
 from ._nvrtc import find_nvrtc, min_compute_capability
-from ._places import LaunchSite, ResidentPlace, check_state
+from ._places import ContextKind, LaunchSite, ResidentPlace, check_state, context_kind
 from ._residency import Residency
 from ._ring_source import KERNEL_NAME, CudaRingBody, RingWiring, render_ring_kernel
 
 __all__ = [
     "LAUNCH_OPTIONS",
     "CudaResidentKernel",
+    "LaunchOptions",
     "launch_persistent_kernel",
     "preload_persistent_kernels",
     "render_kernel",
     "ring_body",
 ]
 
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The launch options of a resident kernel (or of every stage of a pipeline) on
+    CUDA, as ``open_persistent_kernel(..., **options)`` passes them, typed and checked
+    in one place: :meth:`parse`, which the backend calls before anything is rendered,
+    compiled or allocated (the core asks it before allocating the rings:
+    ``CudaBackend.check_launch_options``). ``None`` keeps the body's own setting."""
+
+    #: The block size (1..1024).
+    threads: int | None = None
+    #: The idle polling back-off, in ns (0..1000000).
+    backoff_min_ns: int | None = None
+    backoff_max_ns: int | None = None
+    #: Launch even on a device with a display watchdog.
+    allow_watchdog: bool = False
+    #: Extra NVRTC options, after the body's own.
+    compile_options: tuple[str, ...] = ()
+    #: Where the kernel runs (``"own"``, ``"green"``, ``"shared"``); the backend's own
+    #: placement when None.
+    context: ContextKind | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any] | LaunchOptions) -> LaunchOptions:
+        """``options`` (keyword arguments of a launch) as :class:`LaunchOptions`.
+
+        An unknown name (a misspelt option) is a ``TypeError`` naming it and listing
+        the accepted ones; a value of the wrong type a ``TypeError``, one out of range a
+        ``ValueError``, each naming the option and the value as given.
+        """
+        if isinstance(options, LaunchOptions):
+            return options
+        unknown = sorted(set(options) - LAUNCH_OPTIONS)
+        if unknown:
+            raise TypeError(
+                f"unknown CUDA launch option(s) {', '.join(unknown)}; the cuda backend accepts "
+                f"{', '.join(sorted(LAUNCH_OPTIONS))}"
+            )
+        values: dict[str, Any] = {}
+        if "threads" in options:
+            threads = strict_int(options["threads"], "threads", "an int in 1..1024")
+            if not 1 <= threads <= 1024:
+                raise ValueError(f"threads must be an int in 1..1024, not {options['threads']!r}")
+            values["threads"] = threads
+        for name in ("backoff_min_ns", "backoff_max_ns"):
+            if name in options:
+                value = strict_int(options[name], name, "an int in 0..1000000 ns")
+                if not 0 <= value <= 1_000_000:
+                    raise ValueError(f"{name} must be an int in 0..1000000 ns, not {value!r}")
+                values[name] = value
+        if "allow_watchdog" in options:
+            allow = options["allow_watchdog"]
+            if not isinstance(allow, bool):
+                raise TypeError(
+                    f"allow_watchdog must be True or False, got {type(allow).__name__} {allow!r}"
+                )
+            values["allow_watchdog"] = allow
+        if "compile_options" in options:
+            extra = options["compile_options"]
+            if isinstance(extra, str):
+                raise TypeError("compile_options must be a sequence of strings, not one string")
+            try:
+                values["compile_options"] = tuple(extra)
+            except TypeError:
+                raise TypeError(
+                    f"compile_options must be a sequence of strings, got {type(extra).__name__}"
+                ) from None
+            bad = [item for item in values["compile_options"] if not isinstance(item, str)]
+            if bad:
+                raise TypeError(f"compile_options must be strings, got {bad[0]!r}")
+        if options.get("context") is not None:
+            values["context"] = context_kind(options["context"])
+        return cls(**values)
+
+    def overrides(self) -> dict[str, int]:
+        """The body settings this launch sets (``threads`` and the back-off)."""
+        names = ("threads", "backoff_min_ns", "backoff_max_ns")
+        return {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+
+
 #: Launch options accepted by ``open_persistent_kernel(..., **options)`` on CUDA.
-LAUNCH_OPTIONS = frozenset(
-    {"threads", "backoff_min_ns", "backoff_max_ns", "allow_watchdog", "compile_options", "context"}
-)
+LAUNCH_OPTIONS = frozenset(field.name for field in fields(LaunchOptions))
+#: A launch without options.
+NO_OPTIONS = LaunchOptions()
 
 
 def ring_body(
-    kernel: PersistentKernelSpec, options: dict[str, Any]
+    kernel: PersistentKernelSpec, options: Mapping[str, Any] | LaunchOptions
 ) -> tuple[CudaRingBody, tuple[str, ...]]:
     """The :class:`CudaRingBody` and compiler options for ``kernel`` on CUDA.
 
     The kernel's ``cuda`` body may be a :class:`~pdc_core.DeviceSource` (or a string,
     which the core turns into one) or a :class:`CudaRingBody`. Launch ``options``
-    override the body's ``threads`` and back-off; unknown options raise ``TypeError``
-    naming them.
+    (:meth:`LaunchOptions.parse`) override the body's ``threads`` and back-off.
     """
-    unknown = sorted(set(options) - LAUNCH_OPTIONS)
-    if unknown:
-        raise TypeError(
-            f"unknown CUDA launch option(s) {', '.join(unknown)}; the cuda backend accepts "
-            f"{', '.join(sorted(LAUNCH_OPTIONS))}"
-        )
+    launch = LaunchOptions.parse(options)
     source = kernel.body_for("cuda")
     compile_options: tuple[str, ...] = ()
     if isinstance(source, DeviceSource):
@@ -89,20 +165,15 @@ def ring_body(
             f"DeviceSource) or a CudaRingBody, not {type(source).__name__}"
         )
     changes: dict[str, Any] = {"max_batch": min(body.max_batch, kernel.max_batch)}
-    for name in ("threads", "backoff_min_ns", "backoff_max_ns"):
-        if name in options:
-            changes[name] = options[name]
+    changes.update(launch.overrides())
     if (
-        "threads" not in options
+        launch.threads is None
         and body.threads == CudaRingBody.__dataclass_fields__["threads"].default
     ):
         # No more threads than a batch can use (at least one warp).
         changes["threads"] = min(body.threads, max(32, -(-kernel.max_batch // 32) * 32))
     body = replace(body, **changes)
-    extra = options.get("compile_options", ())
-    if isinstance(extra, str):
-        raise TypeError("compile_options must be a sequence of strings, not one string")
-    return body, (*compile_options, *tuple(extra))
+    return body, (*compile_options, *launch.compile_options)
 
 
 def check_device(
@@ -207,8 +278,7 @@ class CudaResidentKernel(ResidentKernel):
             self._failure = exc
             done = True
         if done:
-            self._exited = True
-            self.residency.forget(self)
+            self._exited = True  # the residency forgets it at its next collect()
         return bool(done)
 
     @property
@@ -232,10 +302,11 @@ class CudaResidentKernel(ResidentKernel):
         """Drop the stream and the state (the core owns the rings); never waits.
 
         Called after :attr:`exited`. The stream is discarded without synchronizing (it
-        is done, or failed). While other kernels are resident on the device, the ring
-        memory and the state are handed to the backend's deferred frees, so that freeing
-        them (``cudaFreeHost``/``cuMemFree`` may wait for a running kernel) happens only
-        once no kernel is resident.
+        is done, or failed). State in a context pdc owns goes to that context's free
+        (made at once, or deferred while a kernel runs there); while other kernels are
+        resident on the device, the ring memory (and state in the primary context) is
+        handed to the residency's deferred frees, so that freeing it (``cudaFreeHost``
+        may wait for a running kernel) happens only once no kernel is resident.
         """
         if self._released:
             return
@@ -247,19 +318,18 @@ class CudaResidentKernel(ResidentKernel):
                 self._final_state = self.read_state()
             except Exception:  # a failed context: there is no state to keep
                 self._final_state = None
+        state, self.state_array = self.state_array, None
+        free = getattr(state, "free", None)
+        if callable(free):  # memory of a context pdc owns: its own deferral queue
+            free()
+            state = None
         # The allocation itself: the session detaches the ring memory from it next.
-        held = (self.memory.owner, self.state_array)
-        if self.residency.running():
-            self.residency.defer_free(held)
-        elif self.state_array is not None:
-            free = getattr(self.state_array, "free", None)
-            if callable(free):  # memory of a context pdc owns
-                free()
-        self.state_array = None
+        if self.residency.collect():
+            self.residency.defer_free((self.memory.owner, state))
 
 
 def render_kernel(
-    kernel: PersistentKernelSpec, options: dict[str, Any], wiring: RingWiring
+    kernel: PersistentKernelSpec, options: Mapping[str, Any] | LaunchOptions, wiring: RingWiring
 ) -> tuple[CudaRingBody, str, tuple[str, ...]]:
     """What the launch of ``kernel`` (a kernel of its own, or a pipeline stage: ``wiring``)
     with launch ``options`` compiles: its body, the rendered source and NVRTC options.
@@ -271,39 +341,38 @@ def render_kernel(
 
 
 def preload_persistent_kernels(
-    site: LaunchSite, kernels: Sequence[PersistentKernelSpec], **options: Any
+    site: LaunchSite, kernels: Sequence[PersistentKernelSpec], options: LaunchOptions
 ) -> None:
     """Compile and load every kernel of ``kernels`` into one context of ``site``'s place,
     as their launches with ``options`` will (a kernel's own rings, sequenced input when
     ``sequenced_input``), before any is launched: launched one after another they then
     share that context and load nothing beside each other."""
-    options = dict(options)
-    options.pop("context", None)
     sequenced = bool(getattr(site.backend, "ring_sequenced_input", False))
     specs = []
     for kernel in kernels:
         if not isinstance(kernel, PersistentKernelSpec):
             raise TypeError(f"expected PersistentKernel objects, not {type(kernel).__name__}")
         wiring = RingWiring(sequenced_input=sequenced)
-        _, source, compile_options = render_kernel(kernel, dict(options), wiring)
+        _, source, compile_options = render_kernel(kernel, options, wiring)
         specs.append((source, KERNEL_NAME, compile_options))
     site.place.compile(specs)
 
 
 def launch_persistent_kernel(
-    site: LaunchSite, kernel: PersistentKernelSpec, rings: RingMemory, **options: Any
+    site: LaunchSite,
+    kernel: PersistentKernelSpec,
+    rings: RingMemory,
+    options: LaunchOptions = NO_OPTIONS,
 ) -> CudaResidentKernel:
-    """Compile and launch ``kernel``'s resident loop on ``rings`` in ``site``'s place;
-    see the module docs."""
+    """Compile and launch ``kernel``'s resident loop on ``rings`` in ``site``'s place
+    (chosen from ``options.context`` by the caller); see the module docs."""
     if not isinstance(kernel, PersistentKernelSpec):
         raise TypeError(f"expected a PersistentKernel, not {type(kernel).__name__}")
     if not isinstance(rings, RingMemory):
         raise TypeError(f"expected the RingMemory the core allocated, not {type(rings).__name__}")
-    options = dict(options)
-    options.pop("context", None)  # chose ``place``
     wiring = RingWiring(sequenced_input=rings.layout.sequenced_input)
     body, source, compile_options = render_kernel(kernel, options, wiring)
-    check_device(site, bool(options.get("allow_watchdog", False)))
+    check_device(site, options.allow_watchdog)
     place, residency = site.place, site.residency
     state_host = check_state(kernel.state, f"placement {place.kind!r}")
     (compiled,) = place.compile([(source, KERNEL_NAME, compile_options)])

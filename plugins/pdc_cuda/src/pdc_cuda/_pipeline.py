@@ -51,7 +51,13 @@ from pdc_core.backend import (
 )
 
 from ._exceptions import CudaCompileError
-from ._persistent import CudaResidentKernel, check_device, render_kernel
+from ._persistent import (
+    NO_OPTIONS,
+    CudaResidentKernel,
+    LaunchOptions,
+    check_device,
+    render_kernel,
+)
 from ._places import LaunchSite, ResidentPlace, check_state
 from ._properties import CudaDeviceProperties
 from ._residency import Residency
@@ -190,16 +196,20 @@ class CudaLink:
         return self.image
 
     def free(self) -> None:
-        """Let go of the region (after every stage has exited). While other kernels are
-        resident the memory goes to :meth:`Residency.defer_free`: ``cudaFree``,
-        ``cuMemFree`` and ``cudaFreeHost`` may wait for a running kernel."""
-        held = (self.device_array, self.image.owner)
+        """Let go of the region (after every stage has exited). Device memory of a
+        context pdc owns goes to that context's free (deferred while a kernel runs
+        there); while other kernels are resident the rest goes to
+        :meth:`Residency.defer_free`: ``cudaFree`` and ``cudaFreeHost`` may wait for a
+        running kernel."""
+        owner = self.image.owner
         self.image.detach()
         array, self.device_array = self.device_array, None
-        if self.site.residency.running():
-            self.site.residency.defer_free(held)
-        elif callable(getattr(array, "free", None)):
-            array.free()  # memory of a context pdc owns
+        free = getattr(array, "free", None)
+        if callable(free):  # memory of a context pdc owns: its own deferral queue
+            free()
+            array = None
+        if self.site.residency.collect():
+            self.site.residency.defer_free((array, owner))
 
 
 class CudaPipelineResident(PipelineResident):
@@ -294,24 +304,24 @@ def stage_wirings(
 
 
 def launch_pipeline(
-    site: LaunchSite, pipeline: PersistentPipeline, memory: RingMemory, **options: Any
+    site: LaunchSite,
+    pipeline: PersistentPipeline,
+    memory: RingMemory,
+    options: LaunchOptions = NO_OPTIONS,
 ) -> CudaPipelineResident:
     """Prepare every stage and link of ``pipeline``, then launch the stages back to back;
     see the module documentation. ``memory`` is the host region the core allocated
     (mapped) and initialised. ``options`` are the single kernel's (``threads``, back-off,
-    ``allow_watchdog``, ``compile_options``), applied to every stage.
+    ``allow_watchdog``, ``compile_options``), applied to every stage (``context`` chose
+    ``site``).
 
     Raises :class:`~pdc_core.CapabilityError` before anything is allocated when the
     device cannot hold every stage resident, :class:`~pdc_cuda.CudaCompileError` naming
     the stage whose body does not compile, and, if a launch fails, stops the stages
     already launched (and waits for their streams) before re-raising.
     """
-    if "link" in options:
-        raise TypeError("the launch option 'link' is set by the pipeline itself")
-    options = dict(options)
-    options.pop("context", None)  # chose site.place
     count = len(pipeline.stages)
-    check_device(site, bool(options.get("allow_watchdog", False)))
+    check_device(site, options.allow_watchdog)
     check_co_residency(site, count)
     place = site.place
     device = site.properties.index
@@ -320,7 +330,7 @@ def launch_pipeline(
         pipeline, [placement.scope for placement in placements], memory.layout.sequenced_input
     )
     rendered = [
-        render_kernel(pipeline.stages[index], dict(options), wiring)
+        render_kernel(pipeline.stages[index], options, wiring)
         for index, wiring in enumerate(wirings)
     ]
     states = [check_state(stage.state, f"placement {place.kind!r}") for stage in pipeline.stages]

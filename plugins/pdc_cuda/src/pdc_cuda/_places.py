@@ -1,4 +1,23 @@
-"""Where a resident kernel runs: the one interface launches and pipelines go through.
+"""Where a resident kernel runs: the placement policy, and the one interface launches
+and pipelines go through.
+
+The policy: a resident kernel is placed by a kind (:data:`CONTEXT_KINDS`): the launch
+option ``context=``, else the backend's ``context=`` setting, else the environment
+variable ``PDC_CUDA_CONTEXT``, else :data:`DEFAULT_CONTEXT` (:func:`context_kind`).
+
+``"own"`` (default)
+    A context pdc owns (:mod:`pdc_cuda._context`), so that nothing the rest of the
+    process loads or frees in the primary context waits for the kernel.
+``"green"``
+    A green context pdc owns, over a partition of the device's SMs. Whether the primary
+    context may load modules beside a kernel running in one is what
+    ``benchmarks/cuda_contexts.py`` measures, so it is not the default.
+``"shared"``
+    The primary context, as before: no second context. A pdc operation that would then
+    wait for the kernel (a module load, a free of cached memory) raises at once instead
+    (:mod:`pdc_cuda._residency`).
+
+:func:`place_for` turns a kind into its place, given the device's services.
 
 A :class:`ResidentPlace` compiles and loads a resident kernel, makes its stream, puts
 its state and its device-memory links in device memory, and gives the device address
@@ -18,9 +37,10 @@ uses (:class:`PrimaryServices`, which ``CudaBackend`` provides).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -29,10 +49,12 @@ from pdc_core import Backend
 from pdc_core.backend import RingMemory
 
 from ._context import (
+    DEFAULT_MAX_CONTEXTS,
     ContextKernel,
-    ContextKind,
     ContextPool,
     CudaContextError,
+    OwnedKind,
+    context_pool,
     refuse_foreign_memory_reason,
 )
 from ._kernels import compile_options
@@ -40,13 +62,44 @@ from ._properties import CudaDeviceProperties
 from ._residency import Residency
 
 __all__ = [
+    "CONTEXT_ENV",
+    "CONTEXT_KINDS",
+    "DEFAULT_CONTEXT",
+    "ContextKind",
     "DriverPlace",
     "LaunchSite",
+    "PlaceServices",
     "PrimaryPlace",
     "PrimaryServices",
     "ResidentPlace",
+    "context_kind",
+    "place_for",
     "ring_owner",
 ]
+
+ContextKind = Literal["own", "green", "shared"]
+#: The placements of resident kernels, the default first.
+CONTEXT_KINDS: tuple[ContextKind, ...] = ("own", "green", "shared")
+#: The placement when neither the call nor ``PDC_CUDA_CONTEXT`` names one.
+DEFAULT_CONTEXT: ContextKind = "own"
+#: The environment variable that sets the default placement.
+CONTEXT_ENV = "PDC_CUDA_CONTEXT"
+
+
+def context_kind(value: str | None = None) -> ContextKind:
+    """The placement ``value`` names, or ``PDC_CUDA_CONTEXT``'s, or :data:`DEFAULT_CONTEXT`.
+
+    Raises ``ValueError`` naming the accepted values for anything else.
+    """
+    chosen = value if value is not None else os.environ.get(CONTEXT_ENV) or DEFAULT_CONTEXT
+    if chosen not in CONTEXT_KINDS:
+        source = "context=" if value is not None else f"{CONTEXT_ENV}="
+        raise ValueError(
+            f"{source}{chosen!r} is not a placement for resident kernels; use one of "
+            + ", ".join(repr(kind) for kind in CONTEXT_KINDS)
+        )
+    return chosen
+
 
 #: (source, kernel name, compiler options): one kernel to load.
 KernelSpec = tuple[str, str, tuple[str, ...]]
@@ -203,9 +256,13 @@ class PrimaryPlace:
 class DriverPlace:
     """Resident kernels in contexts pdc owns (``"own"``/``"green"``), from ``pool``."""
 
-    def __init__(self, pool: ContextPool, kind: ContextKind) -> None:
+    def __init__(
+        self, pool: ContextPool, kind: OwnedKind, max_contexts: int = DEFAULT_MAX_CONTEXTS
+    ) -> None:
         self.pool = pool
         self._kind = kind
+        #: The most contexts ``pool`` may make for this place's launches.
+        self.max_contexts = max_contexts
 
     @property
     def kind(self) -> ContextKind:
@@ -217,7 +274,7 @@ class DriverPlace:
 
     def compile(self, specs: Sequence[KernelSpec]) -> list[Any]:
         full = [(source, name, compile_options(options)) for source, name, options in specs]
-        context = self.pool.context_for(full)
+        context = self.pool.context_for(full, self.max_contexts)
         return [context.load_source(*spec) for spec in full]
 
     def create_stream(self, kernel: ContextKernel) -> Any:
@@ -265,3 +322,39 @@ class LaunchSite:
     def name(self) -> str:
         """The device's qualified name (``cuda:0``)."""
         return self.backend.qualified_name
+
+
+class PlaceServices(PrimaryServices, Protocol):
+    """What :func:`place_for` needs of a device (``CudaBackend`` has all of it)."""
+
+    @property
+    def device(self) -> int:
+        """The device index."""
+
+    @property
+    def properties(self) -> CudaDeviceProperties:
+        """The device's properties (the architecture a context compiles for)."""
+
+    @property
+    def green_sms(self) -> int:
+        """SMs asked for a green context's partition."""
+
+    @property
+    def max_contexts(self) -> int:
+        """Contexts pdc may own per placement on the device."""
+
+
+def place_for(kind: ContextKind, services: PlaceServices) -> ResidentPlace:
+    """The place of placement ``kind`` on ``services``'s device: the primary context
+    through the device's own services (``"shared"``), else a context pdc owns, from the
+    process's pool of that kind on the device (at most ``services.max_contexts``)."""
+    if kind == "shared":
+        return PrimaryPlace(services)
+    props = services.properties
+    pool = context_pool(
+        services.device,
+        kind,
+        compute_capability=(props.major, props.minor),
+        green_sms=services.green_sms,
+    )
+    return DriverPlace(pool, kind, services.max_contexts)

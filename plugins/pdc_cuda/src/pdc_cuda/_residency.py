@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -147,7 +146,8 @@ BESIDE_RESIDENT: tuple[DriverCall, ...] = (
         "pdc_cuda._persistent:CudaResidentKernel.release",
         "cudaFreeHost of the rings, cuMemFree/cudaFree of the state",
         (Why.DEFERRED, Why.DEFERRED),
-        "Residency.defer_free until no kernel is resident",
+        "rings: Residency.defer_free until no kernel is resident; state: its context's "
+        "PdcContext.free, deferred while a kernel runs there",
     ),
     DriverCall(
         "pdc_cuda._pipeline:launch_pipeline",
@@ -177,13 +177,25 @@ class ResidentLike(Protocol):
 class Residency:
     """The resident kernels of one device, and what waits for them to be gone.
 
-    Thread-safe; :meth:`running` never blocks (it queries each kernel's stream).
+    Thread-safe. :meth:`running` is a pure query (it asks each kernel's stream, never
+    blocks, changes nothing); :meth:`collect` is the one place that forgets exited
+    kernels and lets deferred memory go.
     """
 
     def __init__(self, where: str) -> None:
         self.where = where
+        # Both fields below are guarded by ``_lock``; no driver call is made under it.
         self._lock = threading.Lock()
+        #: Kernels launched and not yet forgotten: added by register() (before the
+        #: launch is queued); removed by forget() (a failed launch, a release) or by
+        #: collect() once the kernel is exited. Strong references: a kernel's memory
+        #: outlives a dropped session. May hold exited kernels until then.
         self._resident: set[Any] = set()
+        #: The primary context's deferral queue: memory (ring allocations, CuPy
+        #: arrays) whose free may wait for a resident kernel (cudaFreeHost,
+        #: cudaFree). Appended by defer_free(); dropped by collect() once ``_resident``
+        #: is empty. Memory of a context pdc owns never comes here: its context defers
+        #: its own frees (``PdcContext.free``).
         self._deferred: list[Any] = []
 
     def register(self, kernel: ResidentLike) -> None:
@@ -197,8 +209,15 @@ class Residency:
             self._resident.discard(kernel)
 
     def running(self) -> list[Any]:
-        """The kernels still running (exited ones are pruned); deferred memory is let go
-        once none is left."""
+        """The kernels still running: a pure query (each kernel's stream is asked,
+        never waited for; nothing is pruned or freed -- that is :meth:`collect`)."""
+        with self._lock:
+            candidates = list(self._resident)
+        return [kernel for kernel in candidates if not kernel.exited]
+
+    def collect(self) -> list[Any]:
+        """Forget the kernels seen exited and, once none is resident, let the deferred
+        memory go (its frees no longer wait); returns the kernels still running."""
         with self._lock:
             candidates = list(self._resident)
         alive = [kernel for kernel in candidates if not kernel.exited]
@@ -207,14 +226,17 @@ class Residency:
             released = self._deferred if not self._resident else []
             if not self._resident:
                 self._deferred = []
-        for memory in _flatten(released):
-            free = getattr(memory, "free", None)
-            if callable(free):  # memory of a context pdc owns: cuMemFree now
-                free()
+        del released  # the last references: the memory is freed as they go
         return alive
 
     def defer_free(self, memory: Any) -> None:
-        """Keep ``memory`` alive until no kernel is resident (its free would wait)."""
+        """Keep ``memory`` (primary-context memory, or a tuple of it) alive until no
+        kernel is resident (its free would wait); see :meth:`collect`. Memory of a
+        context pdc owns (it has ``free``) goes to that context's own queue instead."""
+        free = getattr(memory, "free", None)
+        if callable(free):
+            free()  # PdcContext.free: made now, or deferred while a kernel runs there
+            return
         with self._lock:
             self._deferred.append(memory)
 
@@ -234,13 +256,3 @@ class Residency:
                 "own. Stop them first, or launch resident kernels in a context of their own "
                 "(context='own', the default; PDC_CUDA_CONTEXT=own)"
             )
-
-
-def _flatten(items: Iterable[Any]) -> list[Any]:
-    flat: list[Any] = []
-    for item in items:
-        if isinstance(item, tuple | list):
-            flat.extend(_flatten(item))
-        else:
-            flat.append(item)
-    return flat

@@ -33,6 +33,7 @@ from pdc_core.backend import (
     Offset,
     RingLayout,
     StopMode,
+    strict_int,
 )
 
 from ._codegen import PRELUDE, c_struct
@@ -150,14 +151,19 @@ class CudaRingBody:
                 f"the CUDA source does not mention its body function {self.body_name!r}; define "
                 f"__device__ int {self.body_name}(const pdc_request& request, pdc_reply& reply)"
             )
-        if not (isinstance(self.threads, int) and 1 <= self.threads <= 1024):
+        threads = strict_int(self.threads, "threads", "an int in 1..1024")
+        if not 1 <= threads <= 1024:
             raise ValueError(f"threads must be an int in 1..1024, not {self.threads!r}")
-        if not (isinstance(self.max_batch, int) and self.max_batch >= 1):
+        object.__setattr__(self, "threads", threads)  # a NumPy integer, as an int
+        max_batch = strict_int(self.max_batch, "max_batch", "a positive int")
+        if max_batch < 1:
             raise ValueError(f"max_batch must be a positive int, not {self.max_batch!r}")
+        object.__setattr__(self, "max_batch", max_batch)
         for name in ("backoff_min_ns", "backoff_max_ns"):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and 0 <= value <= 1_000_000):
+            value = strict_int(getattr(self, name), name, "an int in 0..1000000 ns")
+            if not 0 <= value <= 1_000_000:
                 raise ValueError(f"{name} must be an int in 0..1000000 ns, not {value!r}")
+            object.__setattr__(self, name, value)
         if self.backoff_min_ns > self.backoff_max_ns:
             raise ValueError(
                 f"backoff_min_ns ({self.backoff_min_ns}) is larger than backoff_max_ns "
@@ -222,6 +228,7 @@ def render_ring_kernel(
         "@@PRELUDE@@": PRELUDE,
         "@@REQUEST_STRUCT@@": request.source,
         "@@REPLY_STRUCT@@": reply.source,
+        "@@REPLY_ZERO_PADDING@@": reply.padding_zeroer,
         "@@STATE_STRUCT@@": state_source,
         "@@STATE_ARG@@": state_arg,
         "@@REQUEST_LAYOUT_CHECK@@": request.layout_check("pdc_request_layout_mismatch"),

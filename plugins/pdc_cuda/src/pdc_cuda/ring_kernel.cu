@@ -38,6 +38,8 @@ typedef unsigned int pdc_u32;
 @@REQUEST_STRUCT@@
 @@REPLY_STRUCT@@
 @@STATE_STRUCT@@
+// pdc_zero_padding(pdc_reply&): zeroes the reply's padding bytes (none: does nothing).
+@@REPLY_ZERO_PADDING@@
 @@REQUEST_LAYOUT_CHECK@@
 @@REPLY_LAYOUT_CHECK@@
 
@@ -606,6 +608,11 @@ pdc_ring_kernel(unsigned char* in_region, unsigned char* out_region, pdc_state* 
             const pdc_request& request = *reinterpret_cast<const pdc_request*>(request_bytes);
             pdc_reply& reply = *reinterpret_cast<pdc_reply*>(reply_bytes);
             const int code = @@BODY@@(request, reply@@STATE_ARG@@);
+            // Replies leave the process: padding goes out zero, never what the slot or
+            // the stage held before, nor what the body copied into it (a struct
+            // assignment copies padding). Stores to padding bytes only: free where the
+            // record has none.
+            pdc_zero_padding(reply);
             if (code != 0) {
                 // Shared-memory CAS (block scope): never on a region.
                 if (atomicCAS(&s_error, 0u, static_cast<pdc_u32>(code)) == 0u) {

@@ -74,6 +74,7 @@ _BASE_CAPABILITIES = frozenset(
         Capability.ASYNC_COPIES,
         Capability.PYTHON_KERNELS,
         Capability.PERSISTENT_KERNELS,
+        Capability.PIPELINES,
     }
 )
 

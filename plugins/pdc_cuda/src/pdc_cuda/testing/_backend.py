@@ -38,14 +38,15 @@ from pdc_core.backend import (
     MemoryStatistics,
     Stream,
     normalize_shape_dtype,
+    strict_int,
 )
 
 from .._backend import CudaBackend
-from .._context import DEFAULT_GREEN_SMS, ContextKind
+from .._context import DEFAULT_GREEN_SMS
 from .._kernels import CudaKernel, compile_options
 from .._launch import Dims, explicit_config
 from .._nvrtc import find_nvrtc
-from .._places import PrimaryPlace, ResidentPlace
+from .._places import ContextKind, PrimaryPlace, ResidentPlace
 from .._properties import CudaDeviceProperties
 from .._ring_source import KERNEL_NAME
 from .._streams import CudaEvent, CudaStream
@@ -269,6 +270,7 @@ class HostCudaBackend(CudaBackend):
             Capability.MAPPED_MEMORY,
             Capability.MANAGED_MEMORY,
             Capability.PERSISTENT_KERNELS,
+            Capability.PIPELINES,
         }
     )
 
@@ -281,8 +283,17 @@ class HostCudaBackend(CudaBackend):
         context: str | None = None,
         resident_place: ResidentPlace | None = None,
     ) -> None:
-        if not (isinstance(device, int) and device >= 0):
+        device = strict_int(device, "device", "a device index (an int)")
+        if device < 0:
             raise ValueError(f"device must be a non-negative int, not {device!r}")
+        for name, value in (
+            ("max_threads_per_block", max_threads_per_block),
+            ("multiprocessors", multiprocessors),
+        ):
+            if strict_int(value, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {value!r}")
+        max_threads_per_block = int(max_threads_per_block)
+        multiprocessors = int(multiprocessors)
         self.device = device
         self.max_threads_per_block = max_threads_per_block
         self._lock = threading.Lock()

@@ -43,7 +43,7 @@ def kernel_builds(
 ) -> list[PlannedBuild]:
     """The build a launch of ``kernel`` on its own compiles (the cuda backend's rings:
     sequenced input), with launch ``options`` as ``open_persistent_kernel`` takes them."""
-    _, source, extra = render_kernel(kernel, dict(options), RingWiring(sequenced_input=True))
+    _, source, extra = render_kernel(kernel, options, RingWiring(sequenced_input=True))
     return [PlannedBuild(source, compile_options(extra), sanitize, kernel.name)]
 
 
@@ -56,7 +56,7 @@ def pipeline_builds(
     scopes = [link_placement(0, 0).scope] * (count - 1)
     builds = []
     for stage, wiring in zip(pipeline.stages, stage_wirings(pipeline, scopes, True), strict=True):
-        _, source, extra = render_kernel(stage, dict(options), wiring)
+        _, source, extra = render_kernel(stage, options, wiring)
         builds.append(PlannedBuild(source, compile_options(extra), sanitize, stage.name))
     return builds
 
