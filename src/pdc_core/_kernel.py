@@ -179,8 +179,9 @@ class Kernel:
     Arguments may be NumPy arrays (written in place; on a backend with separate device
     memory they are copied to the device and back, around the launch),
     :class:`~pdc_core.UnifiedBuffer` (its ``.device`` view: state tracking stays
-    right), the backend's own device arrays, and scalars; a Python container (a list,
-    a str, ...) is refused with a ``TypeError`` naming its position.
+    right), the backend's own device arrays, scalars, and tuples of these (nested or
+    empty, as numba takes them); a Python container (a list, a str, ...) is refused
+    with a ``TypeError`` naming its position.
 
     ``shared_mem`` (bytes of dynamic shared memory per block) may not exceed the
     device's ``sharedMemPerBlock`` (CUDA's 48 KiB where the device does not report
@@ -513,16 +514,14 @@ class Kernel:
         self, args: tuple[Any, ...], backend: Backend, stream: Stream | None
     ) -> tuple[tuple[Any, ...], list[tuple[Any, np.ndarray[Any, Any]]]]:
         unified = backend.has(Capability.UNIFIED_MEMORY)
-        converted: list[Any] = []
         copy_back: list[tuple[Any, np.ndarray[Any, Any]]] = []
-        for position, arg in enumerate(args):
-            where = f"argument {position} of kernel {self.name!r}"
+
+        def convert(arg: Any, where: str) -> Any:
             if isinstance(arg, UnifiedBuffer):
-                converted.append(arg.device)
-            elif isinstance(arg, np.ndarray):
+                return arg.device
+            if isinstance(arg, np.ndarray):
                 if unified:
-                    converted.append(arg)
-                    continue
+                    return arg
                 if not arg.flags.c_contiguous:
                     raise ValueError(
                         f"{where} is a non-contiguous NumPy array; the {backend.name} backend "
@@ -530,32 +529,37 @@ class Kernel:
                         "np.ascontiguousarray(...)"
                     )
                 device = backend.to_device(arg, stream=stream)
-                converted.append(device)
                 if arg.flags.writeable:
                     copy_back.append((device, arg))
-            elif isinstance(arg, _SCALARS):
-                converted.append(arg)
-            elif isinstance(arg, tuple):
-                if not all(isinstance(item, _SCALARS) for item in arg):
-                    raise TypeError(f"{where} is a tuple of non-scalars; pass arrays separately")
-                converted.append(arg)
-            elif isinstance(arg, _CONTAINERS):
+                return device
+            if isinstance(arg, _SCALARS):
+                return arg
+            if isinstance(arg, tuple):
+                # tuples (nested, empty) of arrays and scalars, as numba takes them
+                return tuple(
+                    convert(item, f"item {index} of {where}") for index, item in enumerate(arg)
+                )
+            if isinstance(arg, _CONTAINERS):
                 raise TypeError(f"{where} is a {type(arg).__name__}; {_TAKES}")
-            elif hasattr(arg, "__cuda_array_interface__") and unified:
+            if hasattr(arg, "__cuda_array_interface__") and unified:
                 raise TypeError(
                     f"{where} is a CUDA device array ({type(arg).__name__}) but the "
                     f"{backend.name} backend computes on host memory; pass a NumPy array or "
                     "run on the cuda backend"
                 )
-            elif unified and hasattr(arg, "__array_interface__"):
-                converted.append(np.asarray(arg))
-            elif _is_array(arg):
-                converted.append(arg)  # a device array of the backend: it checks its own
-            else:
-                raise TypeError(
-                    f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device "
-                    "arrays)"
-                )
+            if unified and hasattr(arg, "__array_interface__"):
+                return np.asarray(arg)
+            if _is_array(arg):
+                return arg  # a device array of the backend: it checks its own
+            raise TypeError(
+                f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device "
+                "arrays)"
+            )
+
+        converted = [
+            convert(arg, f"argument {position} of kernel {self.name!r}")
+            for position, arg in enumerate(args)
+        ]
         return tuple(converted), copy_back
 
     def _warn_if_slow(self, config: LaunchConfig, backend: Backend) -> None:

@@ -603,17 +603,45 @@ def _cas(current: Any, expected: Any, value: Any) -> Any:
     return np.where(current == expected, value, current)
 
 
-#: name -> (elementwise function, ufunc with an exact sequential accumulate or None)
-_ATOMIC_OPS: Final[dict[str, tuple[Callable[..., Any], np.ufunc | None]]] = {
-    "add": (np.add, np.add),
-    "sub": (np.subtract, np.subtract),
-    "max": (np.maximum, np.maximum),
-    "min": (np.minimum, np.minimum),
-    "nanmax": (np.fmax, np.fmax),
-    "nanmin": (np.fmin, np.fmin),
-    "and_": (np.bitwise_and, np.bitwise_and),
-    "or_": (np.bitwise_or, np.bitwise_or),
-    "xor": (np.bitwise_xor, np.bitwise_xor),
+# atomic.max/min keep the stored value unless the new one is strictly greater (smaller),
+# as numba does: a NaN value is ignored and a stored NaN stays (comparisons with NaN are
+# false). nanmax/nanmin also replace a stored NaN.
+
+
+def _max(current: Any, value: Any) -> Any:
+    return np.where(value > current, value, current)
+
+
+def _min(current: Any, value: Any) -> Any:
+    return np.where(value < current, value, current)
+
+
+def _scan_keeping_nan(ufunc: np.ufunc) -> Callable[[npt.NDArray[Any]], npt.NDArray[Any]]:
+    """The running results of ``_max``/``_min`` (``ufunc`` is fmax/fmin) over a sequence
+    whose first item is the stored value."""
+
+    def scan(sequence: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        if sequence.dtype.kind in "fc" and np.isnan(sequence[0]):
+            return np.full_like(sequence, sequence[0])  # a stored NaN stays
+        return ufunc.accumulate(sequence)  # fmax/fmin skip NaN values
+
+    return scan
+
+
+#: name -> (elementwise function, an exact sequential scan of a sequence whose first
+#: item is the stored value, or None)
+_ATOMIC_OPS: Final[
+    dict[str, tuple[Callable[..., Any], Callable[[npt.NDArray[Any]], npt.NDArray[Any]] | None]]
+] = {
+    "add": (np.add, np.add.accumulate),
+    "sub": (np.subtract, np.subtract.accumulate),
+    "max": (_max, _scan_keeping_nan(np.fmax)),
+    "min": (_min, _scan_keeping_nan(np.fmin)),
+    "nanmax": (np.fmax, np.fmax.accumulate),
+    "nanmin": (np.fmin, np.fmin.accumulate),
+    "and_": (np.bitwise_and, np.bitwise_and.accumulate),
+    "or_": (np.bitwise_or, np.bitwise_or.accumulate),
+    "xor": (np.bitwise_xor, np.bitwise_xor.accumulate),
     "exch": (_exch, None),
     "inc": (_inc, None),
     "dec": (_dec, None),
@@ -903,7 +931,7 @@ class _LaneState:
                     members = order[start : start + size]
                     where = tuple(int(c[members[0]]) for c in target)
                     sequence = np.concatenate(([base[where]], operands[0][members]))
-                    scanned = accumulate.accumulate(sequence, dtype=dtype)
+                    scanned = accumulate(sequence.astype(dtype, copy=False))
                     old[members] = scanned[:-1]
                     base[where] = scanned[-1]
             else:
@@ -2017,12 +2045,20 @@ class _AtomicNamespace:
 
     @staticmethod
     def max(array: Any, index: Any, value: Any) -> Any:
-        """``array[index] = max(array[index], value)`` (NaN propagates); returns the old value."""
+        """``array[index] = max(array[index], value)``; returns the old value.
+
+        As in numba, the stored value stays unless ``value`` is greater: a NaN value is
+        ignored and a stored NaN stays.
+        """
         return _state().atomic("max", array, index, (value,))
 
     @staticmethod
     def min(array: Any, index: Any, value: Any) -> Any:
-        """``array[index] = min(array[index], value)`` (NaN propagates); returns the old value."""
+        """``array[index] = min(array[index], value)``; returns the old value.
+
+        As in numba, the stored value stays unless ``value`` is smaller: a NaN value is
+        ignored and a stored NaN stays.
+        """
         return _state().atomic("min", array, index, (value,))
 
     @staticmethod
