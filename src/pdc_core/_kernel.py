@@ -552,8 +552,7 @@ class Kernel:
             if _is_array(arg):
                 return arg  # a device array of the backend: it checks its own
             raise TypeError(
-                f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device "
-                "arrays)"
+                f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device arrays)"
             )
 
         converted = [

@@ -7,6 +7,8 @@ Bodies run both vectorised and per thread where the strategy could matter.
 
 from __future__ import annotations
 
+import math
+import types
 from typing import Any
 
 import numpy as np
@@ -116,3 +118,138 @@ def test_arrays_in_tuples_are_written_in_place() -> None:
 def test_a_tuple_holding_a_container_is_refused_naming_the_item() -> None:
     with pytest.raises(TypeError, match=r"item 1 of item 0 of argument 1 .* is a list"):
         kernel(sum_tuple)[1, 4](np.zeros(4), ((np.zeros(4), [1.0]), 2.0), ())
+
+
+# -- 4. a numba record type as a shared array's dtype --------------------------------------
+
+RECORD = np.dtype([("i", np.int32), ("j", np.float32, (3, 2))])
+
+
+def copy_through_shared(x: Any, y: Any, record_type: Any) -> None:
+    sm = cuda.shared.array(4, dtype=record_type)
+    tx = cuda.threadIdx.x
+    i = cuda.blockIdx.x * cuda.blockDim.x + tx
+    sm[tx] = x[i]
+    cuda.syncthreads()
+    if tx == 0:
+        for j in range(4):
+            y[cuda.blockIdx.x * 4 + j] = sm[j]
+
+
+@pytest.mark.parametrize("mode", ["auto", "threads"])
+def test_a_numba_record_type_is_a_shared_array_dtype(mode: str) -> None:
+    numpy_support = pytest.importorskip("numba.np.numpy_support")
+    record_type = numpy_support.from_dtype(RECORD)
+    x = np.zeros(8, RECORD)
+    x["i"] = np.arange(8)
+    x["j"] = np.arange(48, dtype=np.float32).reshape(8, 3, 2)
+    y = np.zeros_like(x)
+
+    def body(x: Any, y: Any) -> None:
+        copy_through_shared(x, y, record_type)
+
+    cuda.simulate(body, 2, 4, (x, y), mode=mode)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(y, x)
+
+
+def test_a_numba_type_without_a_dtype_is_refused_by_name() -> None:
+    numba_types = pytest.importorskip("numba.core.types")
+
+    def body(out: Any) -> None:
+        cuda.shared.array(4, dtype=numba_types.unicode_type)
+
+    with pytest.raises(TypeError, match="is not a dtype"):
+        cuda.simulate(body, 1, 1, (np.zeros(1),))
+
+
+# -- 5. math never raises; round at the overflow edge --------------------------------------
+
+
+def math_edges(x: Any, out: Any) -> None:
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i, 0] = math.sqrt(x[i])
+        out[i, 1] = math.log(x[i])
+        out[i, 2] = math.exp(x[i] * 1000.0)
+        out[i, 3] = math.acos(x[i])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_math_domain_and_range_errors_give_nan_or_inf(mode: str) -> None:
+    x = np.array([-1.0, 0.0, 4.0, 2.0])
+    out = np.zeros((4, 4))
+    cuda.simulate(math_edges, 1, 4, (x, out), mode=mode)  # type: ignore[arg-type]
+    with np.errstate(all="ignore"):
+        expected = np.stack([np.sqrt(x), np.log(x), np.exp(x * 1000.0), np.arccos(x)], axis=1)
+    np.testing.assert_array_equal(out, expected)
+
+
+def round_to(out: Any, value: Any, ndigits: Any) -> None:
+    out[0] = round(value, ndigits)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    ("dtype", "ndigits"), [(np.float64, 12), (np.float32, 300), (np.float64, 400)]
+)
+def test_round_keeps_the_value_when_scaling_it_overflows(
+    mode: str, dtype: Any, ndigits: int
+) -> None:
+    value = np.finfo(dtype).max
+    out = np.zeros(1, dtype)
+    cuda.simulate(round_to, 1, 1, (out, value, ndigits), mode=mode)  # type: ignore[arg-type]
+    assert out[0] == value
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_round_to_digits_still_rounds(mode: str) -> None:
+    out = np.zeros(1)
+    cuda.simulate(round_to, 1, 1, (out, np.float64(2.675123), 2), mode=mode)  # type: ignore[arg-type]
+    assert out[0] == round(np.float64(2.675123), 2)
+
+
+# -- 6. globals and closure values are frozen at the first launch ---------------------------
+
+TAX_RATE = 0.08
+
+
+def with_tax(prices: Any) -> None:
+    i = cuda.grid(1)
+    if i < prices.size:
+        prices[i] = prices[i] * (1 + TAX_RATE)
+
+
+@pytest.mark.parametrize("mode", ["auto", "threads"])
+def test_globals_are_frozen_at_the_first_launch(mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    body = copy_function(with_tax)  # a fresh function: its own first launch
+    prices = np.ones(4)
+    launched = kernel(body, options={"cpu_mode": mode})
+    launched[1, 4](prices)
+    monkeypatch.setitem(body.__globals__, "TAX_RATE", 0.5)
+    launched[1, 4](prices)
+    np.testing.assert_allclose(prices, 1.08**2)
+
+
+@pytest.mark.parametrize("mode", ["auto", "threads"])
+def test_closure_values_are_frozen_at_the_first_launch(mode: str) -> None:
+    factor = 2.0
+
+    def scale(values: Any) -> None:
+        i = cuda.grid(1)
+        if i < values.size:
+            values[i] = values[i] * factor
+
+    values = np.ones(4)
+    launched = kernel(scale, options={"cpu_mode": mode})
+    launched[1, 4](values)
+    factor = 10.0  # rebinding the closure variable after the first launch
+    launched[1, 4](values)
+    np.testing.assert_array_equal(values, 4.0)
+
+
+def copy_function(function: Any) -> Any:
+    copy = types.FunctionType(
+        function.__code__, function.__globals__, function.__name__, function.__defaults__
+    )
+    copy.__qualname__ = function.__qualname__
+    return copy

@@ -41,6 +41,11 @@ Guarantees and limits:
   per-thread bounds) are NumPy ``float64``/``int64`` arrays in the vectorised run and
   promote "strongly", so mixed-precision arithmetic with them can differ in the last
   bit; results of the :mod:`math` functions are computed in double precision in both.
+- As in numba: globals and closure variables a body (or a device function it calls)
+  names are read at its first launch and frozen there (numba reads them when it
+  compiles); :mod:`math` functions give NaN or inf where Python's raise
+  ``ValueError``/``OverflowError`` (a GPU raises nothing), and ``round(x, ndigits)``
+  gives ``x`` itself where scaling it by ``10**ndigits`` overflows.
 - The body may be executed more than once for a thread in the vectorised strategy (a
   divergent run is undone and replayed). Stores to arrays and ``print`` are undone or
   deferred correctly; other side effects (appending to Python lists, I/O) may repeat.
@@ -336,17 +341,23 @@ def _as_dtype(dtype: Any) -> np.dtype[Any]:
     """A NumPy dtype from anything that names one, numba types (``float32``) included."""
     if isinstance(dtype, _Caster):
         return dtype.dtype
+    if type(dtype).__module__.startswith("numba"):
+        # numba's own conversion knows its records (numba.np.numpy_support.from_dtype)
+        # and scalar types; numba is imported already when one of its types is given
+        from numba.np import numpy_support
+
+        try:
+            converted: np.dtype[Any] = numpy_support.as_dtype(dtype)
+        except Exception:  # numba's NumbaNotImplementedError: no dtype for this type
+            pass
+        else:
+            return converted
     try:
         result: np.dtype[Any] = np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         pass
     else:
         return result
-    if type(dtype).__module__.startswith("numba"):
-        try:
-            return np.dtype(str(dtype))
-        except TypeError:
-            pass
     raise TypeError(f"{dtype!r} is not a dtype (give a NumPy dtype such as np.float32)")
 
 
@@ -1058,11 +1069,20 @@ class _LaneNumpy:
 
 
 def _math_function(name: str, ufunc: Any, to_int: bool = False, arity: int = 1) -> Any:
+    """``math.<name>`` as kernel bodies see it in both strategies: as on a GPU, where
+    math never raises, a domain or range error gives NaN or inf (numba's results)
+    instead of ``ValueError``/``OverflowError``."""
     original = getattr(math, name)
 
     def function(*args: Any) -> Any:
         if not any(isinstance(arg, Lanes) for arg in args):
-            return original(*args)
+            try:
+                return original(*args)
+            except (ValueError, OverflowError):
+                if to_int or len(args) != arity or any(isinstance(a, complex) for a in args):
+                    raise  # no float result to give (floor(inf) has no int)
+                with np.errstate(all="ignore"):
+                    return float(ufunc(*(np.float64(arg) for arg in args)))
         if len(args) != arity:
             raise _Unsupported(f"math.{name} with {len(args)} arguments")
         operands = []
@@ -1072,7 +1092,7 @@ def _math_function(name: str, ufunc: Any, to_int: bool = False, arity: int = 1) 
             if array.dtype.kind == "c":
                 raise TypeError(f"math.{name} does not accept complex numbers")
             operands.append(array.astype(np.float64))
-        with np.errstate(divide="raise", over="raise", invalid="raise", under="ignore"):
+        with np.errstate(all="ignore"):  # NaN or inf where Python's math would raise
             result = ufunc(*operands)
         if to_int:
             return Lanes(result.astype(np.int64))
@@ -1127,8 +1147,28 @@ _MATH_BY_IDENTITY: Final[dict[int, Any]] = {
 }
 
 
+def _kernel_round(number: Any, ndigits: Any = None) -> Any:
+    """``round`` as kernel bodies see it: where scaling a float by ``10**ndigits``
+    overflows, the value itself (numba's result; NumPy's round gives inf or NaN)."""
+    if ndigits is None:
+        return builtins.round(number)
+    values = number.v if isinstance(number, Lanes) else number
+    if not isinstance(values, np.floating | np.ndarray) or values.dtype.kind != "f":
+        return builtins.round(number, ndigits)
+    digits = operator.index(ndigits) if not isinstance(ndigits, Lanes) else ndigits.v
+    with np.errstate(all="ignore"):
+        rounded = np.round(values, digits) if not isinstance(digits, np.ndarray) else None
+        if rounded is None:
+            raise _Unsupported("round() to a per-thread number of digits")
+        kept = np.where(np.isfinite(values) & ~np.isfinite(rounded), values, rounded)
+    if isinstance(number, Lanes):
+        return Lanes(kept.astype(values.dtype, copy=False))
+    return values.dtype.type(kept)
+
+
 class _LaneMath:
-    """``math`` as a vectorised body sees it: functions of per-thread values vectorise."""
+    """``math`` as kernel bodies see it: functions of per-thread values vectorise, and
+    domain errors give NaN or inf as on a GPU (both strategies)."""
 
     def __getattr__(self, name: str) -> Any:
         function = _MATH_FUNCTIONS.get(name)
@@ -1290,7 +1330,7 @@ def _numba_scalar_type(value: Any) -> type[np.generic] | None:
         return None
     try:
         dtype = np.dtype(str(value))
-    except TypeError:
+    except (TypeError, ValueError):  # a record, an array type: not a scalar type
         return None
     return dtype.type if dtype.kind in "biufc" else None
 
@@ -1403,6 +1443,8 @@ class _Rebinder:
         self.memo: dict[int, Any] = {}
         self.ours = _our_cuda()
         self.lane_builtins: dict[str, Any] = {}
+        if target == "threads":
+            self.lane_builtins = {"round": _kernel_round}
         if target == "lanes":
             assert run is not None
             self.lane_builtins = {
@@ -1414,6 +1456,7 @@ class _Rebinder:
                 "print": _lane_print_for(run),
                 "isinstance": _lane_isinstance,
                 "type": _lane_type,
+                "round": _kernel_round,
             }
 
     def substitute(self, value: Any, module: str) -> Any:
@@ -1432,9 +1475,12 @@ class _Rebinder:
         scalar = _numba_scalar_type(value)
         if scalar is not None and target != "numba":
             return _CASTERS.get(scalar, scalar) if target == "lanes" else scalar
-        if target == "lanes":
+        if target != "numba":
             if value is math:
                 return _LaneMath()
+            if callable(value) and id(value) in _MATH_BY_IDENTITY:
+                return _MATH_BY_IDENTITY[id(value)]
+        if target == "lanes":
             if value is np:
                 return _LaneNumpy()
             if isinstance(value, type) and value in _CASTERS:
@@ -1442,10 +1488,6 @@ class _Rebinder:
             if isinstance(value, np.ndarray):
                 assert self.run is not None
                 return _LaneArray(value, self.run)
-            if callable(value):
-                math_function = _MATH_BY_IDENTITY.get(id(value))
-                if math_function is not None:
-                    return math_function
         return value
 
     def rebind(self, function: types.FunctionType, device: bool = False) -> Any:
@@ -1453,10 +1495,13 @@ class _Rebinder:
         if done is not None:
             return done
         module = function.__module__
+        frozen_globals, frozen_cells = _frozen(function)
         new_globals = dict(function.__globals__)
+        new_globals.update(frozen_globals)
         # empty cells (names the enclosing function assigns later) stay shared
         cells = tuple(
-            types.CellType() if _cell_filled(cell) else cell for cell in function.__closure__ or ()
+            types.CellType() if frozen is not _EMPTY else cell
+            for cell, frozen in zip(function.__closure__ or (), frozen_cells, strict=True)
         )
         copy = types.FunctionType(
             function.__code__, new_globals, function.__name__, function.__defaults__, cells or None
@@ -1472,10 +1517,42 @@ class _Rebinder:
                 new_globals[name] = self.substitute(new_globals[name], module)
             elif name in self.lane_builtins:
                 new_globals[name] = self.lane_builtins[name]
-        for old, new in zip(function.__closure__ or (), cells, strict=True):
+        for old, new, frozen in zip(function.__closure__ or (), cells, frozen_cells, strict=True):
             if new is not old:
-                new.cell_contents = self.substitute(old.cell_contents, module)
+                new.cell_contents = self.substitute(frozen, module)
         return result
+
+
+#: A closure cell that was empty when its function was first launched.
+_EMPTY: Final = object()
+
+_FROZEN: weakref.WeakKeyDictionary[types.FunctionType, tuple[dict[str, Any], tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+_FROZEN_LOCK = threading.Lock()
+
+
+def _frozen(function: types.FunctionType) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """The globals ``function`` names and its closure's values, as they were when a
+    launch first reached it.
+
+    numba reads a kernel's globals and closure variables when it compiles the kernel
+    and never again (they are compile-time constants); pdc's first launch stands for
+    that compilation, so rebinding the name later changes nothing (arrays are frozen
+    by identity: their contents are read at each launch, as the arguments' are).
+    """
+    with _FROZEN_LOCK:
+        snapshot = _FROZEN.get(function)
+        if snapshot is None:
+            names = _names(function)
+            values = function.__globals__
+            cells = tuple(
+                cell.cell_contents if _cell_filled(cell) else _EMPTY
+                for cell in function.__closure__ or ()
+            )
+            snapshot = ({name: values[name] for name in names if name in values}, cells)
+            _FROZEN[function] = snapshot
+    return snapshot
 
 
 def _cell_filled(cell: types.CellType) -> bool:
@@ -1484,21 +1561,6 @@ def _cell_filled(cell: types.CellType) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _needs_rebinding(function: types.FunctionType) -> bool:
-    """Whether the threads strategy must rebind: the body reaches numba objects."""
-    for reached in _reachable(function):
-        values = [reached.__globals__[n] for n in _names(reached) if n in reached.__globals__]
-        for cell in reached.__closure__ or ():
-            with contextlib.suppress(ValueError):  # an empty cell
-                values.append(cell.cell_contents)
-        for value in values:
-            if _is_numba_cuda(value) or _numba_scalar_type(value) is not None:
-                return True
-            if _python_function(value) is not None and type(value).__module__.startswith("numba"):
-                return True
-    return False
 
 
 # --------------------------------------------------------------------------------------
@@ -1546,9 +1608,9 @@ class _Launch:
         self.thread_calls = 0
         self.threaded_blocks = 0
         self.fallbacks: list[str] = []
-        self.thread_body: Any = (
-            _Rebinder("threads").rebind(body) if _needs_rebinding(body) else body
-        )
+        # rebound in every case: globals frozen at the first launch, numba's cuda
+        # swapped for pdc's, math and round with GPU semantics
+        self.thread_body: Any = _Rebinder("threads").rebind(body)
 
     def fallback(self, reason: str) -> None:
         if reason not in self.fallbacks:
