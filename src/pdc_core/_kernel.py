@@ -213,6 +213,7 @@ class Kernel:
         if body is not None:
             if isinstance(body, Kernel):
                 raise TypeError(f"{body!r} is already a kernel")
+            body = _numba_python_function(body)
             if not isinstance(body, types.FunctionType):
                 raise TypeError(f"a kernel body must be a Python function, not {body!r}")
             if inspect.iscoroutinefunction(body) or inspect.isasyncgenfunction(body):
@@ -337,6 +338,45 @@ class Kernel:
             stream = None
         shared_mem = rest[1] if len(rest) > 1 else 0
         return ConfiguredKernel(self, dims(grid, "grid"), dims(block, "block"), stream, shared_mem)
+
+    def forall(
+        self, ntasks: int, tpb: int = 0, stream: Stream | int | None = None, sharedmem: int = 0
+    ) -> Callable[..., None]:
+        """numba's ``kernel.forall(ntasks)``: a launcher covering ``ntasks`` threads in 1-D.
+
+        ``tpb`` (threads per block) 0 picks a block from the size as a launch without
+        ``block=`` does; ``forall(0)`` launches nothing; a negative count is a
+        ``ValueError``. Call the result with the kernel's arguments.
+        """
+        if isinstance(ntasks, bool) or not isinstance(ntasks, int | np.integer):
+            raise TypeError(f"forall takes a number of tasks (an int), not {ntasks!r}")
+        if ntasks < 0:
+            raise ValueError(f"Can't create ForAll with negative task count: {ntasks}")
+        if isinstance(tpb, bool) or not isinstance(tpb, int | np.integer) or tpb < 0:
+            raise TypeError(f"forall's tpb must be a number of threads per block, not {tpb!r}")
+        if isinstance(stream, int) and not isinstance(stream, bool) and stream == 0:
+            stream = None  # numba's "no stream"
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(
+                f"stream must be a pdc Stream (backend.create_stream()) or 0, not {stream!r}"
+            )
+        return functools.partial(
+            self,
+            size=int(ntasks),
+            block=int(tpb) or None,
+            stream=stream,
+            shared_mem=sharedmem,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _NUMBA_DISPATCHER_ONLY:
+            raise AttributeError(
+                f"pdc's Kernel has no {name!r}: numba's dispatcher methods other than "
+                "forall (specialisation, inspection, per-signature overloads, "
+                "extensions) belong to numba's compiler, which pdc uses only on the cuda "
+                "backend; a pdc kernel is launched with k[grid, block](...) or k(...)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     async def launch_async(
         self,
@@ -634,6 +674,47 @@ class Kernel:
             )
         for device, host in copy_back:
             chosen.to_host(device, out=host, stream=stream)
+
+
+#: numba dispatcher attributes a pdc Kernel does not have (explained when asked for).
+_NUMBA_DISPATCHER_ONLY: Final = frozenset(
+    {
+        "specialize",
+        "specialized",
+        "extensions",
+        "overloads",
+        "definitions",
+        "compile",
+        "compile_device",
+        "configure",
+        "inspect_types",
+        "inspect_llvm",
+        "inspect_asm",
+        "inspect_sass",
+        "inspect_sass_cfg",
+        "get_regs_per_thread",
+        "get_const_mem_size",
+        "get_shared_mem_per_block",
+        "get_max_threads_per_block",
+        "get_local_mem_per_thread",
+        "get_call_template",
+        "signatures",
+        "targetoptions",
+        "typingctx",
+        "targetctx",
+        "disable_compile",
+        "enable_caching",
+    }
+)
+
+
+def _numba_python_function(body: Any) -> Any:
+    """The Python function of a numba dispatcher (``@numba.cuda.jit``), else ``body``:
+    a kernel already decorated with numba's jit is made a pdc kernel from its function."""
+    inner = getattr(body, "py_func", None)
+    if isinstance(inner, types.FunctionType) and type(body).__module__.startswith("numba"):
+        return inner
+    return body
 
 
 class ConfiguredKernel:

@@ -253,3 +253,129 @@ def copy_function(function: Any) -> Any:
     )
     copy.__qualname__ = function.__qualname__
     return copy
+
+
+# -- the intrinsics, forall, dispatchers and what is not provided (item 2) ------------------
+
+INTRINSIC_CASES = [
+    (cuda.popc, np.uint8(0xFF), 8),
+    (cuda.popc, np.uint64(0xFFFFFFFFFFFFFFFF), 64),
+    (cuda.popc, -1, 32),
+    (cuda.popc, np.int64(-1), 64),
+    (cuda.brev, np.uint32(0x000030F0), 0x0F0C0000),
+    (cuda.brev, np.uint64(0x000030F0000030F0), 0x0F0C00000F0C0000),
+    (cuda.clz, 0x00100000, 11),
+    (cuda.clz, 0xFFFFFFFF, 0),
+    (cuda.clz, 0, 32),
+    (cuda.clz, np.int64(0x10000), 47),
+    (cuda.ffs, 0x00100000, 21),
+    (cuda.ffs, 0x80000000, 32),
+    (cuda.ffs, 0xFFFFFFFF, 1),
+    (cuda.ffs, 0, 0),
+]
+
+
+@pytest.mark.parametrize(("function", "value", "expected"), INTRINSIC_CASES)
+@pytest.mark.parametrize("mode", MODES)
+def test_bit_intrinsics(function: Any, value: Any, expected: int, mode: str) -> None:
+    def body(out: Any) -> None:
+        out[cuda.grid(1)] = function(value)
+
+    out = np.zeros(8, np.uint64)
+    cuda.simulate(body, 1, 8, (out,), mode=mode)  # type: ignore[arg-type]
+    assert (out == expected).all()
+
+
+def per_thread_intrinsics(values: Any, out: Any) -> None:
+    i = cuda.grid(1)
+    v = values[i]
+    out[i, 0] = cuda.popc(v)
+    out[i, 1] = cuda.brev(v)
+    out[i, 2] = cuda.clz(v)
+    out[i, 3] = cuda.ffs(v)
+    out[i, 4] = cuda.selp(v > 100, v, 7)
+
+
+def test_intrinsics_of_per_thread_values_vectorise() -> None:
+    values = np.array([0, 1, 2, 3, 0x80000000, 0xFFFFFFFF, 12345, 1 << 20], np.uint32)
+    lanes, threads = np.zeros((8, 5), np.int64), np.zeros((8, 5), np.int64)
+    stats = cuda.simulate(per_thread_intrinsics, 1, 8, (values, lanes), mode="lanes")
+    cuda.simulate(per_thread_intrinsics, 1, 8, (values, threads), mode="threads")
+    assert stats.mode == "lanes"
+    np.testing.assert_array_equal(lanes, threads)
+    assert list(lanes[:, 0]) == [bin(int(v)).count("1") for v in values]
+    assert list(lanes[:, 2]) == [32 - int(v).bit_length() for v in values]
+    assert list(lanes[:, 4]) == [int(v) if v > 100 else 7 for v in values]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_fma_and_cbrt(mode: str) -> None:
+    def body(out: Any, x: Any) -> None:
+        i = cuda.grid(1)
+        out[i, 0] = cuda.fma(x[i], 3.0, 4.0)
+        out[i, 1] = cuda.cbrt(x[i])
+
+    x = np.array([2.0, 8.0, -27.0, 0.5], np.float32)
+    out = np.zeros((4, 2), np.float32)
+    cuda.simulate(body, 1, 4, (out, x), mode=mode)  # type: ignore[arg-type]
+    np.testing.assert_allclose(out[:, 0], x * 3 + 4)
+    np.testing.assert_allclose(out[:, 1], np.cbrt(x), rtol=1e-6)
+
+
+def test_intrinsics_refuse_what_is_not_an_integer() -> None:
+    with pytest.raises(TypeError, match=r"cuda.popc takes an integer"):
+        cuda.popc(1.5)
+    with pytest.raises(TypeError, match=r"cuda.clz takes integers, not float64"):
+        cuda.clz(np.zeros(2))
+
+
+def add_one(x: Any) -> None:
+    i = cuda.grid(1)
+    if i < x.size:
+        x[i] += 1
+
+
+def test_forall_covers_the_tasks() -> None:
+    launched = cuda.jit(add_one)
+    arr = np.arange(11)
+    launched.forall(arr.size)(arr)
+    np.testing.assert_array_equal(arr, np.arange(11) + 1)
+    launched.forall(arr.size, tpb=4)(arr)
+    np.testing.assert_array_equal(arr, np.arange(11) + 2)
+    launched.forall(0)(arr)  # no work: nothing launched
+    np.testing.assert_array_equal(arr, np.arange(11) + 2)
+    with pytest.raises(ValueError, match="negative task count"):
+        launched.forall(-1)
+
+
+def test_numba_dispatcher_methods_other_than_forall_are_explained() -> None:
+    launched = cuda.jit(add_one)
+    with pytest.raises(AttributeError, match="dispatcher methods other than forall"):
+        launched.specialize  # noqa: B018 - the attribute access is the test
+    with pytest.raises(AttributeError, match="has no attribute 'nosuch'"):
+        launched.nosuch  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("fp16", "half-precision"),
+        ("random", "xoroshiro128"),
+        ("libdevice", "libdevice functions are not simulated"),
+        ("syncwarp", "warp-level primitives"),
+    ],
+)
+def test_what_is_not_simulated_is_named(name: str, message: str) -> None:
+    with pytest.raises(AttributeError, match=message):
+        getattr(cuda, name)
+
+
+def test_a_numba_dispatcher_becomes_a_pdc_kernel() -> None:
+    numba_cuda = pytest.importorskip("numba.cuda")
+    dispatcher = numba_cuda.jit(add_one)
+    launched = kernel(dispatcher)
+    assert launched.py_func is add_one
+    arr = np.zeros(5)
+    launched[1, 8](arr)
+    np.testing.assert_array_equal(arr, 1)
+    assert cuda.jit(dispatcher).py_func is add_one

@@ -92,12 +92,19 @@ __all__ = [
     "bind_vocabulary",
     "blockDim",
     "blockIdx",
+    "brev",
+    "cbrt",
+    "clz",
     "const",
+    "ffs",
+    "fma",
     "grid",
     "gridDim",
     "gridsize",
     "laneid",
     "local",
+    "popc",
+    "selp",
     "shared",
     "simulate",
     "syncthreads",
@@ -2178,6 +2185,113 @@ shared: Final = _SharedNamespace()
 local: Final = _LocalNamespace()
 const: Final = _ConstNamespace()
 atomic: Final = _AtomicNamespace()
+
+
+# --------------------------------------------------------------------------------------
+# intrinsics (CUDA's __popc, __brev, __clz, __ffs, fma, cbrt and selp), per thread or
+# over per-thread values
+
+#: Set bits of every byte value, and every byte value with its bits reversed.
+_BYTE_POPC: Final = np.array([bin(b).count("1") for b in range(256)], np.int32)
+_BYTE_REVERSED: Final = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], np.uint8)
+
+
+def _bits(value: Any, what: str) -> tuple[npt.NDArray[Any], np.dtype[Any]]:
+    """``value``'s integers as unsigned values of their width (at least 1-d), and the
+    dtype a result of the same type has. A Python int is 32 bits wide when it fits in
+    32 bits (as numba types an int literal), else 64."""
+    values = value.v if isinstance(value, Lanes) else value
+    if isinstance(values, bool | np.bool_) or not isinstance(values, int | np.integer | np.ndarray):
+        raise TypeError(f"cuda.{what} takes an integer, not {value!r}")
+    dtype: np.dtype[Any]
+    if isinstance(values, int):
+        if -(1 << 31) <= values < 1 << 32:
+            dtype = np.dtype(np.int32 if values < 0 else np.uint32)
+        elif -(1 << 63) <= values < 1 << 64:
+            dtype = np.dtype(np.int64 if values < 0 else np.uint64)
+        else:
+            raise OverflowError(f"cuda.{what}: {values} does not fit in 64 bits")
+        array = np.array([values], dtype)
+    else:
+        array = np.atleast_1d(np.asarray(values))
+        dtype = array.dtype
+        if dtype.kind not in "iu":
+            raise TypeError(f"cuda.{what} takes integers, not {dtype} values")
+    unsigned = array.astype(np.dtype(f"u{dtype.itemsize}"))  # two's complement bits
+    return unsigned, dtype
+
+
+def _like(value: Any, result: npt.NDArray[Any]) -> Any:
+    """``result`` shaped as ``value`` was given: per-thread, a NumPy scalar or an int."""
+    if isinstance(value, Lanes):
+        return Lanes(result)
+    if isinstance(value, np.generic | np.ndarray):
+        return result[0]
+    return result[0].item()
+
+
+def _popcount(unsigned: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+    per_byte = _BYTE_POPC[unsigned.view(np.uint8)].reshape(len(unsigned), -1)
+    return np.asarray(per_byte.sum(axis=1, dtype=np.int32))
+
+
+def popc(value: Any) -> Any:
+    """The number of set bits of an integer (CUDA's ``__popc``/``__popcll``)."""
+    unsigned, _ = _bits(value, "popc")
+    return _like(value, _popcount(unsigned))
+
+
+def brev(value: Any) -> Any:
+    """An integer with its bits in reverse order (CUDA's ``__brev``), of the same type."""
+    unsigned, dtype = _bits(value, "brev")
+    # reverse each byte's bits, then the bytes (the array is little- or big-endian alike)
+    flipped = _BYTE_REVERSED[unsigned.view(np.uint8)].view(unsigned.dtype)
+    reversed_bits = flipped.byteswap()
+    return _like(value, reversed_bits.astype(dtype))
+
+
+def clz(value: Any) -> Any:
+    """The number of leading zero bits of an integer (CUDA's ``__clz``): its width
+    for 0."""
+    unsigned, dtype = _bits(value, "clz")
+    smeared = unsigned.copy()
+    shift = 1
+    while shift < dtype.itemsize * 8:  # every bit below the highest set bit becomes 1
+        smeared |= smeared >> unsigned.dtype.type(shift)
+        shift *= 2
+    return _like(value, (dtype.itemsize * 8 - _popcount(smeared)).astype(np.int32))
+
+
+def ffs(value: Any) -> Any:
+    """The position of the least significant set bit of an integer, counting from 1
+    (CUDA's ``__ffs``): 0 when no bit is set."""
+    unsigned, _ = _bits(value, "ffs")
+    # (array arithmetic on unsigned integers wraps silently)
+    lowest = unsigned & (~unsigned + unsigned.dtype.type(1))
+    below = lowest - unsigned.dtype.type(1)  # the bits under the lowest set bit
+    position = np.where(unsigned == 0, 0, _popcount(below) + 1).astype(np.int32)
+    return _like(value, position)
+
+
+def fma(a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` (CUDA's fused multiply-add; simulated with two roundings)."""
+    return a * b + c
+
+
+def cbrt(value: Any) -> Any:
+    """The cube root (CUDA's ``cbrt``), of the argument's floating-point type."""
+    if isinstance(value, Lanes):
+        return Lanes(np.cbrt(value.v))
+    result = np.cbrt(value)
+    return float(result) if isinstance(value, int | float) else result
+
+
+def selp(predicate: Any, if_true: Any, if_false: Any) -> Any:
+    """``if_true`` where ``predicate`` holds, else ``if_false`` (PTX's ``selp``),
+    without a branch: per-thread values select lane by lane."""
+    if isinstance(predicate, Lanes):
+        return Lanes(np.where(predicate.v, _operand(if_true), _operand(if_false)))
+    return if_true if predicate else if_false
 
 
 # --------------------------------------------------------------------------------------
