@@ -29,6 +29,7 @@ operations), source needs :attr:`Capability.KERNELS` (``cuda``).
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import re
@@ -179,9 +180,9 @@ class Kernel:
     Arguments may be NumPy arrays (written in place; on a backend with separate device
     memory they are copied to the device and back, around the launch),
     :class:`~pdc_core.UnifiedBuffer` (its ``.device`` view: state tracking stays
-    right), the backend's own device arrays, scalars, and tuples of these (nested or
-    empty, as numba takes them); a Python container (a list, a str, ...) is refused
-    with a ``TypeError`` naming its position.
+    right), the backend's own device arrays, scalars, enum members, and tuples of these
+    (nested, empty or named, as numba takes them); a Python container (a list, a str,
+    ...) is refused with a ``TypeError`` naming its position.
 
     ``shared_mem`` (bytes of dynamic shared memory per block) may not exceed the
     device's ``sharedMemPerBlock`` (CUDA's 48 KiB where the device does not report
@@ -574,11 +575,13 @@ class Kernel:
                 return device
             if isinstance(arg, _SCALARS):
                 return arg
+            if isinstance(arg, enum.Enum):
+                return arg  # an enum member, compared and read (.value) as numba does
             if isinstance(arg, tuple):
                 # tuples (nested, empty) of arrays and scalars, as numba takes them
-                return tuple(
-                    convert(item, f"item {index} of {where}") for index, item in enumerate(arg)
-                )
+                items = [convert(item, f"item {i} of {where}") for i, item in enumerate(arg)]
+                # a namedtuple stays one (its fields are read by name in the body)
+                return tuple(items) if type(arg) is tuple else type(arg)(*items)
             if isinstance(arg, _CONTAINERS):
                 raise TypeError(f"{where} is a {type(arg).__name__}; {_TAKES}")
             if hasattr(arg, "__cuda_array_interface__") and unified:
@@ -588,7 +591,7 @@ class Kernel:
                     "run on the cuda backend"
                 )
             if unified and hasattr(arg, "__array_interface__"):
-                return np.asarray(arg)
+                return _host_view(arg)
             if _is_array(arg):
                 return arg  # a device array of the backend: it checks its own
             raise TypeError(
@@ -715,6 +718,22 @@ def _numba_python_function(body: Any) -> Any:
     if isinstance(inner, types.FunctionType) and type(body).__module__.startswith("numba"):
         return inner
     return body
+
+
+class _InterfaceOnly:
+    """An object exposing only another's ``__array_interface__`` (and keeping it alive)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        self.__array_interface__ = owner.__array_interface__
+
+
+def _host_view(arg: Any) -> np.ndarray[Any, Any]:
+    """A NumPy view of the host memory an array-like exposes, writable unless it says
+    read-only: through ``__array_interface__`` alone, since NumPy prefers other
+    protocols (``__array_struct__``, ``__array__``) that some wrappers answer with a
+    copy or a read-only view (numba's simulated device array of a record array)."""
+    return np.asarray(_InterfaceOnly(arg))
 
 
 class ConfiguredKernel:

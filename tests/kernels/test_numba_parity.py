@@ -7,6 +7,8 @@ Bodies run both vectorised and per thread where the strategy could matter.
 
 from __future__ import annotations
 
+import collections
+import enum
 import math
 import types
 from typing import Any
@@ -379,3 +381,63 @@ def test_a_numba_dispatcher_becomes_a_pdc_kernel() -> None:
     launched[1, 8](arr)
     np.testing.assert_array_equal(arr, 1)
     assert cuda.jit(dispatcher).py_func is add_one
+
+
+# -- argument kinds numba takes: namedtuples, enum members, foreign host arrays -------------
+
+
+def read_fields(out: Any, point: Any, colour: Any) -> None:
+    out[0] = point.x + point.y
+    out[1] = colour.value
+    out[2] = colour == Colour.GREEN
+
+
+class Colour(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_namedtuples_and_enum_members_are_arguments(mode: str) -> None:
+    out = np.zeros(3)
+    kernel(read_fields, options={"cpu_mode": mode})[1, 1](out, Point(2.0, 3.0), Colour.GREEN)
+    np.testing.assert_array_equal(out, [5.0, 2.0, 1.0])
+
+
+class CopyingWrapper:
+    """An array-like whose __array__ hands out copies, its interface the real memory."""
+
+    def __init__(self, array: np.ndarray[Any, Any]) -> None:
+        self.array = array
+        self.__array_interface__ = array.__array_interface__
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray[Any, Any]:
+        return self.array.copy()
+
+
+def test_a_foreign_host_array_is_written_through_its_interface() -> None:
+    target = np.zeros(4)
+    kernel(add_one)[1, 4](CopyingWrapper(target))
+    np.testing.assert_array_equal(target, 1)
+
+
+def test_a_kernel_called_from_a_kernel_is_a_device_function() -> None:
+    inner = cuda.jit(lambda x, i: x[i] * 2)
+
+    def outer(x: Any) -> None:
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] = inner(x, i)
+
+    values = np.arange(6.0)
+    kernel(outer)[1, 8](values)
+    np.testing.assert_array_equal(values, np.arange(6.0) * 2)
+
+
+@pytest.mark.parametrize("name", ["float32x4", "float64x2", "int16x3", "uchar4", "double2"])
+def test_vector_types_are_named_as_not_provided(name: str) -> None:
+    with pytest.raises(AttributeError, match="does not provide CUDA vector types"):
+        getattr(cuda, name)

@@ -30,11 +30,13 @@ Not provided (asking for one raises an ``AttributeError`` that says so): warp-le
 primitives (``syncwarp``, shuffles, votes, ``activemask``, ``lanemask_lt``) and
 cooperative groups (``cg``); half precision (``fp16``); ``random`` (numba's
 xoroshiro128+ generators); ``libdevice``; and numba's dispatcher methods other than
-``forall`` (``specialize``, ``inspect_*``, ``overloads``, ``extensions``, ...).
+``forall`` (``specialize``, ``inspect_*``, ``overloads``, ``extensions``, ...); CUDA
+vector types (``float32x4``, ...).
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -151,6 +153,12 @@ _UNSUPPORTED = frozenset(
 )
 
 
+#: CUDA's vector types as numba.cuda names them (float32x4, int16x2, uchar4, ...).
+_VECTOR_TYPE = re.compile(
+    r"^(u?int(8|16|32|64)|float(16|32|64)|u?(char|short|int|long|longlong)|half|double)"
+    r"(x?[1-4])$"
+)
+
 #: numba.cuda names pdc does not simulate, each with what to do instead.
 _NOT_SIMULATED = {
     "fp16": "half-precision intrinsics are not simulated; compute in float32 "
@@ -166,6 +174,11 @@ _NOT_SIMULATED = {
 def __getattr__(name: str) -> Any:
     if name == "laneid":
         return _laneid()
+    if _VECTOR_TYPE.match(name):
+        raise AttributeError(
+            f"pdc_core.cuda does not provide CUDA vector types (cuda.{name}); use a small "
+            "array or separate scalars, or run the kernel with numba on the cuda backend"
+        )
     if name in _NOT_SIMULATED:
         raise AttributeError(f"pdc_core.cuda does not simulate cuda.{name}: {_NOT_SIMULATED[name]}")
     if name in _UNSUPPORTED:

@@ -596,7 +596,8 @@ def _wrap_for_lanes(value: Any, run: _ChunkRun) -> Any:
     if isinstance(value, np.ndarray):
         return _LaneArray(value, run)
     if isinstance(value, tuple):
-        return tuple(_wrap_for_lanes(item, run) for item in value)
+        items = [_wrap_for_lanes(item, run) for item in value]
+        return tuple(items) if type(value) is tuple else type(value)(*items)  # namedtuples
     return value
 
 
@@ -1348,6 +1349,10 @@ def _is_device_function(value: Any, module: str) -> bool:
     )
 
 
+def _is_numba_object(value: Any) -> bool:
+    return type(value).__module__.startswith("numba")
+
+
 def _python_function(value: Any) -> types.FunctionType | None:
     """The Python function behind a numba dispatcher or a pdc kernel, if any."""
     inner = getattr(value, "py_func", None)
@@ -1477,7 +1482,9 @@ class _Rebinder:
                 return self.rebind(value, device=True)
             return value
         inner = _python_function(value)
-        if inner is not None and target != "numba" and type(value).__module__.startswith("numba"):
+        if inner is not None and (target != "numba" or not _is_numba_object(value)):
+            # a jitted function (numba's dispatcher or a pdc kernel) called from a body
+            # is a device function there, as numba compiles a kernel called by a kernel
             return self.rebind(inner, device=True)
         scalar = _numba_scalar_type(value)
         if scalar is not None and target != "numba":
