@@ -441,3 +441,36 @@ def test_a_kernel_called_from_a_kernel_is_a_device_function() -> None:
 def test_vector_types_are_named_as_not_provided(name: str) -> None:
     with pytest.raises(AttributeError, match="does not provide CUDA vector types"):
         getattr(cuda, name)
+
+
+PRICES = np.array([10.0, 25.0, 5.0])
+
+
+def totals(quantities: Any, out: Any) -> None:
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = quantities[i] * PRICES[i]
+
+
+@pytest.mark.parametrize("mode", ["auto", "threads"])
+def test_a_global_array_is_copied_at_the_first_launch(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body = copy_function(totals)
+    prices = np.array([10.0, 25.0, 5.0])
+    monkeypatch.setitem(body.__globals__, "PRICES", prices)
+    launched = kernel(body, options={"cpu_mode": mode})
+    out = np.zeros(3)
+    launched[1, 4](np.ones(3), out)
+    prices[:] = [20.0, 50.0, 10.0]  # numba's documentation: the kernel keeps the old values
+    launched[1, 4](np.ones(3), out)
+    np.testing.assert_array_equal(out, [10.0, 25.0, 5.0])
+
+
+@pytest.mark.parametrize("mode", ["auto", "threads"])
+def test_a_global_array_is_read_only_in_a_kernel(mode: str) -> None:
+    def write_global(out: Any) -> None:
+        PRICES[0] = 1.0
+
+    with pytest.raises(ValueError, match="read-only"):
+        cuda.simulate(write_global, 1, 1, (np.zeros(1),), mode=mode)  # type: ignore[arg-type]

@@ -43,9 +43,10 @@ Guarantees and limits:
   bit; results of the :mod:`math` functions are computed in double precision in both.
 - As in numba: globals and closure variables a body (or a device function it calls)
   names are read at its first launch and frozen there (numba reads them when it
-  compiles); :mod:`math` functions give NaN or inf where Python's raise
-  ``ValueError``/``OverflowError`` (a GPU raises nothing), and ``round(x, ndigits)``
-  gives ``x`` itself where scaling it by ``10**ndigits`` overflows.
+  compiles; a NumPy array is copied, read-only); :mod:`math` functions give NaN or
+  inf where Python's raise ``ValueError``/``OverflowError`` (a GPU raises nothing),
+  and ``round(x, ndigits)`` gives ``x`` itself where scaling it by ``10**ndigits``
+  overflows.
 - The body may be executed more than once for a thread in the vectorised strategy (a
   divergent run is undone and replayed). Stores to arrays and ``print`` are undone or
   deferred correctly; other side effects (appending to Python lists, I/O) may repeat.
@@ -1537,6 +1538,14 @@ class _Rebinder:
         return result
 
 
+def _constant(value: Any) -> Any:
+    if type(value) is np.ndarray:
+        frozen = value.copy()
+        frozen.flags.writeable = False
+        return frozen
+    return value
+
+
 #: A closure cell that was empty when its function was first launched.
 _EMPTY: Final = object()
 
@@ -1552,19 +1561,21 @@ def _frozen(function: types.FunctionType) -> tuple[dict[str, Any], tuple[Any, ..
 
     numba reads a kernel's globals and closure variables when it compiles the kernel
     and never again (they are compile-time constants); pdc's first launch stands for
-    that compilation, so rebinding the name later changes nothing (arrays are frozen
-    by identity: their contents are read at each launch, as the arguments' are).
+    that compilation, so rebinding the name later changes nothing. A NumPy array is
+    copied then, read-only (numba copies a host array into the kernel as a constant);
+    device arrays and other objects are kept by reference, as numba keeps a device
+    array's pointer.
     """
     with _FROZEN_LOCK:
         snapshot = _FROZEN.get(function)
         if snapshot is None:
-            names = _names(function)
             values = function.__globals__
             cells = tuple(
-                cell.cell_contents if _cell_filled(cell) else _EMPTY
+                _constant(cell.cell_contents) if _cell_filled(cell) else _EMPTY
                 for cell in function.__closure__ or ()
             )
-            snapshot = ({name: values[name] for name in names if name in values}, cells)
+            named = {name: _constant(values[name]) for name in _names(function) if name in values}
+            snapshot = (named, cells)
             _FROZEN[function] = snapshot
     return snapshot
 
