@@ -120,6 +120,19 @@ def test_too_many_paths_run_per_thread() -> None:
         cuda.simulate(many_paths, 1, 1000, (np.arange(1000), np.zeros(1000)), mode="lanes")
 
 
+def test_giving_up_for_divergence_is_remembered_per_body() -> None:
+    body = types.FunctionType(many_paths.__code__, many_paths.__globals__)
+    data = np.arange(100, dtype=np.int64)
+    first = cuda.simulate(body, 1, 100, (data, np.zeros(100, np.int64)))
+    assert first.lane_runs > 0
+    out = np.zeros(100, np.int64)
+    again = cuda.simulate(body, 1, 100, (data, out))
+    assert again.lane_runs == 0
+    assert again.mode == "threads"
+    assert "more than 32 paths" in again.fallbacks[0]
+    np.testing.assert_array_equal(out, data * (data - 1) // 2)
+
+
 def test_the_undo_budget_splits_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sim, "UNDO_BUDGET", 256)
     stats, (out,) = both_ways(write_then_diverge, 2, 128, np.zeros(256, np.int64))
@@ -210,12 +223,70 @@ def guarded_tile(data: Any, out: Any) -> None:
         out[i] = tile[t] + tile[(t + 1) % 32]
 
 
-def test_divergence_before_a_barrier_falls_back_to_threads() -> None:
+def test_divergence_before_a_barrier_stays_vectorised() -> None:
     data = np.arange(40, dtype=np.float64)
     stats, (_, _out) = both_ways(guarded_tile, 2, 32, data, np.zeros_like(data))
-    assert stats.mode == "threads"
-    assert stats.threaded_blocks == 2
-    assert "barrier" in stats.fallbacks[0]
+    assert stats.mode == "lanes"
+    assert stats.threaded_blocks == 0
+    assert stats.lane_runs == 3  # all lanes, then the two groups of `i < len(data)`
+
+
+def scan_block(data: Any, out: Any, counts: Any) -> None:
+    # Hillis-Steele inclusive scan in shared memory: a new divergence every round
+    temp = cuda.shared.array(64, dtype=np.int64)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    temp[t] = data[i] if i < len(data) else 0
+    cuda.syncthreads()
+    offset = 1
+    while offset < cuda.blockDim.x:
+        value = temp[t - offset] if t >= offset else 0
+        cuda.syncthreads()
+        temp[t] += value
+        cuda.syncthreads()
+        offset *= 2
+    if i < len(data):
+        out[i] = temp[t]
+    counts[i] = cuda.syncthreads_count(temp[t] % 2 == 1)
+
+
+def test_a_shared_memory_scan_stays_vectorised() -> None:
+    data = np.arange(200, dtype=np.int64) % 7
+    stats, (_, out, counts) = both_ways(
+        scan_block, 4, 64, data, np.zeros(200, np.int64), np.zeros(256, np.int64)
+    )
+    assert stats.mode == "lanes"
+    padded = np.zeros(256, np.int64)
+    padded[:200] = data
+    scans = np.cumsum(padded.reshape(4, 64), axis=1)
+    np.testing.assert_array_equal(out, scans.reshape(-1)[:200])
+    np.testing.assert_array_equal(counts, np.repeat((scans % 2 == 1).sum(axis=1), 64))
+
+
+def per_thread_paths_then_barrier(out: Any) -> None:
+    t = cuda.threadIdx.x
+    total = 0
+    for k in range(t):  # a different trip count for every thread: 64 paths
+        total += k
+    cuda.syncthreads()
+    out[cuda.grid(1)] = total
+
+
+def test_too_many_paths_in_a_barrier_kernel_run_per_thread_and_are_remembered() -> None:
+    body = types.FunctionType(
+        per_thread_paths_then_barrier.__code__, per_thread_paths_then_barrier.__globals__
+    )
+    out = np.zeros(128, np.int64)
+    first = cuda.simulate(body, 2, 64, (out,))
+    assert first.mode == "threads"
+    assert first.lane_runs > 0
+    assert f"more than {sim.MAX_GROUPS} paths" in first.fallbacks[0]
+    expected = np.tile([t * (t - 1) // 2 for t in range(64)], 2)
+    np.testing.assert_array_equal(out, expected)
+    again = cuda.simulate(body, 2, 64, (out,))  # vectorising is not tried again
+    assert again.lane_runs == 0
+    assert again.fallbacks == first.fallbacks
+    np.testing.assert_array_equal(out, expected)
 
 
 # -- atomics ---------------------------------------------------------------------------

@@ -19,10 +19,14 @@ default (``mode="auto"``) picks between them per chunk of blocks:
     cannot express (slicing with per-thread indices, try/except in the body, an
     operation on a per-thread value that is not elementwise, a floating-point error)
     undoes the run's stores and runs those threads one by one instead, so the outcome
-    is always the one of running each thread on its own. A barrier
-    (``cuda.syncthreads()``) is honoured in lock-step as long as every thread of each
-    block involved is in the same run; when divergence splits a block before a
-    barrier, the whole chunk is undone and re-run in ``threads`` mode.
+    is always the one of running each thread on its own. In a kernel with barriers
+    (``cuda.syncthreads()``) divergence is handled without undoing: each group of
+    agreeing threads continues from the branch on an OS thread of its own (replaying
+    what the run did before it, for its lanes, without repeating a store) only to the
+    next barrier, where all groups meet before any goes on (:class:`_LaneGroups`);
+    only more than ``MAX_GROUPS`` groups, or what cannot be vectorised, undo the
+    chunk and re-run it in ``threads`` mode. A body that gave up vectorising for
+    divergence or barriers is remembered, and runs per thread at once afterwards.
 
 **threads**
     The body is called once per thread with plain NumPy arrays, in CUDA's order
@@ -51,11 +55,11 @@ Guarantees and limits:
   divergent run is undone and replayed). Stores to arrays and ``print`` are undone or
   deferred correctly; other side effects (appending to Python lists, I/O) may repeat.
 - Cost: the vectorised strategy runs at NumPy speed (tens of millions of threads per
-  second for simple bodies); per-thread execution runs roughly a million simple
-  threads per second, and blocks with barriers far fewer (one OS thread per CUDA
-  thread). Use ``mode="lanes"`` to be told, by an exception, when a body cannot be
-  vectorised, and :class:`SimulationStats` (returned by :func:`simulate`) to see
-  which strategy ran.
+  second for simple bodies, barrier kernels included); per-thread execution runs
+  roughly a million simple threads per second, and blocks with barriers far fewer
+  (one OS thread per CUDA thread). Use ``mode="lanes"`` to be told, by an exception,
+  when a body cannot be vectorised, and :class:`SimulationStats` (returned by
+  :func:`simulate`) to see which strategy ran.
 """
 
 from __future__ import annotations
@@ -507,14 +511,30 @@ class _LaneArray:
 
     def __getitem__(self, index: Any) -> Any:
         components = _lane_index(index, self.a.ndim)
+        state: _LaneState = _tls.state
         if components is None:
             result = self.a[index]
             if isinstance(result, np.ndarray):
-                return _LaneArray(result, self.run)
+                return _LaneArray(result, self.run)  # a view: reading it is the event
+            if state.replaying():
+                return state.replayed()
+            state.record("value", result)
             return result
-        return Lanes(self.a[components])
+        if state.replaying():
+            return Lanes(state.replayed())
+        values = self.a[components]
+        state.record("lanes", values)
+        return Lanes(values)
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        state: _LaneState = _tls.state
+        if state.replaying():
+            state.replayed()  # the parent run stored it
+            return
+        self._store(index, value)
+        state.record("none")
+
+    def _store(self, index: Any, value: Any) -> None:
         components = _lane_index(index, self.a.ndim)
         target = index if components is None else components
         stored = _store_value(value)
@@ -573,14 +593,26 @@ class _LaneShared:
         return self.storage, self._components(index)
 
     def __getitem__(self, index: Any) -> Lanes:
-        return Lanes(self.storage[self._components(index)])
+        state = self.state
+        if self.logged and state.replaying():
+            return Lanes(state.replayed())
+        values = self.storage[self._components(index)]
+        if self.logged:
+            state.record("lanes", values)
+        return Lanes(values)
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        state = self.state
+        if self.logged and state.replaying():
+            state.replayed()  # the parent run stored it
+            return
         components = self._components(index)
         stored = _store_value(value)
         if self.logged:
-            self.state.run.log.record(self.storage, components)
+            state.run.log.record(self.storage, components)
         self.storage[components] = stored
+        if self.logged:
+            state.record("none")
 
 
 class _LaneLocal(_LaneShared):
@@ -789,6 +821,23 @@ class _LaneSet:
     def take(self, positions: npt.NDArray[np.intp]) -> _LaneSet:
         return _LaneSet(self.block_rel[positions], self.thread_lin[positions])
 
+    def split_positions(self, key: npt.NDArray[Any]) -> list[npt.NDArray[np.intp]]:
+        """The positions of each group of lanes with equal ``key``, in lane order,
+        groups ordered by their first lane."""
+        if key.dtype == np.bool_:
+            parts = [np.flatnonzero(key), np.flatnonzero(~key)]
+            parts.sort(key=lambda positions: positions[0] if len(positions) else self.n)
+            return [positions for positions in parts if len(positions)]
+        raw = np.ascontiguousarray(key).view(np.uint8).reshape(self.n, -1)
+        _, first, inverse = np.unique(raw, axis=0, return_index=True, return_inverse=True)
+        groups = len(first)
+        rank = np.empty(groups, np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(groups)
+        lane_group = rank[inverse.reshape(-1)]
+        order = np.argsort(lane_group, kind="stable")
+        bounds = np.cumsum(np.bincount(lane_group, minlength=groups))[:-1]
+        return list(np.split(order, bounds))
+
     def split(self, key: npt.NDArray[Any], limit: int | None) -> list[_LaneSet] | None:
         """Groups of lanes with equal ``key`` (in lane order), ordered by their first lane.
 
@@ -833,6 +882,34 @@ class _LaneState:
         self.positions = np.arange(self.n)
         self._cache: dict[Any, Any] = {}
         self.local_arrays: dict[Any, _LaneLocal] = {}
+        # Set when the run is one group of a barrier kernel's block (see _LaneGroups):
+        # ``events`` is what every memory access, barrier and print gave this run, in
+        # order; a run split off another first replays its parent's ``replay`` (its
+        # lanes at ``replay_positions``) without touching memory, then runs live.
+        self.group: _LaneGroups | None = None
+        self.events: list[tuple[str, Any]] | None = None
+        self.replay: list[tuple[str, Any]] | None = None
+        self.replay_positions: npt.NDArray[np.intp] | None = None
+        self.cursor = 0
+
+    def replaying(self) -> bool:
+        """True while this run re-traces events its parent already performed."""
+        return self.replay is not None and self.cursor < len(self.replay)
+
+    def replayed(self) -> Any:
+        """The next event's value as the parent saw it, for this run's lanes."""
+        assert self.replay is not None
+        assert self.events is not None
+        kind, value = self.replay[self.cursor]
+        self.cursor += 1
+        if kind == "lanes":
+            value = value[self.replay_positions]
+        self.events.append((kind, value))
+        return value
+
+    def record(self, kind: str, value: Any = None) -> None:
+        if self.events is not None:
+            self.events.append((kind, value))
 
     def _axis(self, which: str, axis: int) -> Lanes:
         key = (which, axis)
@@ -890,6 +967,13 @@ class _LaneState:
         return bool(cached)
 
     def _barrier(self) -> None:
+        if self.group is not None:
+            if self.replaying():
+                self.replayed()
+            else:
+                self.group.arrive(self, None)
+                self.record("none")
+            return
         if self._block_complete():
             return
         if not self.run.barrier_kernel:
@@ -900,10 +984,17 @@ class _LaneState:
         self._barrier()
 
     def _block_counts(self, predicate: Any) -> npt.NDArray[np.int64]:
-        self._barrier()
         truth = (
             predicate.v != 0 if isinstance(predicate, Lanes) else np.full(self.n, bool(predicate))
         )
+        if self.group is not None:
+            if self.replaying():
+                replayed: npt.NDArray[np.int64] = self.replayed()
+                return replayed
+            arrived: npt.NDArray[np.int64] = self.group.arrive(self, truth)
+            self.record("lanes", arrived)
+            return arrived
+        self._barrier()
         counts = np.bincount(self.lanes.block_rel, weights=truth, minlength=1).astype(np.int64)
         return counts[self.lanes.block_rel]
 
@@ -935,7 +1026,10 @@ class _LaneState:
         operands = [
             np.broadcast_to(np.asarray(_store_value(value)).astype(dtype), (n,)) for value in values
         ]
-        if not isinstance(array, _LaneLocal):
+        logged = not isinstance(array, _LaneLocal)
+        if logged and self.replaying():
+            return Lanes(self.replayed())
+        if logged:
             self.run.log.record(base, target)
         function, accumulate = _ATOMIC_OPS[name]
         key = np.ravel_multi_index(target, base.shape) if base.ndim else np.zeros(n, np.intp)
@@ -962,7 +1056,157 @@ class _LaneState:
                     current = base[where]
                     old[members] = current
                     base[where] = function(current, *(op[members] for op in operands))
+        if logged:
+            self.record("lanes", old)
         return Lanes(old)
+
+
+# --------------------------------------------------------------------------------------
+# barrier kernels, vectorised: groups of lanes that meet at barriers
+
+
+class _LaneGroups:
+    """The vectorised runs of a barrier kernel's chunk: groups of lanes, each running
+    the body on an OS thread of its own, that wait for each other at every barrier.
+
+    It starts as one run of every lane. Where its lanes diverge, the run ends and one
+    run per group of agreeing lanes takes its place: each first replays what its
+    parent did (the values every read, atomic and barrier gave, for its own lanes;
+    no store, print or wait is repeated), which brings it, with the parent's locals,
+    to the branch, and then runs live. A barrier is passed when every live run has
+    reached one (a run that returned no longer takes part, as a thread that exited),
+    so each group runs only to the next barrier, and every block's threads meet there
+    whichever groups they are in. Runs take turns (one baton, handed over at barriers
+    and at the end of a run), so stores and the undo log are never concurrent.
+    """
+
+    def __init__(self, run: _ChunkRun, body: Any, args: tuple[Any, ...]) -> None:
+        self.run = run
+        self.body = body
+        self.args = args
+        self.turn = threading.Condition()  # its lock is the baton
+        self.parties = 0  # live runs
+        self.arrived: list[tuple[_LaneState, npt.NDArray[Any] | None]] = []
+        self.results: dict[int, npt.NDArray[np.int64]] = {}
+        self.generation = 0
+        self.threads = 0  # OS threads not finished
+        self.splits = 0
+        self.failure: tuple[str, BaseException | None] | None = None
+
+    def execute(self, lanes: _LaneSet) -> None:
+        """Run the body over ``lanes``; raise _NeedThreads (the stores stay, to be
+        undone by the caller) when the groups cannot finish vectorised."""
+        with self.turn:
+            self._spawn(_LaneState(self.run, lanes), None, None)
+            self.turn.wait_for(lambda: self.threads == 0)
+        if self.failure is not None:
+            reason, cause = self.failure
+            raise _NeedThreads(reason) from cause
+
+    def _spawn(
+        self,
+        state: _LaneState,
+        replay: list[tuple[str, Any]] | None,
+        positions: npt.NDArray[np.intp] | None,
+    ) -> None:
+        # called with the baton held
+        state.group = self
+        state.events = []
+        state.replay = replay
+        state.replay_positions = positions
+        self.parties += 1
+        self.threads += 1
+        self.run.launch.lane_runs += 1
+        thread = threading.Thread(
+            target=self._main, args=(state,), name="pdc-sim-lanes", daemon=True
+        )
+        thread.start()
+
+    def _main(self, state: _LaneState) -> None:
+        with self.turn:
+            try:
+                self._body(state)
+            finally:
+                self.threads -= 1
+                self.turn.notify_all()
+
+    def _body(self, state: _LaneState) -> None:
+        # with the baton held
+        if self.failure is not None:
+            self._leave()
+            return
+        _tls.state = state
+        try:
+            with np.errstate(divide="raise", over="raise", invalid="raise", under="ignore"):
+                self.body(*self.args)
+        except _Diverge as divergence:
+            self._split(state, divergence.key)
+            return
+        except _Aborted:
+            return
+        except _LaneSignal as exc:  # _Unsupported, _UndoOverflow (kept as the cause)
+            self._fail(str(exc) or type(exc).__name__, exc)
+        except Exception as exc:
+            self._fail(f"{type(exc).__name__}: {exc}", exc)
+        finally:
+            _tls.state = None
+        self._leave()
+
+    def _split(self, state: _LaneState, key: npt.NDArray[Any]) -> None:
+        parts = state.lanes.split_positions(key)
+        if len(parts) < 2:
+            self._fail("a divergence that does not split the threads", None)
+            self._leave()
+            return
+        self.splits += 1
+        if self.parties - 1 + len(parts) > MAX_GROUPS or self.splits > MAX_RUNS:
+            self._fail(f"threads diverge into more than {MAX_GROUPS} paths", None)
+            self._leave()
+            return
+        assert state.events is not None
+        self.parties -= 1  # the children take the parent's place at the next barrier
+        for positions in parts:
+            child = _LaneState(self.run, state.lanes.take(positions))
+            self._spawn(child, state.events, positions)
+
+    def _fail(self, reason: str, cause: BaseException | None) -> None:
+        if self.failure is None:
+            self.failure = (reason, cause)
+        self.turn.notify_all()  # runs waiting at a barrier stop
+
+    def _leave(self) -> None:
+        self.parties -= 1
+        if self.arrived and len(self.arrived) == self.parties:
+            self._release()
+
+    def arrive(self, state: _LaneState, truth: npt.NDArray[Any] | None) -> Any:
+        """Wait at a barrier until every live run is at one; the block counts of
+        ``truth`` (syncthreads_count and the like) for this run's lanes."""
+        if self.failure is not None:
+            raise _Aborted
+        generation = self.generation
+        self.arrived.append((state, truth))
+        if len(self.arrived) == self.parties:
+            self._release()
+        else:
+            self.turn.wait_for(lambda: self.generation != generation or self.failure is not None)
+            if self.generation == generation:
+                raise _Aborted
+        return self.results.pop(id(state), None)
+
+    def _release(self) -> None:
+        counted = [(state, truth) for state, truth in self.arrived if truth is not None]
+        self.results = {}
+        if counted:
+            rows = np.concatenate([state.lanes.block_rel for state, _ in counted])
+            weights = np.concatenate([truth for _, truth in counted])
+            counts = np.bincount(rows, weights=weights, minlength=self.run.blocks)
+            counts = counts.astype(np.int64)
+            for state, _ in counted:
+                self.results[id(state)] = counts[state.lanes.block_rel]
+        self.arrived = []
+        self.generation += 1
+        self.turn.notify_all()
 
 
 # --------------------------------------------------------------------------------------
@@ -1289,6 +1533,10 @@ def _lane_print_for(run: _ChunkRun) -> Callable[..., None]:
         if not isinstance(state, _LaneState):
             builtins.print(*args, sep=sep, end=end, file=file, flush=flush)
             return
+        if state.replaying():
+            state.replayed()  # the parent run printed it
+            return
+        state.record("none")
         sep = " " if sep is None else sep
         end = "\n" if end is None else end
         for lane in range(state.n):
@@ -1741,7 +1989,10 @@ class _ChunkRun:
             wants_lanes = False
         if wants_lanes:
             try:
-                self._run_lanes()
+                if self.barrier_kernel and self.threads_per_block > 1:
+                    self._run_lane_groups()
+                else:
+                    self._run_lanes()
             except _NeedThreads as exc:
                 self.log.rollback(0)
                 self.prints.clear()
@@ -1767,8 +2018,19 @@ class _ChunkRun:
             builtins.print(text, end="", file=file)
         self.prints.clear()
 
-    def _give_up(self, lanes: _LaneSet, reason: str, cause: BaseException | None = None) -> None:
+    def _give_up(
+        self,
+        lanes: _LaneSet,
+        reason: str,
+        cause: BaseException | None = None,
+        *,
+        divergence: bool = False,
+    ) -> None:
         launch = self.launch
+        if divergence and launch.mode == "auto":
+            # remembered per body, as for barriers: later chunks and launches run per
+            # thread at once instead of replaying paths until the limit again
+            _LANE_HINTS[launch.body] = reason
         if launch.mode == "lanes":
             raise RuntimeError(f"kernel {launch.name!r} cannot run vectorised: {reason}") from (
                 cause
@@ -1789,7 +2051,7 @@ class _ChunkRun:
         while stack:
             lanes = stack.pop()
             if runs >= MAX_RUNS:
-                self._give_up(lanes, f"more than {MAX_RUNS} divergent paths")
+                self._give_up(lanes, f"more than {MAX_RUNS} divergent paths", divergence=True)
                 continue
             if lanes.n < MIN_GROUP and launch.mode == "auto" and not self.barrier_kernel:
                 self._run_sequential(lanes)
@@ -1824,7 +2086,8 @@ class _ChunkRun:
                 limit = MAX_GROUPS if launch.mode == "auto" else None
                 groups = lanes.split(detail, limit)
                 if groups is None:
-                    self._give_up(lanes, f"threads diverge into more than {MAX_GROUPS} paths")
+                    reason = f"threads diverge into more than {MAX_GROUPS} paths"
+                    self._give_up(lanes, reason, divergence=True)
                 elif len(groups) < 2:
                     self._give_up(lanes, "a divergence that does not split the threads")
                 else:
@@ -1837,6 +2100,30 @@ class _ChunkRun:
                     stack.extend(reversed(halves))
             else:
                 self._give_up(lanes, detail, cause)
+
+    def _run_lane_groups(self) -> None:
+        rebinder = _Rebinder("lanes", run=self)
+        body = rebinder.rebind(self.launch.body)
+        args = tuple(_wrap_for_lanes(arg, self) for arg in self.launch.args)
+        previous = getattr(_tls, "state", None)
+        pending = [self.all_lanes()]
+        try:
+            while pending:
+                lanes = pending.pop()
+                mark, printed = self.log.mark(), len(self.prints)
+                try:
+                    _LaneGroups(self, body, args).execute(lanes)
+                except _NeedThreads as exc:
+                    if not isinstance(exc.__cause__, _UndoOverflow):
+                        raise
+                    # the undo log outgrew its budget: the blocks in two halves
+                    self._undo(mark, printed)
+                    halves = lanes.halves(whole_blocks=True)
+                    if halves is None:
+                        raise _NeedThreads("a block stores more than the undo budget") from None
+                    pending.extend(reversed(halves))
+        finally:
+            _tls.state = previous
 
     def _undo(self, mark: int, printed: int) -> None:
         self.log.rollback(mark)
