@@ -644,3 +644,79 @@ def test_type_introspection_and_formatting_see_one_thread(
     np.testing.assert_array_equal(out, 1)
     printed = capsys.readouterr().out.split()
     assert printed == ["t0:0.0", "t1:1.0", "t2:2.0", "t3:3.0"] * 2  # vectorised, per thread
+
+
+# -- if-conversion: per-thread branches that only assign locals --------------------------
+
+
+DRAWS = 40
+
+
+def count_inside(seeds: Any, hits: Any) -> None:
+    i = cuda.grid(1)
+    if i < len(seeds):
+        state = seeds[i]
+        inside = 0
+        outside = 0
+        for _ in range(DRAWS):
+            state = (state * 1103515245 + 12345) % 2147483648
+            x = state / 2147483648.0
+            if x < 0.3:
+                inside += 1
+            else:
+                outside = outside + 2
+                inside = inside - 1
+        hits[i] = inside * 1000 + outside
+
+
+def test_branches_that_only_assign_locals_stay_vectorised() -> None:
+    seeds = np.arange(1, 301, dtype=np.int64)
+    stats, (_, hits) = both_ways(count_inside, 3, 128, seeds, np.zeros(300, np.int64))
+    assert stats.mode == "lanes"
+    assert stats.lane_runs <= 3  # the `i < len(seeds)` guard only, not one per draw
+    assert hits.any()
+
+
+def scale_closure(factor: float) -> Any:
+    def body(data: Any, out: Any) -> None:
+        i = cuda.grid(1)
+        value = data[i]
+        if value > 2:
+            value = value * factor
+        out[i] = value
+
+    return body
+
+
+def test_if_conversion_keeps_closures() -> None:
+    data = np.arange(8.0)
+    stats, (_, out) = both_ways(scale_closure(10.0), 1, 8, data, np.zeros(8))
+    assert stats.lane_runs == 1
+    np.testing.assert_array_equal(out, np.where(data > 2, data * 10.0, data))
+
+
+def branch_with_a_store(data: Any, out: Any) -> None:
+    i = cuda.grid(1)
+    if data[i] > 7:
+        out[i] = 1.0  # a store: not converted, the threads split as before
+
+
+def test_branches_with_side_effects_are_not_converted() -> None:
+    data = np.arange(16.0)
+    stats, (_, out) = both_ways(branch_with_a_store, 1, 16, data, np.zeros(16))
+    assert stats.lane_runs == 3
+    np.testing.assert_array_equal(out, (data > 7).astype(float))
+
+
+def test_a_converted_branch_that_fails_for_an_untaken_lane_runs_per_thread() -> None:
+    def body(data: Any, out: Any) -> None:
+        i = cuda.grid(1)
+        value = 0.0
+        if data[i] > 0:
+            value = 1.0 / data[i]  # evaluated for every lane: 1/0 where data is 0
+        out[i] = value
+
+    data = np.array([0.0, 1.0, 2.0, 4.0])
+    stats, (_, out) = both_ways(body, 1, 4, data, np.zeros(4))
+    assert stats.thread_calls > 0
+    np.testing.assert_array_equal(out, [0.0, 1.0, 0.5, 0.25])

@@ -82,6 +82,7 @@ import numpy.typing as npt
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from .._launch import DEFAULT_MAX_THREADS_PER_BLOCK, check_block, dim3, dims
+from ._ifconvert import LANES_TEST, SELECT, if_converted
 
 __all__ = [
     "LANE_CHUNK",
@@ -1489,6 +1490,17 @@ def _pick(name: str, better: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     return pick
 
 
+def _select(condition: Any, taken: Any, kept: Any) -> Any:
+    """``taken`` where the per-thread ``condition`` holds, else ``kept`` (if-conversion)."""
+    values = condition.v
+    truth = values if values.dtype.kind == "b" else values != 0
+    return Lanes(np.where(truth, _operand(taken), _operand(kept)))
+
+
+def _is_lanes(value: Any) -> bool:
+    return isinstance(value, Lanes)
+
+
 def _lane_int(value: Any = 0, *args: Any) -> Any:
     if isinstance(value, Lanes) and not args:
         if value.v.dtype.kind == "c":
@@ -1762,12 +1774,23 @@ class _Rebinder:
         new_globals = dict(function.__globals__)
         new_globals.update(frozen_globals)
         # empty cells (names the enclosing function assigns later) stay shared
-        cells = tuple(
+        fresh = tuple(
             types.CellType() if frozen is not _EMPTY else cell
             for cell, frozen in zip(function.__closure__ or (), frozen_cells, strict=True)
         )
+        cells = fresh
+        code = function.__code__
+        if self.target == "lanes":
+            converted = if_converted(function)
+            if converted is not None:
+                # per-thread branches that only assign locals select lane by lane
+                by_name = dict(zip(code.co_freevars, cells, strict=True))
+                cells = tuple(by_name[name] for name in converted.co_freevars)
+                code = converted
+                new_globals[SELECT] = _select
+                new_globals[LANES_TEST] = _is_lanes
         copy = types.FunctionType(
-            function.__code__, new_globals, function.__name__, function.__defaults__, cells or None
+            code, new_globals, function.__name__, function.__defaults__, cells or None
         )
         copy.__kwdefaults__ = function.__kwdefaults__
         copy.__qualname__ = function.__qualname__
@@ -1780,7 +1803,7 @@ class _Rebinder:
                 new_globals[name] = self.substitute(new_globals[name], module)
             elif name in self.lane_builtins:
                 new_globals[name] = self.lane_builtins[name]
-        for old, new, frozen in zip(function.__closure__ or (), cells, frozen_cells, strict=True):
+        for old, new, frozen in zip(function.__closure__ or (), fresh, frozen_cells, strict=True):
             if new is not old:
                 new.cell_contents = self.substitute(frozen, module)
         return result
