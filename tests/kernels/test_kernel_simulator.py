@@ -720,3 +720,24 @@ def test_a_converted_branch_that_fails_for_an_untaken_lane_runs_per_thread() -> 
     stats, (_, out) = both_ways(body, 1, 4, data, np.zeros(4))
     assert stats.thread_calls > 0
     np.testing.assert_array_equal(out, [0.0, 1.0, 0.5, 0.25])
+
+
+def test_if_conversion_leaves_a_body_whose_source_changed(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import linecache
+
+    from pdc_core.cuda import _ifconvert
+
+    source = "def {name}(x):\n    y = 0\n    if x > 1:\n        y = 2\n    return y\n"
+    (tmp_path / "kept_kernel.py").write_text(source.format(name="body"))
+    (tmp_path / "edited_kernel.py").write_text(source.format(name="body"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import edited_kernel
+    import kept_kernel
+
+    edited = tmp_path / "edited_kernel.py"
+    edited.write_text(source.format(name="body").replace("y", "w").replace("x", "z"))
+    linecache.checkcache(str(edited))
+    assert _ifconvert.if_converted(kept_kernel.body) is not None
+    assert _ifconvert.if_converted(edited_kernel.body) is None  # the file says other names

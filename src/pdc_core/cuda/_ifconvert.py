@@ -25,6 +25,7 @@ nothing to convert, are left as they are.
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import textwrap
 import types
@@ -42,7 +43,8 @@ _CONDITION = "_pdc_c"
 _PURE_NAMES = frozenset({"abs", "min", "max", "int", "float", "round", "bool"})
 _PURE_MODULES = frozenset({"math", "np", "numpy"})
 
-_CACHE: weakref.WeakKeyDictionary[types.CodeType, types.CodeType | None] = (
+# keyed by function: code objects compare equal by content, across files
+_CACHE: weakref.WeakKeyDictionary[types.FunctionType, types.CodeType | None] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -147,11 +149,10 @@ class _Converter(ast.NodeTransformer):
 
 def if_converted(function: types.FunctionType) -> types.CodeType | None:
     """``function``'s code with its convertible branches converted, or None."""
-    code = function.__code__
-    if code in _CACHE:
-        return _CACHE[code]
+    if function in _CACHE:
+        return _CACHE[function]
     result = _convert(function)
-    _CACHE[code] = result
+    _CACHE[function] = result
     return result
 
 
@@ -168,12 +169,26 @@ def _convert(function: types.FunctionType) -> types.CodeType | None:
     if definition.name != code.co_name:
         return None
     definition.decorator_list = []
+    original = _compiled(copy.deepcopy(definition), code)
+    if original is None or _shape(original) != _shape(code):
+        return None  # the source found is not the code that runs (edited since)
     converter = _Converter()
     converter.visit(definition)
     if not converter.converted:
         return None
+    return _compiled(definition, code)
+
+
+def _shape(code: types.CodeType) -> tuple[Any, ...]:
+    """What compiling the same source again gives alike (the bytecode itself can
+    differ with the compiler's input, such as pytest's rewritten test modules)."""
+    return (code.co_names, code.co_varnames, code.co_freevars, code.co_argcount)
+
+
+def _compiled(definition: ast.FunctionDef, code: types.CodeType) -> types.CodeType | None:
+    """``definition`` compiled as ``code`` was: its free variables stay free."""
     # compiled inside a function whose locals are the free variables, so that they
-    # stay free variables (closure cells) of the converted code
+    # stay free variables (closure cells) of the compiled code
     outer = ast.FunctionDef(
         name="_pdc_outer",
         args=ast.arguments(

@@ -19,7 +19,10 @@ default (``mode="auto"``) picks between them per chunk of blocks:
     cannot express (slicing with per-thread indices, try/except in the body, an
     operation on a per-thread value that is not elementwise, a floating-point error)
     undoes the run's stores and runs those threads one by one instead, so the outcome
-    is always the one of running each thread on its own. In a kernel with barriers
+    is always the one of running each thread on its own. A branch that only assigns
+    local names from expressions without side effects is if-converted instead
+    (:mod:`pdc_core.cuda._ifconvert`): its condition selects each value lane by lane,
+    and the threads do not split. In a kernel with barriers
     (``cuda.syncthreads()``) divergence is handled without undoing: each group of
     agreeing threads continues from the branch on an OS thread of its own (replaying
     what the run did before it, for its lanes, without repeating a store) only to the
@@ -1099,7 +1102,12 @@ class _LaneGroups:
         undone by the caller) when the groups cannot finish vectorised."""
         with self.turn:
             self._spawn(_LaneState(self.run, lanes), None, None)
-            self.turn.wait_for(lambda: self.threads == 0)
+            try:
+                self.turn.wait_for(lambda: self.threads == 0)
+            except BaseException:  # interrupted: no run outlives the launch
+                self._fail("interrupted", None)
+                self.turn.wait_for(lambda: self.threads == 0)
+                raise
         if self.failure is not None:
             reason, cause = self.failure
             raise _NeedThreads(reason) from cause
