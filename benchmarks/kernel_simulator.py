@@ -228,7 +228,7 @@ def main() -> None:
     threads = {name: blocks * THREADS for name, (blocks, _) in problems(options.quick).items()}
     print(
         f"{'kernel':<16}{'threads':>9}{'pdc 1st s':>11}{'pdc s':>9}{'numba sim s':>13}"
-        f"{'numpy s':>10}{'numba/pdc':>11}"
+        f"{'numpy ms':>10}{'numba/pdc':>11}"
     )
     for name, measured in rows.items():
         first, second, theirs_s, numpy_s = (
@@ -238,7 +238,7 @@ def main() -> None:
         low, high = min(ratios[name]), max(ratios[name])
         print(
             f"{name:<16}{threads[name]:>9,}{first:>11.3f}{second:>9.3f}{theirs_s:>13.3f}"
-            f"{numpy_s:>10.4f}{ratio:>10.0f}x  (rounds: {low:.0f}-{high:.0f}x)"
+            f"{numpy_s * 1e3:>10.3f}{ratio:>10.0f}x  (rounds: {low:.0f}-{high:.0f}x)"
         )
 
 
