@@ -36,10 +36,10 @@ FILECHECK = "filecheck==1.0.6"
 #: The ``cudapy`` modules of the vocabulary pdc_core.cuda claims (docs/guide-kernels.md,
 #: "The cuda namespace"): indexing, shared/local/const memory, barriers, atomics, math,
 #: intrinsics, argument kinds, globals and closures, launches, errors, and numba's
-#: example kernels. Left out: numba's compiler and tooling (caching, debug info,
-#: inspection, linking, IR passes, ufuncs/gufuncs), cooperative groups, warp
-#: primitives, bfloat16/fp8, cuda.random (not provided; its module alone takes longer
-#: than the rest) and print's formatting (slow).
+#: example kernels, and numba.cuda.random's generators called from bodies. Left out:
+#: numba's compiler and tooling (caching, debug info, inspection, linking, IR passes,
+#: ufuncs/gufuncs), cooperative groups, warp primitives, bfloat16/fp8, and test_print
+#: (it runs its kernels in a child interpreter with numba's own jit, not pdc's).
 MODULES = (
     "test_alignment",
     "test_array",
@@ -79,6 +79,7 @@ MODULES = (
     "test_operator",
     "test_powi",
     "test_py2_div_issue",
+    "test_random",
     "test_record_dtype",
     "test_recursion",
     "test_reduction",

@@ -474,3 +474,24 @@ def test_a_global_array_is_read_only_in_a_kernel(mode: str) -> None:
 
     with pytest.raises(ValueError, match="read-only"):
         cuda.simulate(write_global, 1, 1, (np.zeros(1),), mode=mode)  # type: ignore[arg-type]
+
+
+# numba's generator adds uint64 values expecting them to wrap, as they do on a GPU
+@pytest.mark.filterwarnings("ignore:overflow encountered in scalar add:RuntimeWarning")
+def test_numbas_random_generators_run_as_device_functions() -> None:
+    numba_random = pytest.importorskip("numba.cuda.random")
+    states = np.empty(32, dtype=numba_random.xoroshiro128p_dtype)
+    numba_random.init_xoroshiro128p_states_cpu(states, 46, 0)
+    draw = numba_random.xoroshiro128p_uniform_float32
+
+    def body(states: Any, out: Any) -> None:
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = draw(states, i)
+
+    first, second = np.zeros(32, np.float32), np.zeros(32, np.float32)
+    kernel(body)[1, 32](states.copy(), first)
+    kernel(body)[1, 32](states.copy(), second)
+    np.testing.assert_array_equal(first, second)  # the same states, the same numbers
+    assert ((first >= 0) & (first < 1)).all()
+    assert len(np.unique(first)) == 32

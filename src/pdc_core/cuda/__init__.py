@@ -28,10 +28,10 @@ have numba's ``forall``).
 
 Not provided (asking for one raises an ``AttributeError`` that says so): warp-level
 primitives (``syncwarp``, shuffles, votes, ``activemask``, ``lanemask_lt``) and
-cooperative groups (``cg``); half precision (``fp16``); ``random`` (numba's
-xoroshiro128+ generators); ``libdevice``; and numba's dispatcher methods other than
-``forall`` (``specialize``, ``inspect_*``, ``overloads``, ``extensions``, ...); CUDA
-vector types (``float32x4``, ...).
+cooperative groups (``cg``); half precision (``fp16``); ``random`` (import numba's
+xoroshiro128+ generators from ``numba.cuda.random`` instead); ``libdevice``; numba's
+dispatcher methods other than ``forall`` (``specialize``, ``inspect_*``,
+``overloads``, ``extensions``, ...); and CUDA vector types (``float32x4``, ...).
 """
 
 from __future__ import annotations
@@ -163,9 +163,9 @@ _VECTOR_TYPE = re.compile(
 _NOT_SIMULATED = {
     "fp16": "half-precision intrinsics are not simulated; compute in float32 "
     "(np.float32) on the cpu backend, or run the kernel with numba on the cuda backend",
-    "random": "numba's xoroshiro128+ generators (numba.cuda.random) are not simulated; "
-    "pass random numbers in an array (np.random.default_rng().random(n)), or run the "
-    "kernel with numba on the cuda backend",
+    "random": "pdc_core.cuda has no random module; import numba's xoroshiro128+ "
+    "generators from numba.cuda.random (kernel bodies call them as device functions; on "
+    "the cpu backend they run thread by thread), or pass random numbers in an array",
     "libdevice": "libdevice functions are not simulated; use the math module's "
     "functions (math.sqrt, math.exp, ...), which pdc simulates",
 }
