@@ -29,6 +29,7 @@ operations), source needs :attr:`Capability.KERNELS` (``cuda``).
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import re
@@ -179,8 +180,9 @@ class Kernel:
     Arguments may be NumPy arrays (written in place; on a backend with separate device
     memory they are copied to the device and back, around the launch),
     :class:`~pdc_core.UnifiedBuffer` (its ``.device`` view: state tracking stays
-    right), the backend's own device arrays, and scalars; a Python container (a list,
-    a str, ...) is refused with a ``TypeError`` naming its position.
+    right), the backend's own device arrays, scalars, enum members, and tuples of these
+    (nested, empty or named, as numba takes them); a Python container (a list, a str,
+    ...) is refused with a ``TypeError`` naming its position.
 
     ``shared_mem`` (bytes of dynamic shared memory per block) may not exceed the
     device's ``sharedMemPerBlock`` (CUDA's 48 KiB where the device does not report
@@ -212,6 +214,7 @@ class Kernel:
         if body is not None:
             if isinstance(body, Kernel):
                 raise TypeError(f"{body!r} is already a kernel")
+            body = _numba_python_function(body)
             if not isinstance(body, types.FunctionType):
                 raise TypeError(f"a kernel body must be a Python function, not {body!r}")
             if inspect.iscoroutinefunction(body) or inspect.isasyncgenfunction(body):
@@ -336,6 +339,45 @@ class Kernel:
             stream = None
         shared_mem = rest[1] if len(rest) > 1 else 0
         return ConfiguredKernel(self, dims(grid, "grid"), dims(block, "block"), stream, shared_mem)
+
+    def forall(
+        self, ntasks: int, tpb: int = 0, stream: Stream | int | None = None, sharedmem: int = 0
+    ) -> Callable[..., None]:
+        """numba's ``kernel.forall(ntasks)``: a launcher covering ``ntasks`` threads in 1-D.
+
+        ``tpb`` (threads per block) 0 picks a block from the size as a launch without
+        ``block=`` does; ``forall(0)`` launches nothing; a negative count is a
+        ``ValueError``. Call the result with the kernel's arguments.
+        """
+        if isinstance(ntasks, bool) or not isinstance(ntasks, int | np.integer):
+            raise TypeError(f"forall takes a number of tasks (an int), not {ntasks!r}")
+        if ntasks < 0:
+            raise ValueError(f"Can't create ForAll with negative task count: {ntasks}")
+        if isinstance(tpb, bool) or not isinstance(tpb, int | np.integer) or tpb < 0:
+            raise TypeError(f"forall's tpb must be a number of threads per block, not {tpb!r}")
+        if isinstance(stream, int) and not isinstance(stream, bool) and stream == 0:
+            stream = None  # numba's "no stream"
+        if stream is not None and not isinstance(stream, Stream):
+            raise TypeError(
+                f"stream must be a pdc Stream (backend.create_stream()) or 0, not {stream!r}"
+            )
+        return functools.partial(
+            self,
+            size=int(ntasks),
+            block=int(tpb) or None,
+            stream=stream,
+            shared_mem=sharedmem,
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _NUMBA_DISPATCHER_ONLY:
+            raise AttributeError(
+                f"pdc's Kernel has no {name!r}: numba's dispatcher methods other than "
+                "forall (specialisation, inspection, per-signature overloads, "
+                "extensions) belong to numba's compiler, which pdc uses only on the cuda "
+                "backend; a pdc kernel is launched with k[grid, block](...) or k(...)"
+            )
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     async def launch_async(
         self,
@@ -513,16 +555,14 @@ class Kernel:
         self, args: tuple[Any, ...], backend: Backend, stream: Stream | None
     ) -> tuple[tuple[Any, ...], list[tuple[Any, np.ndarray[Any, Any]]]]:
         unified = backend.has(Capability.UNIFIED_MEMORY)
-        converted: list[Any] = []
         copy_back: list[tuple[Any, np.ndarray[Any, Any]]] = []
-        for position, arg in enumerate(args):
-            where = f"argument {position} of kernel {self.name!r}"
+
+        def convert(arg: Any, where: str) -> Any:
             if isinstance(arg, UnifiedBuffer):
-                converted.append(arg.device)
-            elif isinstance(arg, np.ndarray):
+                return arg.device
+            if isinstance(arg, np.ndarray):
                 if unified:
-                    converted.append(arg)
-                    continue
+                    return arg
                 if not arg.flags.c_contiguous:
                     raise ValueError(
                         f"{where} is a non-contiguous NumPy array; the {backend.name} backend "
@@ -530,32 +570,38 @@ class Kernel:
                         "np.ascontiguousarray(...)"
                     )
                 device = backend.to_device(arg, stream=stream)
-                converted.append(device)
                 if arg.flags.writeable:
                     copy_back.append((device, arg))
-            elif isinstance(arg, _SCALARS):
-                converted.append(arg)
-            elif isinstance(arg, tuple):
-                if not all(isinstance(item, _SCALARS) for item in arg):
-                    raise TypeError(f"{where} is a tuple of non-scalars; pass arrays separately")
-                converted.append(arg)
-            elif isinstance(arg, _CONTAINERS):
+                return device
+            if isinstance(arg, _SCALARS):
+                return arg
+            if isinstance(arg, enum.Enum):
+                return arg  # an enum member, compared and read (.value) as numba does
+            if isinstance(arg, tuple):
+                # tuples (nested, empty) of arrays and scalars, as numba takes them
+                items = [convert(item, f"item {i} of {where}") for i, item in enumerate(arg)]
+                # a namedtuple stays one (its fields are read by name in the body)
+                return tuple(items) if type(arg) is tuple else type(arg)(*items)
+            if isinstance(arg, _CONTAINERS):
                 raise TypeError(f"{where} is a {type(arg).__name__}; {_TAKES}")
-            elif hasattr(arg, "__cuda_array_interface__") and unified:
+            if hasattr(arg, "__cuda_array_interface__") and unified:
                 raise TypeError(
                     f"{where} is a CUDA device array ({type(arg).__name__}) but the "
                     f"{backend.name} backend computes on host memory; pass a NumPy array or "
                     "run on the cuda backend"
                 )
-            elif unified and hasattr(arg, "__array_interface__"):
-                converted.append(np.asarray(arg))
-            elif _is_array(arg):
-                converted.append(arg)  # a device array of the backend: it checks its own
-            else:
-                raise TypeError(
-                    f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device "
-                    "arrays)"
-                )
+            if unified and hasattr(arg, "__array_interface__"):
+                return _host_view(arg)
+            if _is_array(arg):
+                return arg  # a device array of the backend: it checks its own
+            raise TypeError(
+                f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device arrays)"
+            )
+
+        converted = [
+            convert(arg, f"argument {position} of kernel {self.name!r}")
+            for position, arg in enumerate(args)
+        ]
         return tuple(converted), copy_back
 
     def _warn_if_slow(self, config: LaunchConfig, backend: Backend) -> None:
@@ -631,6 +677,63 @@ class Kernel:
             )
         for device, host in copy_back:
             chosen.to_host(device, out=host, stream=stream)
+
+
+#: numba dispatcher attributes a pdc Kernel does not have (explained when asked for).
+_NUMBA_DISPATCHER_ONLY: Final = frozenset(
+    {
+        "specialize",
+        "specialized",
+        "extensions",
+        "overloads",
+        "definitions",
+        "compile",
+        "compile_device",
+        "configure",
+        "inspect_types",
+        "inspect_llvm",
+        "inspect_asm",
+        "inspect_sass",
+        "inspect_sass_cfg",
+        "get_regs_per_thread",
+        "get_const_mem_size",
+        "get_shared_mem_per_block",
+        "get_max_threads_per_block",
+        "get_local_mem_per_thread",
+        "get_call_template",
+        "signatures",
+        "targetoptions",
+        "typingctx",
+        "targetctx",
+        "disable_compile",
+        "enable_caching",
+    }
+)
+
+
+def _numba_python_function(body: Any) -> Any:
+    """The Python function of a numba dispatcher (``@numba.cuda.jit``), else ``body``:
+    a kernel already decorated with numba's jit is made a pdc kernel from its function."""
+    inner = getattr(body, "py_func", None)
+    if isinstance(inner, types.FunctionType) and type(body).__module__.startswith("numba"):
+        return inner
+    return body
+
+
+class _InterfaceOnly:
+    """An object exposing only another's ``__array_interface__`` (and keeping it alive)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        self.__array_interface__ = owner.__array_interface__
+
+
+def _host_view(arg: Any) -> np.ndarray[Any, Any]:
+    """A NumPy view of the host memory an array-like exposes, writable unless it says
+    read-only: through ``__array_interface__`` alone, since NumPy prefers other
+    protocols (``__array_struct__``, ``__array__``) that some wrappers answer with a
+    copy or a read-only view (numba's simulated device array of a record array)."""
+    return np.asarray(_InterfaceOnly(arg))
 
 
 class ConfiguredKernel:

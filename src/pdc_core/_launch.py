@@ -115,14 +115,18 @@ def auto_block_size(size: int) -> int:
 
 @dataclass(frozen=True)
 class LaunchConfig:
-    """A grid of blocks and a block of threads, with the same number of dimensions (1-3)."""
+    """A grid of blocks and a block of threads, each of 1 to 3 dimensions.
+
+    :func:`launch_config` gives both the same number of dimensions; a launch may give
+    them different numbers (``kernel[1, (4, 8)]``), missing dimensions being 1.
+    """
 
     grid: tuple[int, ...]
     block: tuple[int, ...]
 
     @property
     def ndim(self) -> int:
-        """The number of dimensions (1 to 3) of the grid and of the block."""
+        """The number of dimensions (1 to 3) of the block."""
         return len(self.block)
 
     @property
@@ -220,12 +224,11 @@ def check_block(block: tuple[int, ...], max_threads: int) -> None:
 
 
 def check_grid(grid: tuple[int, ...], block: tuple[int, ...]) -> None:
-    """Raise ``ValueError`` naming the grid if its dimensions differ from the block's or
-    exceed CUDA's grid limits."""
-    if len(grid) != len(block):
-        raise ValueError(
-            f"grid {grid} has {len(grid)} dimension(s) but block {block} has {len(block)}"
-        )
+    """Raise ``ValueError`` naming the grid if it exceeds CUDA's grid limits.
+
+    The grid and the block may have different numbers of dimensions (``k[1, (4, 8)]``),
+    as in CUDA and numba: missing dimensions are 1.
+    """
     for axis, (extent, limit) in enumerate(zip(grid, MAX_GRID_DIMS, strict=False)):
         if extent > limit:
             raise ValueError(

@@ -148,7 +148,7 @@ def test_empty_launch_does_nothing() -> None:
         ((np.zeros(4),), TypeError, r"scale\(data, out\) called with 1 argument"),
         ((np.zeros(4), [0, 0, 0, 0]), TypeError, "argument 1 of kernel 'scale' is a list"),
         ((np.zeros(4), "out"), TypeError, "is a str"),
-        ((np.zeros(4), (np.zeros(4),)), TypeError, "tuple of non-scalars"),
+        ((np.zeros(4), (np.zeros(4), [1])), TypeError, "item 1 of argument 1 .* is a list"),
         ((np.zeros(4), object()), TypeError, "is a object"),
     ],
 )

@@ -93,12 +93,21 @@ def test_reduce_kernel_sums_each_block() -> None:
     assert out.sum() == data.sum()
 
 
-def test_reduce_kernel_uses_real_barriers() -> None:
-    # divergence (`if tid < s`) between barriers cannot be vectorised: each block runs
-    # with one OS thread per CUDA thread and a real barrier
-    data = np.ones(512, dtype=np.float32)
+def test_reduce_kernel_stays_vectorised_across_barriers() -> None:
+    # divergence (`if tid < s`) between barriers: each group of lanes runs to the next
+    # barrier and waits there for the others; no CUDA thread gets an OS thread
+    data = np.arange(512, dtype=np.float32)
     out = np.zeros(2, dtype=np.float32)
     stats = cuda.simulate(reduce_kernel, 2, 256, (data, out))
+    assert stats.mode == "lanes"
+    assert stats.threaded_blocks == 0
+    np.testing.assert_array_equal(out, [data[:256].sum(), data[256:].sum()])
+
+
+def test_reduce_kernel_uses_real_barriers_per_thread() -> None:
+    data = np.ones(512, dtype=np.float32)
+    out = np.zeros(2, dtype=np.float32)
+    stats = cuda.simulate(reduce_kernel, 2, 256, (data, out), mode="threads")
     assert stats.threaded_blocks == 2
     assert stats.mode == "threads"
     np.testing.assert_array_equal(out, [256, 256])

@@ -120,6 +120,19 @@ def test_too_many_paths_run_per_thread() -> None:
         cuda.simulate(many_paths, 1, 1000, (np.arange(1000), np.zeros(1000)), mode="lanes")
 
 
+def test_giving_up_for_divergence_is_remembered_per_body() -> None:
+    body = types.FunctionType(many_paths.__code__, many_paths.__globals__)
+    data = np.arange(100, dtype=np.int64)
+    first = cuda.simulate(body, 1, 100, (data, np.zeros(100, np.int64)))
+    assert first.lane_runs > 0
+    out = np.zeros(100, np.int64)
+    again = cuda.simulate(body, 1, 100, (data, out))
+    assert again.lane_runs == 0
+    assert again.mode == "threads"
+    assert "more than 32 paths" in again.fallbacks[0]
+    np.testing.assert_array_equal(out, data * (data - 1) // 2)
+
+
 def test_the_undo_budget_splits_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sim, "UNDO_BUDGET", 256)
     stats, (out,) = both_ways(write_then_diverge, 2, 128, np.zeros(256, np.int64))
@@ -210,12 +223,70 @@ def guarded_tile(data: Any, out: Any) -> None:
         out[i] = tile[t] + tile[(t + 1) % 32]
 
 
-def test_divergence_before_a_barrier_falls_back_to_threads() -> None:
+def test_divergence_before_a_barrier_stays_vectorised() -> None:
     data = np.arange(40, dtype=np.float64)
     stats, (_, _out) = both_ways(guarded_tile, 2, 32, data, np.zeros_like(data))
-    assert stats.mode == "threads"
-    assert stats.threaded_blocks == 2
-    assert "barrier" in stats.fallbacks[0]
+    assert stats.mode == "lanes"
+    assert stats.threaded_blocks == 0
+    assert stats.lane_runs == 3  # all lanes, then the two groups of `i < len(data)`
+
+
+def scan_block(data: Any, out: Any, counts: Any) -> None:
+    # Hillis-Steele inclusive scan in shared memory: a new divergence every round
+    temp = cuda.shared.array(64, dtype=np.int64)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    temp[t] = data[i] if i < len(data) else 0
+    cuda.syncthreads()
+    offset = 1
+    while offset < cuda.blockDim.x:
+        value = temp[t - offset] if t >= offset else 0
+        cuda.syncthreads()
+        temp[t] += value
+        cuda.syncthreads()
+        offset *= 2
+    if i < len(data):
+        out[i] = temp[t]
+    counts[i] = cuda.syncthreads_count(temp[t] % 2 == 1)
+
+
+def test_a_shared_memory_scan_stays_vectorised() -> None:
+    data = np.arange(200, dtype=np.int64) % 7
+    stats, (_, out, counts) = both_ways(
+        scan_block, 4, 64, data, np.zeros(200, np.int64), np.zeros(256, np.int64)
+    )
+    assert stats.mode == "lanes"
+    padded = np.zeros(256, np.int64)
+    padded[:200] = data
+    scans = np.cumsum(padded.reshape(4, 64), axis=1)
+    np.testing.assert_array_equal(out, scans.reshape(-1)[:200])
+    np.testing.assert_array_equal(counts, np.repeat((scans % 2 == 1).sum(axis=1), 64))
+
+
+def per_thread_paths_then_barrier(out: Any) -> None:
+    t = cuda.threadIdx.x
+    total = 0
+    for k in range(t):  # a different trip count for every thread: 64 paths
+        total += k
+    cuda.syncthreads()
+    out[cuda.grid(1)] = total
+
+
+def test_too_many_paths_in_a_barrier_kernel_run_per_thread_and_are_remembered() -> None:
+    body = types.FunctionType(
+        per_thread_paths_then_barrier.__code__, per_thread_paths_then_barrier.__globals__
+    )
+    out = np.zeros(128, np.int64)
+    first = cuda.simulate(body, 2, 64, (out,))
+    assert first.mode == "threads"
+    assert first.lane_runs > 0
+    assert f"more than {sim.MAX_GROUPS} paths" in first.fallbacks[0]
+    expected = np.tile([t * (t - 1) // 2 for t in range(64)], 2)
+    np.testing.assert_array_equal(out, expected)
+    again = cuda.simulate(body, 2, 64, (out,))  # vectorising is not tried again
+    assert again.lane_runs == 0
+    assert again.fallbacks == first.fallbacks
+    np.testing.assert_array_equal(out, expected)
 
 
 # -- atomics ---------------------------------------------------------------------------
@@ -573,3 +644,100 @@ def test_type_introspection_and_formatting_see_one_thread(
     np.testing.assert_array_equal(out, 1)
     printed = capsys.readouterr().out.split()
     assert printed == ["t0:0.0", "t1:1.0", "t2:2.0", "t3:3.0"] * 2  # vectorised, per thread
+
+
+# -- if-conversion: per-thread branches that only assign locals --------------------------
+
+
+DRAWS = 40
+
+
+def count_inside(seeds: Any, hits: Any) -> None:
+    i = cuda.grid(1)
+    if i < len(seeds):
+        state = seeds[i]
+        inside = 0
+        outside = 0
+        for _ in range(DRAWS):
+            state = (state * 1103515245 + 12345) % 2147483648
+            x = state / 2147483648.0
+            if x < 0.3:
+                inside += 1
+            else:
+                outside = outside + 2
+                inside = inside - 1
+        hits[i] = inside * 1000 + outside
+
+
+def test_branches_that_only_assign_locals_stay_vectorised() -> None:
+    seeds = np.arange(1, 301, dtype=np.int64)
+    stats, (_, hits) = both_ways(count_inside, 3, 128, seeds, np.zeros(300, np.int64))
+    assert stats.mode == "lanes"
+    assert stats.lane_runs <= 3  # the `i < len(seeds)` guard only, not one per draw
+    assert hits.any()
+
+
+def scale_closure(factor: float) -> Any:
+    def body(data: Any, out: Any) -> None:
+        i = cuda.grid(1)
+        value = data[i]
+        if value > 2:
+            value = value * factor
+        out[i] = value
+
+    return body
+
+
+def test_if_conversion_keeps_closures() -> None:
+    data = np.arange(8.0)
+    stats, (_, out) = both_ways(scale_closure(10.0), 1, 8, data, np.zeros(8))
+    assert stats.lane_runs == 1
+    np.testing.assert_array_equal(out, np.where(data > 2, data * 10.0, data))
+
+
+def branch_with_a_store(data: Any, out: Any) -> None:
+    i = cuda.grid(1)
+    if data[i] > 7:
+        out[i] = 1.0  # a store: not converted, the threads split as before
+
+
+def test_branches_with_side_effects_are_not_converted() -> None:
+    data = np.arange(16.0)
+    stats, (_, out) = both_ways(branch_with_a_store, 1, 16, data, np.zeros(16))
+    assert stats.lane_runs == 3
+    np.testing.assert_array_equal(out, (data > 7).astype(float))
+
+
+def test_a_converted_branch_that_fails_for_an_untaken_lane_runs_per_thread() -> None:
+    def body(data: Any, out: Any) -> None:
+        i = cuda.grid(1)
+        value = 0.0
+        if data[i] > 0:
+            value = 1.0 / data[i]  # evaluated for every lane: 1/0 where data is 0
+        out[i] = value
+
+    data = np.array([0.0, 1.0, 2.0, 4.0])
+    stats, (_, out) = both_ways(body, 1, 4, data, np.zeros(4))
+    assert stats.thread_calls > 0
+    np.testing.assert_array_equal(out, [0.0, 1.0, 0.5, 0.25])
+
+
+def test_if_conversion_leaves_a_body_whose_source_changed(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import linecache
+
+    from pdc_core.cuda import _ifconvert
+
+    source = "def {name}(x):\n    y = 0\n    if x > 1:\n        y = 2\n    return y\n"
+    (tmp_path / "kept_kernel.py").write_text(source.format(name="body"))
+    (tmp_path / "edited_kernel.py").write_text(source.format(name="body"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import edited_kernel
+    import kept_kernel
+
+    edited = tmp_path / "edited_kernel.py"
+    edited.write_text(source.format(name="body").replace("y", "w").replace("x", "z"))
+    linecache.checkcache(str(edited))
+    assert _ifconvert.if_converted(kept_kernel.body) is not None
+    assert _ifconvert.if_converted(edited_kernel.body) is None  # the file says other names

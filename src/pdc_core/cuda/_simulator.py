@@ -19,10 +19,17 @@ default (``mode="auto"``) picks between them per chunk of blocks:
     cannot express (slicing with per-thread indices, try/except in the body, an
     operation on a per-thread value that is not elementwise, a floating-point error)
     undoes the run's stores and runs those threads one by one instead, so the outcome
-    is always the one of running each thread on its own. A barrier
-    (``cuda.syncthreads()``) is honoured in lock-step as long as every thread of each
-    block involved is in the same run; when divergence splits a block before a
-    barrier, the whole chunk is undone and re-run in ``threads`` mode.
+    is always the one of running each thread on its own. A branch that only assigns
+    local names from expressions without side effects is if-converted instead
+    (:mod:`pdc_core.cuda._ifconvert`): its condition selects each value lane by lane,
+    and the threads do not split. In a kernel with barriers
+    (``cuda.syncthreads()``) divergence is handled without undoing: each group of
+    agreeing threads continues from the branch on an OS thread of its own (replaying
+    what the run did before it, for its lanes, without repeating a store) only to the
+    next barrier, where all groups meet before any goes on (:class:`_LaneGroups`);
+    only more than ``MAX_GROUPS`` groups, or what cannot be vectorised, undo the
+    chunk and re-run it in ``threads`` mode. A body that gave up vectorising for
+    divergence or barriers is remembered, and runs per thread at once afterwards.
 
 **threads**
     The body is called once per thread with plain NumPy arrays, in CUDA's order
@@ -41,15 +48,21 @@ Guarantees and limits:
   per-thread bounds) are NumPy ``float64``/``int64`` arrays in the vectorised run and
   promote "strongly", so mixed-precision arithmetic with them can differ in the last
   bit; results of the :mod:`math` functions are computed in double precision in both.
+- As in numba: globals and closure variables a body (or a device function it calls)
+  names are read at its first launch and frozen there (numba reads them when it
+  compiles; a NumPy array is copied, read-only); :mod:`math` functions give NaN or
+  inf where Python's raise ``ValueError``/``OverflowError`` (a GPU raises nothing),
+  and ``round(x, ndigits)`` gives ``x`` itself where scaling it by ``10**ndigits``
+  overflows.
 - The body may be executed more than once for a thread in the vectorised strategy (a
   divergent run is undone and replayed). Stores to arrays and ``print`` are undone or
   deferred correctly; other side effects (appending to Python lists, I/O) may repeat.
 - Cost: the vectorised strategy runs at NumPy speed (tens of millions of threads per
-  second for simple bodies); per-thread execution runs roughly a million simple
-  threads per second, and blocks with barriers far fewer (one OS thread per CUDA
-  thread). Use ``mode="lanes"`` to be told, by an exception, when a body cannot be
-  vectorised, and :class:`SimulationStats` (returned by :func:`simulate`) to see
-  which strategy ran.
+  second for simple bodies, barrier kernels included); per-thread execution runs
+  roughly a million simple threads per second, and blocks with barriers far fewer
+  (one OS thread per CUDA thread). Use ``mode="lanes"`` to be told, by an exception,
+  when a body cannot be vectorised, and :class:`SimulationStats` (returned by
+  :func:`simulate`) to see which strategy ran.
 """
 
 from __future__ import annotations
@@ -72,6 +85,7 @@ import numpy.typing as npt
 from numpy.lib.mixins import NDArrayOperatorsMixin
 
 from .._launch import DEFAULT_MAX_THREADS_PER_BLOCK, check_block, dim3, dims
+from ._ifconvert import LANES_TEST, SELECT, if_converted
 
 __all__ = [
     "LANE_CHUNK",
@@ -87,12 +101,19 @@ __all__ = [
     "bind_vocabulary",
     "blockDim",
     "blockIdx",
+    "brev",
+    "cbrt",
+    "clz",
     "const",
+    "ffs",
+    "fma",
     "grid",
     "gridDim",
     "gridsize",
     "laneid",
     "local",
+    "popc",
+    "selp",
     "shared",
     "simulate",
     "syncthreads",
@@ -336,17 +357,23 @@ def _as_dtype(dtype: Any) -> np.dtype[Any]:
     """A NumPy dtype from anything that names one, numba types (``float32``) included."""
     if isinstance(dtype, _Caster):
         return dtype.dtype
+    if type(dtype).__module__.startswith("numba"):
+        # numba's own conversion knows its records (numba.np.numpy_support.from_dtype)
+        # and scalar types; numba is imported already when one of its types is given
+        from numba.np import numpy_support
+
+        try:
+            converted: np.dtype[Any] = numpy_support.as_dtype(dtype)
+        except Exception:  # numba's NumbaNotImplementedError: no dtype for this type
+            pass
+        else:
+            return converted
     try:
         result: np.dtype[Any] = np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         pass
     else:
         return result
-    if type(dtype).__module__.startswith("numba"):
-        try:
-            return np.dtype(str(dtype))
-        except TypeError:
-            pass
     raise TypeError(f"{dtype!r} is not a dtype (give a NumPy dtype such as np.float32)")
 
 
@@ -488,14 +515,30 @@ class _LaneArray:
 
     def __getitem__(self, index: Any) -> Any:
         components = _lane_index(index, self.a.ndim)
+        state: _LaneState = _tls.state
         if components is None:
             result = self.a[index]
             if isinstance(result, np.ndarray):
-                return _LaneArray(result, self.run)
+                return _LaneArray(result, self.run)  # a view: reading it is the event
+            if state.replaying():
+                return state.replayed()
+            state.record("value", result)
             return result
-        return Lanes(self.a[components])
+        if state.replaying():
+            return Lanes(state.replayed())
+        values = self.a[components]
+        state.record("lanes", values)
+        return Lanes(values)
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        state: _LaneState = _tls.state
+        if state.replaying():
+            state.replayed()  # the parent run stored it
+            return
+        self._store(index, value)
+        state.record("none")
+
+    def _store(self, index: Any, value: Any) -> None:
         components = _lane_index(index, self.a.ndim)
         target = index if components is None else components
         stored = _store_value(value)
@@ -554,14 +597,26 @@ class _LaneShared:
         return self.storage, self._components(index)
 
     def __getitem__(self, index: Any) -> Lanes:
-        return Lanes(self.storage[self._components(index)])
+        state = self.state
+        if self.logged and state.replaying():
+            return Lanes(state.replayed())
+        values = self.storage[self._components(index)]
+        if self.logged:
+            state.record("lanes", values)
+        return Lanes(values)
 
     def __setitem__(self, index: Any, value: Any) -> None:
+        state = self.state
+        if self.logged and state.replaying():
+            state.replayed()  # the parent run stored it
+            return
         components = self._components(index)
         stored = _store_value(value)
         if self.logged:
-            self.state.run.log.record(self.storage, components)
+            state.run.log.record(self.storage, components)
         self.storage[components] = stored
+        if self.logged:
+            state.record("none")
 
 
 class _LaneLocal(_LaneShared):
@@ -578,7 +633,8 @@ def _wrap_for_lanes(value: Any, run: _ChunkRun) -> Any:
     if isinstance(value, np.ndarray):
         return _LaneArray(value, run)
     if isinstance(value, tuple):
-        return tuple(_wrap_for_lanes(item, run) for item in value)
+        items = [_wrap_for_lanes(item, run) for item in value]
+        return tuple(items) if type(value) is tuple else type(value)(*items)  # namedtuples
     return value
 
 
@@ -603,17 +659,45 @@ def _cas(current: Any, expected: Any, value: Any) -> Any:
     return np.where(current == expected, value, current)
 
 
-#: name -> (elementwise function, ufunc with an exact sequential accumulate or None)
-_ATOMIC_OPS: Final[dict[str, tuple[Callable[..., Any], np.ufunc | None]]] = {
-    "add": (np.add, np.add),
-    "sub": (np.subtract, np.subtract),
-    "max": (np.maximum, np.maximum),
-    "min": (np.minimum, np.minimum),
-    "nanmax": (np.fmax, np.fmax),
-    "nanmin": (np.fmin, np.fmin),
-    "and_": (np.bitwise_and, np.bitwise_and),
-    "or_": (np.bitwise_or, np.bitwise_or),
-    "xor": (np.bitwise_xor, np.bitwise_xor),
+# atomic.max/min keep the stored value unless the new one is strictly greater (smaller),
+# as numba does: a NaN value is ignored and a stored NaN stays (comparisons with NaN are
+# false). nanmax/nanmin also replace a stored NaN.
+
+
+def _max(current: Any, value: Any) -> Any:
+    return np.where(value > current, value, current)
+
+
+def _min(current: Any, value: Any) -> Any:
+    return np.where(value < current, value, current)
+
+
+def _scan_keeping_nan(ufunc: np.ufunc) -> Callable[[npt.NDArray[Any]], npt.NDArray[Any]]:
+    """The running results of ``_max``/``_min`` (``ufunc`` is fmax/fmin) over a sequence
+    whose first item is the stored value."""
+
+    def scan(sequence: npt.NDArray[Any]) -> npt.NDArray[Any]:
+        if sequence.dtype.kind in "fc" and np.isnan(sequence[0]):
+            return np.full_like(sequence, sequence[0])  # a stored NaN stays
+        return ufunc.accumulate(sequence)  # fmax/fmin skip NaN values
+
+    return scan
+
+
+#: name -> (elementwise function, an exact sequential scan of a sequence whose first
+#: item is the stored value, or None)
+_ATOMIC_OPS: Final[
+    dict[str, tuple[Callable[..., Any], Callable[[npt.NDArray[Any]], npt.NDArray[Any]] | None]]
+] = {
+    "add": (np.add, np.add.accumulate),
+    "sub": (np.subtract, np.subtract.accumulate),
+    "max": (_max, _scan_keeping_nan(np.fmax)),
+    "min": (_min, _scan_keeping_nan(np.fmin)),
+    "nanmax": (np.fmax, np.fmax.accumulate),
+    "nanmin": (np.fmin, np.fmin.accumulate),
+    "and_": (np.bitwise_and, np.bitwise_and.accumulate),
+    "or_": (np.bitwise_or, np.bitwise_or.accumulate),
+    "xor": (np.bitwise_xor, np.bitwise_xor.accumulate),
     "exch": (_exch, None),
     "inc": (_inc, None),
     "dec": (_dec, None),
@@ -741,6 +825,23 @@ class _LaneSet:
     def take(self, positions: npt.NDArray[np.intp]) -> _LaneSet:
         return _LaneSet(self.block_rel[positions], self.thread_lin[positions])
 
+    def split_positions(self, key: npt.NDArray[Any]) -> list[npt.NDArray[np.intp]]:
+        """The positions of each group of lanes with equal ``key``, in lane order,
+        groups ordered by their first lane."""
+        if key.dtype == np.bool_:
+            parts = [np.flatnonzero(key), np.flatnonzero(~key)]
+            parts.sort(key=lambda positions: positions[0] if len(positions) else self.n)
+            return [positions for positions in parts if len(positions)]
+        raw = np.ascontiguousarray(key).view(np.uint8).reshape(self.n, -1)
+        _, first, inverse = np.unique(raw, axis=0, return_index=True, return_inverse=True)
+        groups = len(first)
+        rank = np.empty(groups, np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(groups)
+        lane_group = rank[inverse.reshape(-1)]
+        order = np.argsort(lane_group, kind="stable")
+        bounds = np.cumsum(np.bincount(lane_group, minlength=groups))[:-1]
+        return list(np.split(order, bounds))
+
     def split(self, key: npt.NDArray[Any], limit: int | None) -> list[_LaneSet] | None:
         """Groups of lanes with equal ``key`` (in lane order), ordered by their first lane.
 
@@ -785,6 +886,34 @@ class _LaneState:
         self.positions = np.arange(self.n)
         self._cache: dict[Any, Any] = {}
         self.local_arrays: dict[Any, _LaneLocal] = {}
+        # Set when the run is one group of a barrier kernel's block (see _LaneGroups):
+        # ``events`` is what every memory access, barrier and print gave this run, in
+        # order; a run split off another first replays its parent's ``replay`` (its
+        # lanes at ``replay_positions``) without touching memory, then runs live.
+        self.group: _LaneGroups | None = None
+        self.events: list[tuple[str, Any]] | None = None
+        self.replay: list[tuple[str, Any]] | None = None
+        self.replay_positions: npt.NDArray[np.intp] | None = None
+        self.cursor = 0
+
+    def replaying(self) -> bool:
+        """True while this run re-traces events its parent already performed."""
+        return self.replay is not None and self.cursor < len(self.replay)
+
+    def replayed(self) -> Any:
+        """The next event's value as the parent saw it, for this run's lanes."""
+        assert self.replay is not None
+        assert self.events is not None
+        kind, value = self.replay[self.cursor]
+        self.cursor += 1
+        if kind == "lanes":
+            value = value[self.replay_positions]
+        self.events.append((kind, value))
+        return value
+
+    def record(self, kind: str, value: Any = None) -> None:
+        if self.events is not None:
+            self.events.append((kind, value))
 
     def _axis(self, which: str, axis: int) -> Lanes:
         key = (which, axis)
@@ -842,6 +971,13 @@ class _LaneState:
         return bool(cached)
 
     def _barrier(self) -> None:
+        if self.group is not None:
+            if self.replaying():
+                self.replayed()
+            else:
+                self.group.arrive(self, None)
+                self.record("none")
+            return
         if self._block_complete():
             return
         if not self.run.barrier_kernel:
@@ -852,10 +988,17 @@ class _LaneState:
         self._barrier()
 
     def _block_counts(self, predicate: Any) -> npt.NDArray[np.int64]:
-        self._barrier()
         truth = (
             predicate.v != 0 if isinstance(predicate, Lanes) else np.full(self.n, bool(predicate))
         )
+        if self.group is not None:
+            if self.replaying():
+                replayed: npt.NDArray[np.int64] = self.replayed()
+                return replayed
+            arrived: npt.NDArray[np.int64] = self.group.arrive(self, truth)
+            self.record("lanes", arrived)
+            return arrived
+        self._barrier()
         counts = np.bincount(self.lanes.block_rel, weights=truth, minlength=1).astype(np.int64)
         return counts[self.lanes.block_rel]
 
@@ -887,7 +1030,10 @@ class _LaneState:
         operands = [
             np.broadcast_to(np.asarray(_store_value(value)).astype(dtype), (n,)) for value in values
         ]
-        if not isinstance(array, _LaneLocal):
+        logged = not isinstance(array, _LaneLocal)
+        if logged and self.replaying():
+            return Lanes(self.replayed())
+        if logged:
             self.run.log.record(base, target)
         function, accumulate = _ATOMIC_OPS[name]
         key = np.ravel_multi_index(target, base.shape) if base.ndim else np.zeros(n, np.intp)
@@ -903,7 +1049,7 @@ class _LaneState:
                     members = order[start : start + size]
                     where = tuple(int(c[members[0]]) for c in target)
                     sequence = np.concatenate(([base[where]], operands[0][members]))
-                    scanned = accumulate.accumulate(sequence, dtype=dtype)
+                    scanned = accumulate(sequence.astype(dtype, copy=False))
                     old[members] = scanned[:-1]
                     base[where] = scanned[-1]
             else:
@@ -914,7 +1060,162 @@ class _LaneState:
                     current = base[where]
                     old[members] = current
                     base[where] = function(current, *(op[members] for op in operands))
+        if logged:
+            self.record("lanes", old)
         return Lanes(old)
+
+
+# --------------------------------------------------------------------------------------
+# barrier kernels, vectorised: groups of lanes that meet at barriers
+
+
+class _LaneGroups:
+    """The vectorised runs of a barrier kernel's chunk: groups of lanes, each running
+    the body on an OS thread of its own, that wait for each other at every barrier.
+
+    It starts as one run of every lane. Where its lanes diverge, the run ends and one
+    run per group of agreeing lanes takes its place: each first replays what its
+    parent did (the values every read, atomic and barrier gave, for its own lanes;
+    no store, print or wait is repeated), which brings it, with the parent's locals,
+    to the branch, and then runs live. A barrier is passed when every live run has
+    reached one (a run that returned no longer takes part, as a thread that exited),
+    so each group runs only to the next barrier, and every block's threads meet there
+    whichever groups they are in. Runs take turns (one baton, handed over at barriers
+    and at the end of a run), so stores and the undo log are never concurrent.
+    """
+
+    def __init__(self, run: _ChunkRun, body: Any, args: tuple[Any, ...]) -> None:
+        self.run = run
+        self.body = body
+        self.args = args
+        self.turn = threading.Condition()  # its lock is the baton
+        self.parties = 0  # live runs
+        self.arrived: list[tuple[_LaneState, npt.NDArray[Any] | None]] = []
+        self.results: dict[int, npt.NDArray[np.int64]] = {}
+        self.generation = 0
+        self.threads = 0  # OS threads not finished
+        self.splits = 0
+        self.failure: tuple[str, BaseException | None] | None = None
+
+    def execute(self, lanes: _LaneSet) -> None:
+        """Run the body over ``lanes``; raise _NeedThreads (the stores stay, to be
+        undone by the caller) when the groups cannot finish vectorised."""
+        with self.turn:
+            self._spawn(_LaneState(self.run, lanes), None, None)
+            try:
+                self.turn.wait_for(lambda: self.threads == 0)
+            except BaseException:  # interrupted: no run outlives the launch
+                self._fail("interrupted", None)
+                self.turn.wait_for(lambda: self.threads == 0)
+                raise
+        if self.failure is not None:
+            reason, cause = self.failure
+            raise _NeedThreads(reason) from cause
+
+    def _spawn(
+        self,
+        state: _LaneState,
+        replay: list[tuple[str, Any]] | None,
+        positions: npt.NDArray[np.intp] | None,
+    ) -> None:
+        # called with the baton held
+        state.group = self
+        state.events = []
+        state.replay = replay
+        state.replay_positions = positions
+        self.parties += 1
+        self.threads += 1
+        self.run.launch.lane_runs += 1
+        thread = threading.Thread(
+            target=self._main, args=(state,), name="pdc-sim-lanes", daemon=True
+        )
+        thread.start()
+
+    def _main(self, state: _LaneState) -> None:
+        with self.turn:
+            try:
+                self._body(state)
+            finally:
+                self.threads -= 1
+                self.turn.notify_all()
+
+    def _body(self, state: _LaneState) -> None:
+        # with the baton held
+        if self.failure is not None:
+            self._leave()
+            return
+        _tls.state = state
+        try:
+            with np.errstate(divide="raise", over="raise", invalid="raise", under="ignore"):
+                self.body(*self.args)
+        except _Diverge as divergence:
+            self._split(state, divergence.key)
+            return
+        except _Aborted:
+            return
+        except _LaneSignal as exc:  # _Unsupported, _UndoOverflow (kept as the cause)
+            self._fail(str(exc) or type(exc).__name__, exc)
+        except Exception as exc:
+            self._fail(f"{type(exc).__name__}: {exc}", exc)
+        finally:
+            _tls.state = None
+        self._leave()
+
+    def _split(self, state: _LaneState, key: npt.NDArray[Any]) -> None:
+        parts = state.lanes.split_positions(key)
+        if len(parts) < 2:
+            self._fail("a divergence that does not split the threads", None)
+            self._leave()
+            return
+        self.splits += 1
+        if self.parties - 1 + len(parts) > MAX_GROUPS or self.splits > MAX_RUNS:
+            self._fail(f"threads diverge into more than {MAX_GROUPS} paths", None)
+            self._leave()
+            return
+        assert state.events is not None
+        self.parties -= 1  # the children take the parent's place at the next barrier
+        for positions in parts:
+            child = _LaneState(self.run, state.lanes.take(positions))
+            self._spawn(child, state.events, positions)
+
+    def _fail(self, reason: str, cause: BaseException | None) -> None:
+        if self.failure is None:
+            self.failure = (reason, cause)
+        self.turn.notify_all()  # runs waiting at a barrier stop
+
+    def _leave(self) -> None:
+        self.parties -= 1
+        if self.arrived and len(self.arrived) == self.parties:
+            self._release()
+
+    def arrive(self, state: _LaneState, truth: npt.NDArray[Any] | None) -> Any:
+        """Wait at a barrier until every live run is at one; the block counts of
+        ``truth`` (syncthreads_count and the like) for this run's lanes."""
+        if self.failure is not None:
+            raise _Aborted
+        generation = self.generation
+        self.arrived.append((state, truth))
+        if len(self.arrived) == self.parties:
+            self._release()
+        else:
+            self.turn.wait_for(lambda: self.generation != generation or self.failure is not None)
+            if self.generation == generation:
+                raise _Aborted
+        return self.results.pop(id(state), None)
+
+    def _release(self) -> None:
+        counted = [(state, truth) for state, truth in self.arrived if truth is not None]
+        self.results = {}
+        if counted:
+            rows = np.concatenate([state.lanes.block_rel for state, _ in counted])
+            weights = np.concatenate([truth for _, truth in counted])
+            counts = np.bincount(rows, weights=weights, minlength=self.run.blocks)
+            counts = counts.astype(np.int64)
+            for state, _ in counted:
+                self.results[id(state)] = counts[state.lanes.block_rel]
+        self.arrived = []
+        self.generation += 1
+        self.turn.notify_all()
 
 
 # --------------------------------------------------------------------------------------
@@ -1030,11 +1331,20 @@ class _LaneNumpy:
 
 
 def _math_function(name: str, ufunc: Any, to_int: bool = False, arity: int = 1) -> Any:
+    """``math.<name>`` as kernel bodies see it in both strategies: as on a GPU, where
+    math never raises, a domain or range error gives NaN or inf (numba's results)
+    instead of ``ValueError``/``OverflowError``."""
     original = getattr(math, name)
 
     def function(*args: Any) -> Any:
         if not any(isinstance(arg, Lanes) for arg in args):
-            return original(*args)
+            try:
+                return original(*args)
+            except (ValueError, OverflowError):
+                if to_int or len(args) != arity or any(isinstance(a, complex) for a in args):
+                    raise  # no float result to give (floor(inf) has no int)
+                with np.errstate(all="ignore"):
+                    return float(ufunc(*(np.float64(arg) for arg in args)))
         if len(args) != arity:
             raise _Unsupported(f"math.{name} with {len(args)} arguments")
         operands = []
@@ -1044,7 +1354,7 @@ def _math_function(name: str, ufunc: Any, to_int: bool = False, arity: int = 1) 
             if array.dtype.kind == "c":
                 raise TypeError(f"math.{name} does not accept complex numbers")
             operands.append(array.astype(np.float64))
-        with np.errstate(divide="raise", over="raise", invalid="raise", under="ignore"):
+        with np.errstate(all="ignore"):  # NaN or inf where Python's math would raise
             result = ufunc(*operands)
         if to_int:
             return Lanes(result.astype(np.int64))
@@ -1099,8 +1409,28 @@ _MATH_BY_IDENTITY: Final[dict[int, Any]] = {
 }
 
 
+def _kernel_round(number: Any, ndigits: Any = None) -> Any:
+    """``round`` as kernel bodies see it: where scaling a float by ``10**ndigits``
+    overflows, the value itself (numba's result; NumPy's round gives inf or NaN)."""
+    if ndigits is None:
+        return builtins.round(number)
+    values = number.v if isinstance(number, Lanes) else number
+    if not isinstance(values, np.floating | np.ndarray) or values.dtype.kind != "f":
+        return builtins.round(number, ndigits)
+    digits = operator.index(ndigits) if not isinstance(ndigits, Lanes) else ndigits.v
+    with np.errstate(all="ignore"):
+        rounded = np.round(values, digits) if not isinstance(digits, np.ndarray) else None
+        if rounded is None:
+            raise _Unsupported("round() to a per-thread number of digits")
+        kept = np.where(np.isfinite(values) & ~np.isfinite(rounded), values, rounded)
+    if isinstance(number, Lanes):
+        return Lanes(kept.astype(values.dtype, copy=False))
+    return values.dtype.type(kept)
+
+
 class _LaneMath:
-    """``math`` as a vectorised body sees it: functions of per-thread values vectorise."""
+    """``math`` as kernel bodies see it: functions of per-thread values vectorise, and
+    domain errors give NaN or inf as on a GPU (both strategies)."""
 
     def __getattr__(self, name: str) -> Any:
         function = _MATH_FUNCTIONS.get(name)
@@ -1168,6 +1498,17 @@ def _pick(name: str, better: Callable[[Any, Any], Any]) -> Callable[..., Any]:
     return pick
 
 
+def _select(condition: Any, taken: Any, kept: Any) -> Any:
+    """``taken`` where the per-thread ``condition`` holds, else ``kept`` (if-conversion)."""
+    values = condition.v
+    truth = values if values.dtype.kind == "b" else values != 0
+    return Lanes(np.where(truth, _operand(taken), _operand(kept)))
+
+
+def _is_lanes(value: Any) -> bool:
+    return isinstance(value, Lanes)
+
+
 def _lane_int(value: Any = 0, *args: Any) -> Any:
     if isinstance(value, Lanes) and not args:
         if value.v.dtype.kind == "c":
@@ -1212,6 +1553,10 @@ def _lane_print_for(run: _ChunkRun) -> Callable[..., None]:
         if not isinstance(state, _LaneState):
             builtins.print(*args, sep=sep, end=end, file=file, flush=flush)
             return
+        if state.replaying():
+            state.replayed()  # the parent run printed it
+            return
+        state.record("none")
         sep = " " if sep is None else sep
         end = "\n" if end is None else end
         for lane in range(state.n):
@@ -1262,7 +1607,7 @@ def _numba_scalar_type(value: Any) -> type[np.generic] | None:
         return None
     try:
         dtype = np.dtype(str(value))
-    except TypeError:
+    except (TypeError, ValueError):  # a record, an array type: not a scalar type
         return None
     return dtype.type if dtype.kind in "biufc" else None
 
@@ -1271,6 +1616,10 @@ def _is_device_function(value: Any, module: str) -> bool:
     return isinstance(value, types.FunctionType) and (
         value.__module__ == module or getattr(value, "__pdc_device__", False)
     )
+
+
+def _is_numba_object(value: Any) -> bool:
+    return type(value).__module__.startswith("numba")
 
 
 def _python_function(value: Any) -> types.FunctionType | None:
@@ -1375,6 +1724,8 @@ class _Rebinder:
         self.memo: dict[int, Any] = {}
         self.ours = _our_cuda()
         self.lane_builtins: dict[str, Any] = {}
+        if target == "threads":
+            self.lane_builtins = {"round": _kernel_round}
         if target == "lanes":
             assert run is not None
             self.lane_builtins = {
@@ -1386,6 +1737,7 @@ class _Rebinder:
                 "print": _lane_print_for(run),
                 "isinstance": _lane_isinstance,
                 "type": _lane_type,
+                "round": _kernel_round,
             }
 
     def substitute(self, value: Any, module: str) -> Any:
@@ -1399,14 +1751,19 @@ class _Rebinder:
                 return self.rebind(value, device=True)
             return value
         inner = _python_function(value)
-        if inner is not None and target != "numba" and type(value).__module__.startswith("numba"):
+        if inner is not None and (target != "numba" or not _is_numba_object(value)):
+            # a jitted function (numba's dispatcher or a pdc kernel) called from a body
+            # is a device function there, as numba compiles a kernel called by a kernel
             return self.rebind(inner, device=True)
         scalar = _numba_scalar_type(value)
         if scalar is not None and target != "numba":
             return _CASTERS.get(scalar, scalar) if target == "lanes" else scalar
-        if target == "lanes":
+        if target != "numba":
             if value is math:
                 return _LaneMath()
+            if callable(value) and id(value) in _MATH_BY_IDENTITY:
+                return _MATH_BY_IDENTITY[id(value)]
+        if target == "lanes":
             if value is np:
                 return _LaneNumpy()
             if isinstance(value, type) and value in _CASTERS:
@@ -1414,10 +1771,6 @@ class _Rebinder:
             if isinstance(value, np.ndarray):
                 assert self.run is not None
                 return _LaneArray(value, self.run)
-            if callable(value):
-                math_function = _MATH_BY_IDENTITY.get(id(value))
-                if math_function is not None:
-                    return math_function
         return value
 
     def rebind(self, function: types.FunctionType, device: bool = False) -> Any:
@@ -1425,13 +1778,27 @@ class _Rebinder:
         if done is not None:
             return done
         module = function.__module__
+        frozen_globals, frozen_cells = _frozen(function)
         new_globals = dict(function.__globals__)
+        new_globals.update(frozen_globals)
         # empty cells (names the enclosing function assigns later) stay shared
-        cells = tuple(
-            types.CellType() if _cell_filled(cell) else cell for cell in function.__closure__ or ()
+        fresh = tuple(
+            types.CellType() if frozen is not _EMPTY else cell
+            for cell, frozen in zip(function.__closure__ or (), frozen_cells, strict=True)
         )
+        cells = fresh
+        code = function.__code__
+        if self.target == "lanes":
+            converted = if_converted(function)
+            if converted is not None:
+                # per-thread branches that only assign locals select lane by lane
+                by_name = dict(zip(code.co_freevars, cells, strict=True))
+                cells = tuple(by_name[name] for name in converted.co_freevars)
+                code = converted
+                new_globals[SELECT] = _select
+                new_globals[LANES_TEST] = _is_lanes
         copy = types.FunctionType(
-            function.__code__, new_globals, function.__name__, function.__defaults__, cells or None
+            code, new_globals, function.__name__, function.__defaults__, cells or None
         )
         copy.__kwdefaults__ = function.__kwdefaults__
         copy.__qualname__ = function.__qualname__
@@ -1444,10 +1811,52 @@ class _Rebinder:
                 new_globals[name] = self.substitute(new_globals[name], module)
             elif name in self.lane_builtins:
                 new_globals[name] = self.lane_builtins[name]
-        for old, new in zip(function.__closure__ or (), cells, strict=True):
+        for old, new, frozen in zip(function.__closure__ or (), fresh, frozen_cells, strict=True):
             if new is not old:
-                new.cell_contents = self.substitute(old.cell_contents, module)
+                new.cell_contents = self.substitute(frozen, module)
         return result
+
+
+def _constant(value: Any) -> Any:
+    if type(value) is np.ndarray:
+        frozen = value.copy()
+        frozen.flags.writeable = False
+        return frozen
+    return value
+
+
+#: A closure cell that was empty when its function was first launched.
+_EMPTY: Final = object()
+
+_FROZEN: weakref.WeakKeyDictionary[types.FunctionType, tuple[dict[str, Any], tuple[Any, ...]]] = (
+    weakref.WeakKeyDictionary()
+)
+_FROZEN_LOCK = threading.Lock()
+
+
+def _frozen(function: types.FunctionType) -> tuple[dict[str, Any], tuple[Any, ...]]:
+    """The globals ``function`` names and its closure's values, as they were when a
+    launch first reached it.
+
+    numba reads a kernel's globals and closure variables when it compiles the kernel
+    and never again (they are compile-time constants); pdc's first launch stands for
+    that compilation, so rebinding the name later changes nothing. A NumPy array is
+    copied then, read-only (numba copies a host array into the kernel as a constant);
+    device arrays and other objects are kept by reference, as numba keeps a device
+    array's pointer.
+    """
+    with _FROZEN_LOCK:
+        snapshot = _FROZEN.get(function)
+        if snapshot is None:
+            values = function.__globals__
+            cells = tuple(
+                _constant(cell.cell_contents) if _cell_filled(cell) else _EMPTY
+                for cell in function.__closure__ or ()
+            )
+            named = {name: _constant(values[name]) for name in _names(function) if name in values}
+            snapshot = (named, cells)
+            _FROZEN[function] = snapshot
+    return snapshot
 
 
 def _cell_filled(cell: types.CellType) -> bool:
@@ -1456,21 +1865,6 @@ def _cell_filled(cell: types.CellType) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _needs_rebinding(function: types.FunctionType) -> bool:
-    """Whether the threads strategy must rebind: the body reaches numba objects."""
-    for reached in _reachable(function):
-        values = [reached.__globals__[n] for n in _names(reached) if n in reached.__globals__]
-        for cell in reached.__closure__ or ():
-            with contextlib.suppress(ValueError):  # an empty cell
-                values.append(cell.cell_contents)
-        for value in values:
-            if _is_numba_cuda(value) or _numba_scalar_type(value) is not None:
-                return True
-            if _python_function(value) is not None and type(value).__module__.startswith("numba"):
-                return True
-    return False
 
 
 # --------------------------------------------------------------------------------------
@@ -1518,9 +1912,9 @@ class _Launch:
         self.thread_calls = 0
         self.threaded_blocks = 0
         self.fallbacks: list[str] = []
-        self.thread_body: Any = (
-            _Rebinder("threads").rebind(body) if _needs_rebinding(body) else body
-        )
+        # rebound in every case: globals frozen at the first launch, numba's cuda
+        # swapped for pdc's, math and round with GPU semantics
+        self.thread_body: Any = _Rebinder("threads").rebind(body)
 
     def fallback(self, reason: str) -> None:
         if reason not in self.fallbacks:
@@ -1626,7 +2020,10 @@ class _ChunkRun:
             wants_lanes = False
         if wants_lanes:
             try:
-                self._run_lanes()
+                if self.barrier_kernel and self.threads_per_block > 1:
+                    self._run_lane_groups()
+                else:
+                    self._run_lanes()
             except _NeedThreads as exc:
                 self.log.rollback(0)
                 self.prints.clear()
@@ -1652,8 +2049,19 @@ class _ChunkRun:
             builtins.print(text, end="", file=file)
         self.prints.clear()
 
-    def _give_up(self, lanes: _LaneSet, reason: str, cause: BaseException | None = None) -> None:
+    def _give_up(
+        self,
+        lanes: _LaneSet,
+        reason: str,
+        cause: BaseException | None = None,
+        *,
+        divergence: bool = False,
+    ) -> None:
         launch = self.launch
+        if divergence and launch.mode == "auto":
+            # remembered per body, as for barriers: later chunks and launches run per
+            # thread at once instead of replaying paths until the limit again
+            _LANE_HINTS[launch.body] = reason
         if launch.mode == "lanes":
             raise RuntimeError(f"kernel {launch.name!r} cannot run vectorised: {reason}") from (
                 cause
@@ -1674,7 +2082,7 @@ class _ChunkRun:
         while stack:
             lanes = stack.pop()
             if runs >= MAX_RUNS:
-                self._give_up(lanes, f"more than {MAX_RUNS} divergent paths")
+                self._give_up(lanes, f"more than {MAX_RUNS} divergent paths", divergence=True)
                 continue
             if lanes.n < MIN_GROUP and launch.mode == "auto" and not self.barrier_kernel:
                 self._run_sequential(lanes)
@@ -1709,7 +2117,8 @@ class _ChunkRun:
                 limit = MAX_GROUPS if launch.mode == "auto" else None
                 groups = lanes.split(detail, limit)
                 if groups is None:
-                    self._give_up(lanes, f"threads diverge into more than {MAX_GROUPS} paths")
+                    reason = f"threads diverge into more than {MAX_GROUPS} paths"
+                    self._give_up(lanes, reason, divergence=True)
                 elif len(groups) < 2:
                     self._give_up(lanes, "a divergence that does not split the threads")
                 else:
@@ -1722,6 +2131,30 @@ class _ChunkRun:
                     stack.extend(reversed(halves))
             else:
                 self._give_up(lanes, detail, cause)
+
+    def _run_lane_groups(self) -> None:
+        rebinder = _Rebinder("lanes", run=self)
+        body = rebinder.rebind(self.launch.body)
+        args = tuple(_wrap_for_lanes(arg, self) for arg in self.launch.args)
+        previous = getattr(_tls, "state", None)
+        pending = [self.all_lanes()]
+        try:
+            while pending:
+                lanes = pending.pop()
+                mark, printed = self.log.mark(), len(self.prints)
+                try:
+                    _LaneGroups(self, body, args).execute(lanes)
+                except _NeedThreads as exc:
+                    if not isinstance(exc.__cause__, _UndoOverflow):
+                        raise
+                    # the undo log outgrew its budget: the blocks in two halves
+                    self._undo(mark, printed)
+                    halves = lanes.halves(whole_blocks=True)
+                    if halves is None:
+                        raise _NeedThreads("a block stores more than the undo budget") from None
+                    pending.extend(reversed(halves))
+        finally:
+            _tls.state = previous
 
     def _undo(self, mark: int, printed: int) -> None:
         self.log.rollback(mark)
@@ -2017,12 +2450,20 @@ class _AtomicNamespace:
 
     @staticmethod
     def max(array: Any, index: Any, value: Any) -> Any:
-        """``array[index] = max(array[index], value)`` (NaN propagates); returns the old value."""
+        """``array[index] = max(array[index], value)``; returns the old value.
+
+        As in numba, the stored value stays unless ``value`` is greater: a NaN value is
+        ignored and a stored NaN stays.
+        """
         return _state().atomic("max", array, index, (value,))
 
     @staticmethod
     def min(array: Any, index: Any, value: Any) -> Any:
-        """``array[index] = min(array[index], value)`` (NaN propagates); returns the old value."""
+        """``array[index] = min(array[index], value)``; returns the old value.
+
+        As in numba, the stored value stays unless ``value`` is smaller: a NaN value is
+        ignored and a stored NaN stays.
+        """
         return _state().atomic("min", array, index, (value,))
 
     @staticmethod
@@ -2080,6 +2521,113 @@ shared: Final = _SharedNamespace()
 local: Final = _LocalNamespace()
 const: Final = _ConstNamespace()
 atomic: Final = _AtomicNamespace()
+
+
+# --------------------------------------------------------------------------------------
+# intrinsics (CUDA's __popc, __brev, __clz, __ffs, fma, cbrt and selp), per thread or
+# over per-thread values
+
+#: Set bits of every byte value, and every byte value with its bits reversed.
+_BYTE_POPC: Final = np.array([bin(b).count("1") for b in range(256)], np.int32)
+_BYTE_REVERSED: Final = np.array([int(f"{b:08b}"[::-1], 2) for b in range(256)], np.uint8)
+
+
+def _bits(value: Any, what: str) -> tuple[npt.NDArray[Any], np.dtype[Any]]:
+    """``value``'s integers as unsigned values of their width (at least 1-d), and the
+    dtype a result of the same type has. A Python int is 32 bits wide when it fits in
+    32 bits (as numba types an int literal), else 64."""
+    values = value.v if isinstance(value, Lanes) else value
+    if isinstance(values, bool | np.bool_) or not isinstance(values, int | np.integer | np.ndarray):
+        raise TypeError(f"cuda.{what} takes an integer, not {value!r}")
+    dtype: np.dtype[Any]
+    if isinstance(values, int):
+        if -(1 << 31) <= values < 1 << 32:
+            dtype = np.dtype(np.int32 if values < 0 else np.uint32)
+        elif -(1 << 63) <= values < 1 << 64:
+            dtype = np.dtype(np.int64 if values < 0 else np.uint64)
+        else:
+            raise OverflowError(f"cuda.{what}: {values} does not fit in 64 bits")
+        array = np.array([values], dtype)
+    else:
+        array = np.atleast_1d(np.asarray(values))
+        dtype = array.dtype
+        if dtype.kind not in "iu":
+            raise TypeError(f"cuda.{what} takes integers, not {dtype} values")
+    unsigned = array.astype(np.dtype(f"u{dtype.itemsize}"))  # two's complement bits
+    return unsigned, dtype
+
+
+def _like(value: Any, result: npt.NDArray[Any]) -> Any:
+    """``result`` shaped as ``value`` was given: per-thread, a NumPy scalar or an int."""
+    if isinstance(value, Lanes):
+        return Lanes(result)
+    if isinstance(value, np.generic | np.ndarray):
+        return result[0]
+    return result[0].item()
+
+
+def _popcount(unsigned: npt.NDArray[Any]) -> npt.NDArray[np.int32]:
+    per_byte = _BYTE_POPC[unsigned.view(np.uint8)].reshape(len(unsigned), -1)
+    return np.asarray(per_byte.sum(axis=1, dtype=np.int32))
+
+
+def popc(value: Any) -> Any:
+    """The number of set bits of an integer (CUDA's ``__popc``/``__popcll``)."""
+    unsigned, _ = _bits(value, "popc")
+    return _like(value, _popcount(unsigned))
+
+
+def brev(value: Any) -> Any:
+    """An integer with its bits in reverse order (CUDA's ``__brev``), of the same type."""
+    unsigned, dtype = _bits(value, "brev")
+    # reverse each byte's bits, then the bytes (the array is little- or big-endian alike)
+    flipped = _BYTE_REVERSED[unsigned.view(np.uint8)].view(unsigned.dtype)
+    reversed_bits = flipped.byteswap()
+    return _like(value, reversed_bits.astype(dtype))
+
+
+def clz(value: Any) -> Any:
+    """The number of leading zero bits of an integer (CUDA's ``__clz``): its width
+    for 0."""
+    unsigned, dtype = _bits(value, "clz")
+    smeared = unsigned.copy()
+    shift = 1
+    while shift < dtype.itemsize * 8:  # every bit below the highest set bit becomes 1
+        smeared |= smeared >> unsigned.dtype.type(shift)
+        shift *= 2
+    return _like(value, (dtype.itemsize * 8 - _popcount(smeared)).astype(np.int32))
+
+
+def ffs(value: Any) -> Any:
+    """The position of the least significant set bit of an integer, counting from 1
+    (CUDA's ``__ffs``): 0 when no bit is set."""
+    unsigned, _ = _bits(value, "ffs")
+    # (array arithmetic on unsigned integers wraps silently)
+    lowest = unsigned & (~unsigned + unsigned.dtype.type(1))
+    below = lowest - unsigned.dtype.type(1)  # the bits under the lowest set bit
+    position = np.where(unsigned == 0, 0, _popcount(below) + 1).astype(np.int32)
+    return _like(value, position)
+
+
+def fma(a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c`` (CUDA's fused multiply-add; simulated with two roundings)."""
+    return a * b + c
+
+
+def cbrt(value: Any) -> Any:
+    """The cube root (CUDA's ``cbrt``), of the argument's floating-point type."""
+    if isinstance(value, Lanes):
+        return Lanes(np.cbrt(value.v))
+    result = np.cbrt(value)
+    return float(result) if isinstance(value, int | float) else result
+
+
+def selp(predicate: Any, if_true: Any, if_false: Any) -> Any:
+    """``if_true`` where ``predicate`` holds, else ``if_false`` (PTX's ``selp``),
+    without a branch: per-thread values select lane by lane."""
+    if isinstance(predicate, Lanes):
+        return Lanes(np.where(predicate.v, _operand(if_true), _operand(if_false)))
+    return if_true if predicate else if_false
 
 
 # --------------------------------------------------------------------------------------
