@@ -8,6 +8,7 @@ backend is tested in ``plugins/pdc_cpu/tests``.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, ClassVar
 
@@ -465,6 +466,59 @@ async def test_wait_options_are_checked() -> None:
         await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), wait="busy")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="spin_limit"):
         await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), spin_limit=-1)
+
+
+#: Session options refused, with the error and the words it must say (issue 40, 15, 17).
+BAD_SESSION_OPTIONS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"spin_limit": 0}, ValueError, "spin_limit"),
+    ({"spin_limit": -1}, ValueError, "spin_limit"),
+    ({"spin_limit": float("nan")}, ValueError, "spin_limit is NaN"),
+    ({"spin_limit": True}, TypeError, "spin_limit"),
+    ({"wait": "bogus"}, ValueError, "wait must be 'sleep' or 'spin', not 'bogus'"),
+    ({"wait": None}, ValueError, "wait must be"),
+    ({"receive_window": 0}, ValueError, "receive_window must be at least 1, got 0"),
+    ({"receive_window": -3}, ValueError, "receive_window"),
+    ({"receive_window": True}, TypeError, "receive_window must be an int, got bool True"),
+    ({"receive_window": 1.5}, TypeError, "receive_window must be an int, got float 1.5"),
+    ({"receive_window": 2.0}, TypeError, "receive_window must be an int, got float 2.0"),
+    ({"receive_window": "2"}, TypeError, "receive_window"),
+    ({"stop_timeout": float("nan")}, ValueError, "stop_timeout"),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "words"), BAD_SESSION_OPTIONS)
+async def test_every_session_option_is_checked_before_anything_is_launched(
+    options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    backend = ScriptedBackend()
+    with pytest.raises(error, match=re.escape(words)):
+        await PersistentKernelSession.start(make_kernel(), backend, **options)
+    with pytest.raises(error, match=re.escape(words)):
+        async with open_persistent_kernel(make_kernel(), backend, **options):
+            pass  # pragma: no cover - refused before it opens
+    assert backend.launched == []  # nothing launched, so nothing left running
+
+
+async def test_a_receive_window_by_the_integer_rule_is_used() -> None:
+    async with open_persistent_kernel(
+        make_kernel(capacity=2), ScriptedBackend(), receive_window=np.int64(3)
+    ) as session:
+        assert session.receive_window == 3
+        assert type(session.receive_window) is int
+
+
+async def test_receive_batch_counts_by_the_integer_rule() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+        await session.send_batch(batch(0, 3))
+        for bad in (True, 1.5, 2.0, "1"):
+            with pytest.raises(TypeError, match="max_count must be an int"):
+                await session.receive_batch(bad)  # type: ignore[arg-type]
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="max_count must be at least 1"):
+                await session.receive_batch(bad)
+        assert session.statistics().received == 0  # a refused call takes nothing
+        assert (await session.receive_batch(np.int64(2)))["id"].tolist() == [0, 1]
+        assert (await session.receive_batch())["id"].tolist() == [2]
 
 
 async def test_a_spinning_caller_falls_back_to_the_event_loop() -> None:

@@ -36,7 +36,13 @@ from .._backend._persistent_kernel import PersistentKernelSpec
 from .._backend._ring import RingMemory
 from .._loop import check_duration, current_kit, full_checkpoint, seconds_or_inf
 from ._actor import PersistentKernelActor
-from ._session import _DEFAULT_SPIN_LIMIT, PersistentKernelSession, _ReplyWait, backend_for
+from ._session import (
+    _DEFAULT_SPIN_LIMIT,
+    PersistentKernelSession,
+    _ReplyWait,
+    backend_for,
+    check_session_options,
+)
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
@@ -92,7 +98,7 @@ class PipelineSession(PersistentKernelSession):
         every stage is stopped (shielded) before the cancellation propagates.
         """
         launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
-        check_duration(stop_timeout, "stop_timeout")
+        check_session_options(receive_window, stop_timeout, wait, spin_limit)  # before a launch
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         pipeline = _pipeline_of(kernel)
         resolved = _pipeline_backend(pipeline, backend)

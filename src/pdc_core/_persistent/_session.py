@@ -51,6 +51,7 @@ from .._exceptions import ActorCrashed, ActorStopped, KernelStopTimeout, Persist
 from .._loop import (
     TURN_CHECK_EVERY,
     Kit,
+    check_count,
     check_duration,
     check_timeout,
     current_kit,
@@ -233,6 +234,22 @@ class _Follower:
         self.waiter = current_kit().waiter()
 
 
+def check_session_options(
+    receive_window: int | None, stop_timeout: float, wait: _ReplyWait, spin_limit: float
+) -> tuple[int | None, float, _ReplyWait, float]:
+    """The session's options, checked (before anything is launched) and normalised:
+    ``receive_window`` ``None`` or a count of at least 1 by the one integer rule
+    (:func:`~pdc_core._loop.check_count`), ``stop_timeout`` and ``spin_limit``
+    positive durations (``inf`` for none), ``wait`` ``"sleep"`` or ``"spin"``. Raises a
+    :class:`TypeError` or :class:`ValueError` naming the option."""
+    window = None if receive_window is None else check_count(receive_window, "receive_window")
+    stop = seconds_or_inf(check_duration(stop_timeout, "stop_timeout"))
+    if not isinstance(wait, str) or wait not in ("sleep", "spin"):
+        raise ValueError(f"wait must be 'sleep' or 'spin', not {wait!r}")
+    spin = seconds_or_inf(check_duration(spin_limit, "spin_limit"))
+    return window, stop, wait, spin
+
+
 def _never() -> bool:
     return False
 
@@ -317,10 +334,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         wait: _ReplyWait = "sleep",
         spin_limit: float = _DEFAULT_SPIN_LIMIT,
     ) -> None:
-        stop_timeout = seconds_or_inf(check_duration(stop_timeout, "stop_timeout"))
-        if wait not in ("sleep", "spin"):
-            raise ValueError(f"wait must be 'sleep' or 'spin', not {wait!r}")
-        spin_limit = seconds_or_inf(check_duration(spin_limit, "spin_limit"))
+        receive_window, stop_timeout, wait, spin_limit = check_session_options(
+            receive_window, stop_timeout, wait, spin_limit
+        )
         self.kernel = kernel
         #: How a caller waits for replies: ``"sleep"`` in the event loop, or ``"spin"``
         #: on the reply index for up to :attr:`spin_limit` seconds first.
@@ -339,8 +355,6 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         self.receive_window = (
             layout.in_capacity + layout.out_capacity if receive_window is None else receive_window
         )
-        if self.receive_window < 1:
-            raise ValueError(f"receive_window must be at least 1, not {self.receive_window}")
         self._state = SessionState.STARTING
         self._loop: object = None  # the event loop that drives it (see _check_loop)
         self._loop_name = ""
@@ -408,7 +422,9 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         propagates.
         """
         launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
-        check_duration(stop_timeout, "stop_timeout")
+        # Every option is checked before anything is allocated or launched: a refused
+        # call leaves no resident kernel (no worker thread) behind.
+        check_session_options(receive_window, stop_timeout, wait, spin_limit)
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         backend = backend_for(kernel, backend)
         memory = RingMemory.allocate(backend, kernel.layout)
@@ -1092,8 +1108,8 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         1 is a :class:`ValueError`. A caller already cancelled on entry takes nothing,
         and a cancelled wait takes nothing: the replies stay for the next receive.
         """
-        if max_count is not None and max_count < 1:
-            raise ValueError(f"max_count must be at least 1, not {max_count}")
+        if max_count is not None:
+            max_count = check_count(max_count, "max_count")
         await self._enter()
         self._pump()
         if not self._inbox_count:
