@@ -74,8 +74,8 @@ from ._session import (
     PersistentKernelSession,
     RecordLike,
     SessionState,
+    _check_session_options,
     backend_for,
-    check_session_options,
 )
 
 if TYPE_CHECKING:
@@ -366,7 +366,7 @@ class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
             raise TypeError(f"an actor name must be a non-empty str, not {name!r}")
         launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
         # The session's options are refused here, not when the nursery starts the actor.
-        receive_window, stop_timeout, _, _ = check_session_options(
+        receive_window, stop_timeout, _, _ = _check_session_options(
             receive_window,
             stop_timeout,
             options.get("wait", "sleep"),

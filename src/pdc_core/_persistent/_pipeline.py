@@ -39,9 +39,9 @@ from ._actor import PersistentKernelActor
 from ._session import (
     _DEFAULT_SPIN_LIMIT,
     PersistentKernelSession,
+    _check_session_options,
     _ReplyWait,
     backend_for,
-    check_session_options,
 )
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ class PipelineSession(PersistentKernelSession):
         every stage is stopped (shielded) before the cancellation propagates.
         """
         launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
-        check_session_options(receive_window, stop_timeout, wait, spin_limit)  # before a launch
+        _check_session_options(receive_window, stop_timeout, wait, spin_limit)  # before a launch
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         pipeline = _pipeline_of(kernel)
         resolved = _pipeline_backend(pipeline, backend)

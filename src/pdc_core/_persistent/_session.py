@@ -39,7 +39,6 @@ from .._backend._persistent_kernel import PersistentKernelSpec, RepT, ReqT
 from .._backend._resident import ResidentKernel, stop_timeout_error
 from .._backend._ring import (
     ErrorCode,
-    RingHost,
     RingMemory,
     StopMode,
     coerce_batch,
@@ -234,7 +233,7 @@ class _Follower:
         self.waiter = current_kit().waiter()
 
 
-def check_session_options(
+def _check_session_options(
     receive_window: int | None, stop_timeout: float, wait: _ReplyWait, spin_limit: float
 ) -> tuple[int | None, float, _ReplyWait, float]:
     """The session's options, checked (before anything is launched) and normalised:
@@ -334,7 +333,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         wait: _ReplyWait = "sleep",
         spin_limit: float = _DEFAULT_SPIN_LIMIT,
     ) -> None:
-        receive_window, stop_timeout, wait, spin_limit = check_session_options(
+        receive_window, stop_timeout, wait, spin_limit = _check_session_options(
             receive_window, stop_timeout, wait, spin_limit
         )
         self.kernel = kernel
@@ -348,7 +347,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         #: What :meth:`stop` (and leaving ``async with``) waits at most by default.
         self.stop_timeout = stop_timeout
         self.memory = resident.memory
-        self._ring = RingHost(self.memory)
+        self._ring = resident.ring  # the one host end: control and records
         self._waiter = resident.host_waiter()
         self._wake = resident.wake
         layout = kernel.layout
@@ -424,7 +423,7 @@ class PersistentKernelSession(Generic[ReqT, RepT]):
         launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
         # Every option is checked before anything is allocated or launched: a refused
         # call leaves no resident kernel (no worker thread) behind.
-        check_session_options(receive_window, stop_timeout, wait, spin_limit)
+        _check_session_options(receive_window, stop_timeout, wait, spin_limit)
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         backend = backend_for(kernel, backend)
         memory = RingMemory.allocate(backend, kernel.layout)
