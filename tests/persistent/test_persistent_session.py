@@ -549,7 +549,7 @@ async def test_receive_window_bounds_unreceived_replies() -> None:
         assert session.statistics().sent == 3
 
         async def receiver() -> None:
-            await until(lambda: session._leader)  # the send below is waiting now
+            await until(lambda: session._leader.leading)  # the send below is waiting now
             assert (await session.receive())["id"] == 0
 
         async with anyio.create_task_group() as tg:
@@ -600,9 +600,9 @@ async def test_leader_cancelled_follower_takes_over() -> None:
         async with anyio.create_task_group() as tg:
             async with anyio.create_task_group() as leaders:
                 leaders.start_soon(ask, 1)
-                await until(lambda: session._leader)  # 1 leads
+                await until(lambda: session._leader.leading)  # 1 leads
                 tg.start_soon(ask, 2)
-                await until(lambda: len(session._followers) == 1)  # 2 follows
+                await until(lambda: len(session._leader.followers) == 1)  # 2 follows
                 leaders.cancel_scope.cancel()  # the first (leading) waiter goes away
             await step_until(session, lambda: got == [2])
 
@@ -622,15 +622,15 @@ async def test_a_leader_remains_when_leader_and_promoted_follower_are_cancelled(
                     await ask(i)
 
             tg.start_soon(doomed, leader, 1)  # leads
-            await until(lambda: session._leader)
+            await until(lambda: session._leader.leading)
             tg.start_soon(doomed, promoted, 2)  # first follower: promoted when the leader goes
-            await until(lambda: len(session._followers) == 1)
+            await until(lambda: len(session._leader.followers) == 1)
             tg.start_soon(ask, 3)  # must still be served
-            await until(lambda: len(session._followers) == 2)
+            await until(lambda: len(session._leader.followers) == 2)
             leader.cancel()  # the leader leaves and promotes 2 ...
             promoted.cancel()  # ... which leaves before it can lead
             # let both go before the device answers: 3 is left, and leads
-            await until(lambda: session._leader and not session._followers)
+            await until(lambda: session._leader.leading and not session._leader.followers)
             with anyio.fail_after(5):
                 await step_until(session, lambda: bool(got))
         assert got == [3]
@@ -649,7 +649,7 @@ async def test_wait_until_and_notify_changed() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve)
-            await until(lambda: session._leader)  # serve() leads now
+            await until(lambda: session._leader.leading)  # serve() leads now
             got: list[int] = []
 
             async def ask() -> None:
@@ -680,8 +680,8 @@ async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
-            await until(lambda: bool(session._watchers))  # watch() is waiting now
-            assert not session._leader  # watching is not leading
+            await until(lambda: bool(session._leader.watchers))  # watch() is waiting now
+            assert not session._leader.leading  # watching is not leading
             got: list[int] = []
 
             async def ask() -> None:
@@ -689,7 +689,7 @@ async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -
 
             tg.start_soon(ask)
             await until(lambda: session.statistics().sent == 1)  # ask() has sent, and waits
-            assert session._leader  # the caller leads its own request
+            assert session._leader.leading  # the caller leads its own request
             resident.step()
             with anyio.fail_after(2):
                 while not got:  # noqa: ASYNC110 - the caller is woken by the ring
@@ -771,7 +771,7 @@ async def test_drain_stop_answers_everything() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ask)
-        await until(lambda: session._leader)  # the batch is published and waiting
+        await until(lambda: session._leader.leading)  # the batch is published and waiting
         session.resident.step(2)  # type: ignore[attr-defined]
         assert session.statistics().sent == 7
 
@@ -802,7 +802,7 @@ async def test_error_word_surfaces_as_actor_crashed() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ask)
-        await until(lambda: session._leader)  # request 2 is published and waiting
+        await until(lambda: session._leader.leading)  # request 2 is published and waiting
         resident.crash(ErrorCode.USER + 1, "matrix not invertible")
     (crash,) = caught
     assert isinstance(crash.cause, PersistentKernelError)

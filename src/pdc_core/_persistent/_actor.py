@@ -69,14 +69,14 @@ from .._loop import (
     full_checkpoint,
     seconds_or_inf,
 )
+from ._leader import DEFAULT_SPIN_LIMIT
 from ._session import (
-    _DEFAULT_SPIN_LIMIT,
     PersistentKernelSession,
     RecordLike,
     SessionState,
-    _check_session_options,
     backend_for,
 )
+from ._session_types import _check_session_options
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
@@ -370,7 +370,7 @@ class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
             receive_window,
             stop_timeout,
             options.get("wait", "sleep"),
-            options.get("spin_limit", _DEFAULT_SPIN_LIMIT),
+            options.get("spin_limit", DEFAULT_SPIN_LIMIT),
         )
         self._backend = backend_for(kernel, backend)
         self.kernel = kernel

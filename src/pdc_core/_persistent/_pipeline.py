@@ -36,13 +36,12 @@ from .._backend._persistent_kernel import PersistentKernelSpec
 from .._backend._ring import RingMemory
 from .._loop import check_duration, current_kit, full_checkpoint, seconds_or_inf
 from ._actor import PersistentKernelActor
+from ._leader import DEFAULT_SPIN_LIMIT, ReplyWait
 from ._session import (
-    _DEFAULT_SPIN_LIMIT,
     PersistentKernelSession,
-    _check_session_options,
-    _ReplyWait,
     backend_for,
 )
+from ._session_types import _check_session_options
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
@@ -83,8 +82,8 @@ class PipelineSession(PersistentKernelSession):
         launch_timeout: float = 10.0,
         receive_window: int | None = None,
         stop_timeout: float = 5.0,
-        wait: _ReplyWait = "sleep",
-        spin_limit: float = _DEFAULT_SPIN_LIMIT,
+        wait: ReplyWait = "sleep",
+        spin_limit: float = DEFAULT_SPIN_LIMIT,
         **options: Any,
     ) -> PipelineSession:
         """Allocate the host region and the links, launch every stage (the last
