@@ -499,6 +499,23 @@ async def test_every_session_option_is_checked_before_anything_is_launched(
     assert backend.launched == []  # nothing launched, so nothing left running
 
 
+async def test_wait_and_spin_limit_may_change_between_calls_and_are_checked() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+        assert (session.wait, session.spin_limit) == ("sleep", 100e-6)
+        session.wait = "spin"
+        session.spin_limit = 0.001
+        assert (session.wait, session.spin_limit) == ("spin", 0.001)
+        assert (await session.request((1, 2.0)))["y"] == 4.0
+        with pytest.raises(ValueError, match="wait must be 'sleep' or 'spin', not 'busy'"):
+            session.wait = "busy"  # type: ignore[assignment]
+        for bad, error in ((0, ValueError), (float("nan"), ValueError), (True, TypeError)):
+            with pytest.raises(error, match="spin_limit"):
+                session.spin_limit = bad
+        assert (session.wait, session.spin_limit) == ("spin", 0.001)  # refused: unchanged
+        session.spin_limit = None  # type: ignore[assignment]  # no bound
+        assert session.spin_limit == float("inf")
+
+
 async def test_a_receive_window_by_the_integer_rule_is_used() -> None:
     async with open_persistent_kernel(
         make_kernel(capacity=2), ScriptedBackend(), receive_window=np.int64(3)

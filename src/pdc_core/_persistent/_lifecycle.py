@@ -38,6 +38,7 @@ from .._exceptions import ActorStopped, KernelStopTimeout, PersistentKernelError
 from .._loop import (
     TURN_CHECK_EVERY,
     Kit,
+    check_duration,
     check_timeout,
     current_kit,
     current_library,
@@ -168,8 +169,13 @@ class SessionLifecycle(Generic[ReqT, RepT]):
 
     @property
     def spin_limit(self) -> float:
-        """Seconds a spinning caller looks at the reply index before it sleeps."""
+        """Seconds a spinning caller looks at the reply index before it sleeps
+        (settable: a positive number, or ``None``/``inf`` for no bound)."""
         return self._leader.spin_limit
+
+    @spin_limit.setter
+    def spin_limit(self, spin_limit: float) -> None:
+        self._leader.spin_limit = seconds_or_inf(check_duration(spin_limit, "spin_limit"))
 
     async def _handshake(self, launch_timeout: float, name: str, failure: str) -> None:
         """The start handshake: wait until the kernel signals ``STARTED``, or stop it

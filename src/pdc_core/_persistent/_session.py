@@ -20,8 +20,6 @@ thread. One waiting task at a time (the *leader*) watches the ring through the
 kernel's :class:`~pdc_core.backend.HostWaiter`; other waiting tasks sleep on a waiter
 until the leader sees what they wait for.
 """
-# ``stop(timeout)`` is the documented API (as for actors): a stop must be bounded even
-# when the caller is being cancelled, so it cannot lean on the caller's cancel scopes.
 
 from __future__ import annotations
 
