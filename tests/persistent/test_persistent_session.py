@@ -8,6 +8,7 @@ backend is tested in ``plugins/pdc_cpu/tests``.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, ClassVar
 
@@ -467,6 +468,76 @@ async def test_wait_options_are_checked() -> None:
         await PersistentKernelSession.start(make_kernel(), ScriptedBackend(), spin_limit=-1)
 
 
+#: Session options refused, with the error and the words it must say (issue 40, 15, 17).
+BAD_SESSION_OPTIONS: list[tuple[dict[str, Any], type[Exception], str]] = [
+    ({"spin_limit": 0}, ValueError, "spin_limit"),
+    ({"spin_limit": -1}, ValueError, "spin_limit"),
+    ({"spin_limit": float("nan")}, ValueError, "spin_limit is NaN"),
+    ({"spin_limit": True}, TypeError, "spin_limit"),
+    ({"wait": "bogus"}, ValueError, "wait must be 'sleep' or 'spin', not 'bogus'"),
+    ({"wait": None}, ValueError, "wait must be"),
+    ({"receive_window": 0}, ValueError, "receive_window must be at least 1, got 0"),
+    ({"receive_window": -3}, ValueError, "receive_window"),
+    ({"receive_window": True}, TypeError, "receive_window must be an int, got bool True"),
+    ({"receive_window": 1.5}, TypeError, "receive_window must be an int, got float 1.5"),
+    ({"receive_window": 2.0}, TypeError, "receive_window must be an int, got float 2.0"),
+    ({"receive_window": "2"}, TypeError, "receive_window"),
+    ({"stop_timeout": float("nan")}, ValueError, "stop_timeout"),
+]
+
+
+@pytest.mark.parametrize(("options", "error", "words"), BAD_SESSION_OPTIONS)
+async def test_every_session_option_is_checked_before_anything_is_launched(
+    options: dict[str, Any], error: type[Exception], words: str
+) -> None:
+    backend = ScriptedBackend()
+    with pytest.raises(error, match=re.escape(words)):
+        await PersistentKernelSession.start(make_kernel(), backend, **options)
+    with pytest.raises(error, match=re.escape(words)):
+        async with open_persistent_kernel(make_kernel(), backend, **options):
+            pass  # pragma: no cover - refused before it opens
+    assert backend.launched == []  # nothing launched, so nothing left running
+
+
+async def test_wait_and_spin_limit_may_change_between_calls_and_are_checked() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+        assert (session.wait, session.spin_limit) == ("sleep", 100e-6)
+        session.wait = "spin"
+        session.spin_limit = 0.001
+        assert (session.wait, session.spin_limit) == ("spin", 0.001)
+        assert (await session.request((1, 2.0)))["y"] == 4.0
+        with pytest.raises(ValueError, match="wait must be 'sleep' or 'spin', not 'busy'"):
+            session.wait = "busy"  # type: ignore[assignment]
+        for bad, error in ((0, ValueError), (float("nan"), ValueError), (True, TypeError)):
+            with pytest.raises(error, match="spin_limit"):
+                session.spin_limit = bad
+        assert (session.wait, session.spin_limit) == ("spin", 0.001)  # refused: unchanged
+        session.spin_limit = None  # type: ignore[assignment]  # no bound
+        assert session.spin_limit == float("inf")
+
+
+async def test_a_receive_window_by_the_integer_rule_is_used() -> None:
+    async with open_persistent_kernel(
+        make_kernel(capacity=2), ScriptedBackend(), receive_window=np.int64(3)
+    ) as session:
+        assert session.receive_window == 3
+        assert type(session.receive_window) is int
+
+
+async def test_receive_batch_counts_by_the_integer_rule() -> None:
+    async with open_persistent_kernel(make_kernel(), ScriptedBackend()) as session:
+        await session.send_batch(batch(0, 3))
+        for bad in (True, 1.5, 2.0, "1"):
+            with pytest.raises(TypeError, match="max_count must be an int"):
+                await session.receive_batch(bad)  # type: ignore[arg-type]
+        for bad in (0, -1):
+            with pytest.raises(ValueError, match="max_count must be at least 1"):
+                await session.receive_batch(bad)
+        assert session.statistics().received == 0  # a refused call takes nothing
+        assert (await session.receive_batch(np.int64(2)))["id"].tolist() == [0, 1]
+        assert (await session.receive_batch())["id"].tolist() == [2]
+
+
 async def test_a_spinning_caller_falls_back_to_the_event_loop() -> None:
     # The device answers only when the test steps it: every spin times out, and the
     # caller must then sleep in the event loop, where the stepping task runs.
@@ -495,7 +566,7 @@ async def test_receive_window_bounds_unreceived_replies() -> None:
         assert session.statistics().sent == 3
 
         async def receiver() -> None:
-            await until(lambda: session._leader)  # the send below is waiting now
+            await until(lambda: session._leader.leading)  # the send below is waiting now
             assert (await session.receive())["id"] == 0
 
         async with anyio.create_task_group() as tg:
@@ -546,9 +617,9 @@ async def test_leader_cancelled_follower_takes_over() -> None:
         async with anyio.create_task_group() as tg:
             async with anyio.create_task_group() as leaders:
                 leaders.start_soon(ask, 1)
-                await until(lambda: session._leader)  # 1 leads
+                await until(lambda: session._leader.leading)  # 1 leads
                 tg.start_soon(ask, 2)
-                await until(lambda: len(session._followers) == 1)  # 2 follows
+                await until(lambda: len(session._leader.followers) == 1)  # 2 follows
                 leaders.cancel_scope.cancel()  # the first (leading) waiter goes away
             await step_until(session, lambda: got == [2])
 
@@ -568,15 +639,15 @@ async def test_a_leader_remains_when_leader_and_promoted_follower_are_cancelled(
                     await ask(i)
 
             tg.start_soon(doomed, leader, 1)  # leads
-            await until(lambda: session._leader)
+            await until(lambda: session._leader.leading)
             tg.start_soon(doomed, promoted, 2)  # first follower: promoted when the leader goes
-            await until(lambda: len(session._followers) == 1)
+            await until(lambda: len(session._leader.followers) == 1)
             tg.start_soon(ask, 3)  # must still be served
-            await until(lambda: len(session._followers) == 2)
+            await until(lambda: len(session._leader.followers) == 2)
             leader.cancel()  # the leader leaves and promotes 2 ...
             promoted.cancel()  # ... which leaves before it can lead
             # let both go before the device answers: 3 is left, and leads
-            await until(lambda: session._leader and not session._followers)
+            await until(lambda: session._leader.leading and not session._leader.followers)
             with anyio.fail_after(5):
                 await step_until(session, lambda: bool(got))
         assert got == [3]
@@ -595,7 +666,7 @@ async def test_wait_until_and_notify_changed() -> None:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(serve)
-            await until(lambda: session._leader)  # serve() leads now
+            await until(lambda: session._leader.leading)  # serve() leads now
             got: list[int] = []
 
             async def ask() -> None:
@@ -626,8 +697,8 @@ async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch)
-            await until(lambda: bool(session._watchers))  # watch() is waiting now
-            assert not session._leader  # watching is not leading
+            await until(lambda: bool(session._leader.watchers))  # watch() is waiting now
+            assert not session._leader.leading  # watching is not leading
             got: list[int] = []
 
             async def ask() -> None:
@@ -635,7 +706,7 @@ async def test_watch_until_leaves_the_ring_to_callers_and_sees_an_idle_crash() -
 
             tg.start_soon(ask)
             await until(lambda: session.statistics().sent == 1)  # ask() has sent, and waits
-            assert session._leader  # the caller leads its own request
+            assert session._leader.leading  # the caller leads its own request
             resident.step()
             with anyio.fail_after(2):
                 while not got:  # noqa: ASYNC110 - the caller is woken by the ring
@@ -717,7 +788,7 @@ async def test_drain_stop_answers_everything() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ask)
-        await until(lambda: session._leader)  # the batch is published and waiting
+        await until(lambda: session._leader.leading)  # the batch is published and waiting
         session.resident.step(2)  # type: ignore[attr-defined]
         assert session.statistics().sent == 7
 
@@ -748,7 +819,7 @@ async def test_error_word_surfaces_as_actor_crashed() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(ask)
-        await until(lambda: session._leader)  # request 2 is published and waiting
+        await until(lambda: session._leader.leading)  # request 2 is published and waiting
         resident.crash(ErrorCode.USER + 1, "matrix not invertible")
     (crash,) = caught
     assert isinstance(crash.cause, PersistentKernelError)

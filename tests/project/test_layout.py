@@ -367,3 +367,62 @@ def test_the_nursery_s_type_hints_name_no_kind_of_actor() -> None:
     source = path.read_text()
     for name in ("KernelActorRef", "PersistentKernelActor", "RecordLike", "MailboxActorRef"):
         assert name not in source.replace(f"~pdc_core.{name}", "")  # docs may link to them
+
+
+def _inside(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
+    """The arrows of ``graph`` between the modules of ``package`` (the package included)."""
+
+    def member(name: str) -> bool:
+        return name == package or name.startswith(package + ".")
+
+    return {
+        name: {target for target in targets if member(target)}
+        for name, targets in graph.items()
+        if member(name)
+    }
+
+
+#: pdc_core's rooms built by role, bottom layer first (the package's ``__init__`` on top
+#: re-exports them): each module imports only its own layer or below.
+CORE_LAYERS: dict[str, list[set[str]]] = {
+    # The ring protocol: layout and constants; records; ring memory; then the two ends.
+    "pdc_core._backend._ring": [{"_layout"}, {"_records"}, {"_memory"}, {"_host", "_device"}, {""}],
+}
+
+#: The persistent-kernel session by role, bottom first: the reply router knows the ring
+#: only; the leader calls the router; the session (its lifecycle base, then its API)
+#: calls both. Nothing calls up, so none of them imports a room above it.
+SESSION_ROOMS = [
+    "pdc_core._persistent._router",
+    "pdc_core._persistent._leader",
+    "pdc_core._persistent._session_types",
+    "pdc_core._persistent._lifecycle",
+    "pdc_core._persistent._session",
+]
+
+
+@pytest.mark.parametrize("package", sorted(CORE_LAYERS))
+def test_a_core_room_s_modules_import_only_down(package: str) -> None:
+    graph = _inside(_graph(), package)
+    assert _upward(graph, package, CORE_LAYERS[package]) == []
+
+
+def test_the_ring_s_two_ends_know_nothing_of_each_other() -> None:
+    graph = _graph()
+    assert "pdc_core._backend._ring._device" not in graph["pdc_core._backend._ring._host"]
+    assert "pdc_core._backend._ring._host" not in graph["pdc_core._backend._ring._device"]
+
+
+def test_the_session_s_rooms_import_only_down() -> None:
+    graph = _graph()
+    floor = {room: index for index, room in enumerate(SESSION_ROOMS)}
+    upward = sorted(
+        f"{room} -> {target}"
+        for room in SESSION_ROOMS
+        for target in graph[room]
+        if target in floor and floor[target] > floor[room]
+    )
+    assert upward == []
+    # The router knows the ring and the kernel's handle, not who waits or the API.
+    assert not {target for target in graph["pdc_core._persistent._router"] if target in floor}
+    assert "pdc_core._persistent._router" in graph["pdc_core._persistent._leader"]

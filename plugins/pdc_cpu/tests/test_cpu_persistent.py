@@ -488,3 +488,41 @@ async def test_spinning_caller_sees_a_crash() -> None:
         async with open_persistent_kernel(make(body=fragile), "cpu", wait="spin") as session:
             await session.request((1, 1.0))
     assert not kernel_threads()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"spin_limit": 0},
+        {"spin_limit": -1},
+        {"spin_limit": float("nan")},
+        {"spin_limit": True},
+        {"wait": "bogus"},
+        {"receive_window": 0},
+        {"receive_window": True},
+        {"receive_window": 1.5},
+        {"receive_window": 2.0},
+    ],
+)
+async def test_a_refused_option_leaves_no_worker_thread(options: dict[str, Any]) -> None:
+    """Every option is checked before the kernel is launched (issue 40, 15): a refused
+    call leaves no worker thread running, however often it is made."""
+    from pdc_core import PersistentKernelActor, PersistentPipeline, open_persistent_pipeline
+
+    before = threading.active_count()
+    kernels = len(kernel_threads())
+    for _ in range(3):
+        with pytest.raises((TypeError, ValueError)):
+            async with open_persistent_kernel(make(), "cpu", **options):
+                pass  # pragma: no cover - refused before it opens
+        with pytest.raises((TypeError, ValueError)):
+            await PersistentKernelSession.start(make(), "cpu", **options)
+        with pytest.raises((TypeError, ValueError)):
+            async with open_persistent_pipeline(
+                PersistentPipeline(make(), make()), "cpu", **options
+            ):
+                pass  # pragma: no cover - refused before it opens
+        with pytest.raises((TypeError, ValueError)):
+            PersistentKernelActor(make(), "cpu", **options)
+    assert len(kernel_threads()) == kernels
+    assert threading.active_count() == before

@@ -173,10 +173,9 @@ class _LinkOutput:
 
     def __init__(self, memory: RingMemory, consumer: ResidentKernel) -> None:
         self.memory = memory
-        self._host = RingHost(memory)
+        self._host = RingHost(memory)  # the producer is the link's host end
         self._capacity = memory.layout.in_capacity
         self._slots = memory.in_slots
-        self._w64 = memory.words64
         self._wake = consumer.wake
 
     def free(self) -> int:
@@ -190,10 +189,7 @@ class _LinkOutput:
         return self._slots[start : start + count]
 
     def commit(self, count: int) -> None:
-        host = self._host
-        head = host.in_head + count
-        host.in_head = head
-        self._w64[Offset.IN_HEAD >> 3] = head  # release: the slots are written first
+        self._host.commit(count)
         self._wake()
 
     def consumer_started(self) -> bool:
@@ -615,8 +611,7 @@ def _stop_launched(residents: list[ResidentKernel | None], regions: list[RingMem
     for index, resident in enumerate(residents):
         if resident is None:
             continue
-        words = regions[index].words32
-        words[Offset.STOP >> 2] = int(StopMode.NOW)
+        RingHost.force_stop(regions[index])
         resident.wake()
     for resident in residents:
         if resident is not None:

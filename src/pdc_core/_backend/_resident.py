@@ -196,9 +196,10 @@ class ResidentKernel(abc.ABC):
     launch is queued; it must not wait for the ``STARTED`` word (the session does).
 
     **Everything else** -- stop, pause, resume, status, error -- is the protocol,
-    implemented here on the control block: stores to the host-owned words followed by
-    :meth:`wake`, loads of the kernel-owned ones. Use :class:`PersistentKernelSession`
-    rather than this handle to exchange records.
+    implemented here on the control block: the host-owned words stored by its
+    :attr:`ring` (the host end, their one writer) followed by :meth:`wake`, loads of the
+    kernel-owned ones. Use :class:`PersistentKernelSession` rather than this handle to
+    exchange records.
     """
 
     def __init__(
@@ -207,6 +208,7 @@ class ResidentKernel(abc.ABC):
         self.backend = backend
         self.kernel = kernel
         self.memory = memory
+        self._ring: RingHost | None = None  # made by ``ring`` at first use
 
     # -- implemented by backends ------------------------------------------------------
 
@@ -261,23 +263,30 @@ class ResidentKernel(abc.ABC):
 
     # -- the protocol, the same for every backend ---------------------------------------
 
-    def _store32(self, offset: Offset, value: int) -> None:
-        self.memory.words32[offset >> 2] = value
+    @property
+    def ring(self) -> RingHost:
+        """The host end of :attr:`memory`: the one :class:`RingHost` of this kernel,
+        made at first use, through which the host session exchanges records and this
+        handle stores the control words (nothing else stores a host word)."""
+        ring: RingHost | None = getattr(self, "_ring", None)
+        if ring is None:
+            ring = self._ring = RingHost(self.memory)
+        return ring
 
     def request_stop(self, mode: StopMode = StopMode.NOW) -> None:
-        """Store ``STOP`` (``NOW`` wins over ``DRAIN``) and ring the doorbell."""
-        if self.memory.load32(Offset.STOP) != StopMode.NOW:
-            self._store32(Offset.STOP, int(mode))
+        """Ask the host end to store ``STOP`` (``NOW`` wins over ``DRAIN``) and ring
+        the doorbell."""
+        self.ring.request_stop(mode)
         self.wake()
 
     def pause(self) -> None:
         """Ask the kernel to park between batches (see :attr:`paused` for the ack)."""
-        self._store32(Offset.PAUSE, 1)
+        self.ring.set_pause(True)
         self.wake()
 
     def resume(self) -> None:
         """Let a paused kernel go on."""
-        self._store32(Offset.PAUSE, 0)
+        self.ring.set_pause(False)
         self.wake()
 
     @property

@@ -69,12 +69,14 @@ from .._loop import (
     full_checkpoint,
     seconds_or_inf,
 )
+from ._leader import DEFAULT_SPIN_LIMIT
 from ._session import (
     PersistentKernelSession,
     RecordLike,
     SessionState,
     backend_for,
 )
+from ._session_types import _check_session_options
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
@@ -363,7 +365,13 @@ class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):
         if name is not None and (not isinstance(name, str) or not name):
             raise TypeError(f"an actor name must be a non-empty str, not {name!r}")
         launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
-        stop_timeout = seconds_or_inf(check_duration(stop_timeout, "stop_timeout"))
+        # The session's options are refused here, not when the nursery starts the actor.
+        receive_window, stop_timeout, _, _ = _check_session_options(
+            receive_window,
+            stop_timeout,
+            options.get("wait", "sleep"),
+            options.get("spin_limit", DEFAULT_SPIN_LIMIT),
+        )
         self._backend = backend_for(kernel, backend)
         self.kernel = kernel
         self.actor_id = name if name is not None else kernel.name

@@ -36,7 +36,12 @@ from .._backend._persistent_kernel import PersistentKernelSpec
 from .._backend._ring import RingMemory
 from .._loop import check_duration, current_kit, full_checkpoint, seconds_or_inf
 from ._actor import PersistentKernelActor
-from ._session import _DEFAULT_SPIN_LIMIT, PersistentKernelSession, _ReplyWait, backend_for
+from ._leader import DEFAULT_SPIN_LIMIT, ReplyWait
+from ._session import (
+    PersistentKernelSession,
+    backend_for,
+)
+from ._session_types import _check_session_options
 
 if TYPE_CHECKING:
     from .._backend._contract import Backend
@@ -77,8 +82,8 @@ class PipelineSession(PersistentKernelSession):
         launch_timeout: float = 10.0,
         receive_window: int | None = None,
         stop_timeout: float = 5.0,
-        wait: _ReplyWait = "sleep",
-        spin_limit: float = _DEFAULT_SPIN_LIMIT,
+        wait: ReplyWait = "sleep",
+        spin_limit: float = DEFAULT_SPIN_LIMIT,
         **options: Any,
     ) -> PipelineSession:
         """Allocate the host region and the links, launch every stage (the last
@@ -92,7 +97,7 @@ class PipelineSession(PersistentKernelSession):
         every stage is stopped (shielded) before the cancellation propagates.
         """
         launch_timeout = seconds_or_inf(check_duration(launch_timeout, "launch_timeout"))
-        check_duration(stop_timeout, "stop_timeout")
+        _check_session_options(receive_window, stop_timeout, wait, spin_limit)  # before a launch
         await full_checkpoint(current_kit())  # a pending cancellation launches nothing
         pipeline = _pipeline_of(kernel)
         resolved = _pipeline_backend(pipeline, backend)

@@ -33,11 +33,10 @@ import numpy.typing as npt
 
 from pdc_core import Backend, CapabilityError, DeviceSource
 from pdc_core.backend import (
-    Offset,
     PersistentKernelSpec,
     ResidentKernel,
+    RingHost,
     RingMemory,
-    StopMode,
     strict_int,
 )
 
@@ -392,7 +391,7 @@ def launch_persistent_kernel(
         # Interrupted or failed: should the launch have been queued after all, the
         # kernel finds STOP = NOW at its first poll, and the rings stay alive until
         # the stream has passed it (a non-blocking stream: never the device).
-        rings.words32[Offset.STOP >> 2] = int(StopMode.NOW)
+        RingHost.force_stop(rings)
         with contextlib.suppress(Exception):
             stream.synchronize()
         residency.forget(resident)

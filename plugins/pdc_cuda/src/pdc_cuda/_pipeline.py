@@ -43,11 +43,10 @@ import numpy as np
 from pdc_core import Backend, CapabilityError, PersistentPipeline
 from pdc_core.backend import (
     MemoryKind,
-    Offset,
     PipelineResident,
+    RingHost,
     RingLayout,
     RingMemory,
-    StopMode,
 )
 
 from ._exceptions import CudaCompileError
@@ -183,10 +182,10 @@ class CudaLink:
         """Store ``STOP = NOW`` into the region, as its producer would: only for a
         stage whose producer never ran (a launch that failed half way)."""
         if self.device_array is None:
-            self.image.words32[Offset.STOP >> 2] = int(StopMode.NOW)
+            RingHost.force_stop(self.image)
             return
-        word = np.array([int(StopMode.NOW)], dtype="<u4")
-        self.site.place.write(self.device_array, word, int(Offset.STOP))
+        offset, word = RingHost.force_stop_word()
+        self.site.place.write(self.device_array, word, offset)
 
     def refresh(self) -> RingMemory:
         """:attr:`image` with the region's current bytes (copied on a side stream, never
@@ -408,7 +407,7 @@ def _launch_all(
     except BaseException:
         for index in launched:
             if index == 0:
-                memory.words32[Offset.STOP >> 2] = int(StopMode.NOW)
+                RingHost.force_stop(memory)
             else:
                 with contextlib.suppress(Exception):
                     links[index - 1].store_stop_now()
