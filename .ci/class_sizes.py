@@ -31,7 +31,6 @@ LIMIT = 500
 #: split.
 ALLOWED = {
     "pdc_core._actors._mailbox:Mailbox": "issue 43 item 4 (Mailbox by role)",
-    "pdc_core._persistent._session:PersistentKernelSession": "issue 42 (host path by role)",
     "pdc_cuda._backend:CudaBackend": "issue 43 item 4 (CudaBackend's bookkeeping)",
     "pdc_core._actors._nursery:ActorNursery": "issue 43 item 4 (no class over ~500 lines)",
     "pdc_core.testing._conformance:BackendConformance": "issue 43 item 4 (no class over ~500)",

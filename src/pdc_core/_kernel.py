@@ -551,59 +551,6 @@ class Kernel:
                 f"{declared}).{hint}"
             )
 
-    def _convert(
-        self, args: tuple[Any, ...], backend: Backend, stream: Stream | None
-    ) -> tuple[tuple[Any, ...], list[tuple[Any, np.ndarray[Any, Any]]]]:
-        unified = backend.has(Capability.UNIFIED_MEMORY)
-        copy_back: list[tuple[Any, np.ndarray[Any, Any]]] = []
-
-        def convert(arg: Any, where: str) -> Any:
-            if isinstance(arg, UnifiedBuffer):
-                return arg.device
-            if isinstance(arg, np.ndarray):
-                if unified:
-                    return arg
-                if not arg.flags.c_contiguous:
-                    raise ValueError(
-                        f"{where} is a non-contiguous NumPy array; the {backend.name} backend "
-                        "copies NumPy arguments to the device and back, which needs "
-                        "np.ascontiguousarray(...)"
-                    )
-                device = backend.to_device(arg, stream=stream)
-                if arg.flags.writeable:
-                    copy_back.append((device, arg))
-                return device
-            if isinstance(arg, _SCALARS):
-                return arg
-            if isinstance(arg, enum.Enum):
-                return arg  # an enum member, compared and read (.value) as numba does
-            if isinstance(arg, tuple):
-                # tuples (nested, empty) of arrays and scalars, as numba takes them
-                items = [convert(item, f"item {i} of {where}") for i, item in enumerate(arg)]
-                # a namedtuple stays one (its fields are read by name in the body)
-                return tuple(items) if type(arg) is tuple else type(arg)(*items)
-            if isinstance(arg, _CONTAINERS):
-                raise TypeError(f"{where} is a {type(arg).__name__}; {_TAKES}")
-            if hasattr(arg, "__cuda_array_interface__") and unified:
-                raise TypeError(
-                    f"{where} is a CUDA device array ({type(arg).__name__}) but the "
-                    f"{backend.name} backend computes on host memory; pass a NumPy array or "
-                    "run on the cuda backend"
-                )
-            if unified and hasattr(arg, "__array_interface__"):
-                return _host_view(arg)
-            if _is_array(arg):
-                return arg  # a device array of the backend: it checks its own
-            raise TypeError(
-                f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device arrays)"
-            )
-
-        converted = [
-            convert(arg, f"argument {position} of kernel {self.name!r}")
-            for position, arg in enumerate(args)
-        ]
-        return tuple(converted), copy_back
-
     def _warn_if_slow(self, config: LaunchConfig, backend: Backend) -> None:
         threads = config.threads
         if threads <= _SIMULATOR_WARN_THREADS:
@@ -655,7 +602,7 @@ class Kernel:
             return
         if self._body is not None and chosen.name in _SIMULATING_BACKENDS:
             self._warn_if_slow(config, chosen)
-        converted, copy_back = self._convert(args, chosen, stream)
+        converted, copy_back = _convert_arguments(self.name, args, chosen, stream)
         if self._body is not None:
             chosen.run_python_kernel(
                 self._body,
@@ -709,6 +656,61 @@ _NUMBA_DISPATCHER_ONLY: Final = frozenset(
         "enable_caching",
     }
 )
+
+
+def _convert_arguments(
+    name: str, args: tuple[Any, ...], backend: Backend, stream: Stream | None
+) -> tuple[tuple[Any, ...], list[tuple[Any, np.ndarray[Any, Any]]]]:
+    """Kernel ``name``'s arguments as the backend takes them, and the NumPy arrays to
+    copy back after the launch (device copy, original)."""
+    unified = backend.has(Capability.UNIFIED_MEMORY)
+    copy_back: list[tuple[Any, np.ndarray[Any, Any]]] = []
+
+    def convert(arg: Any, where: str) -> Any:
+        if isinstance(arg, UnifiedBuffer):
+            return arg.device
+        if isinstance(arg, np.ndarray):
+            if unified:
+                return arg
+            if not arg.flags.c_contiguous:
+                raise ValueError(
+                    f"{where} is a non-contiguous NumPy array; the {backend.name} backend "
+                    "copies NumPy arguments to the device and back, which needs "
+                    "np.ascontiguousarray(...)"
+                )
+            device = backend.to_device(arg, stream=stream)
+            if arg.flags.writeable:
+                copy_back.append((device, arg))
+            return device
+        if isinstance(arg, _SCALARS):
+            return arg
+        if isinstance(arg, enum.Enum):
+            return arg  # an enum member, compared and read (.value) as numba does
+        if isinstance(arg, tuple):
+            # tuples (nested, empty) of arrays and scalars, as numba takes them
+            items = [convert(item, f"item {i} of {where}") for i, item in enumerate(arg)]
+            # a namedtuple stays one (its fields are read by name in the body)
+            return tuple(items) if type(arg) is tuple else type(arg)(*items)
+        if isinstance(arg, _CONTAINERS):
+            raise TypeError(f"{where} is a {type(arg).__name__}; {_TAKES}")
+        if hasattr(arg, "__cuda_array_interface__") and unified:
+            raise TypeError(
+                f"{where} is a CUDA device array ({type(arg).__name__}) but the "
+                f"{backend.name} backend computes on host memory; pass a NumPy array or "
+                "run on the cuda backend"
+            )
+        if unified and hasattr(arg, "__array_interface__"):
+            return _host_view(arg)
+        if _is_array(arg):
+            return arg  # a device array of the backend: it checks its own
+        raise TypeError(
+            f"{where} is a {type(arg).__name__}; {_TAKES} (or the backend's own device arrays)"
+        )
+
+    converted = [
+        convert(arg, f"argument {position} of kernel {name!r}") for position, arg in enumerate(args)
+    ]
+    return tuple(converted), copy_back
 
 
 def _numba_python_function(body: Any) -> Any:
