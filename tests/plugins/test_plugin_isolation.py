@@ -439,7 +439,8 @@ def test_a_first_party_name_never_selects_another_distribution():
     """Where pdc-cpu is missing, ``PDC_PLUGINS=cpu`` does not fall back to another ``cpu``."""
     from importlib.metadata import EntryPoint
 
-    from pdc_core._plugins._loader import _Candidate, _plan
+    from pdc_core._plugins._discovery import _Candidate
+    from pdc_core._plugins._selection import _plan
 
     impostor = _Candidate(EntryPoint("cpu", "pdc_impostor", "pdc"), "pdc-impostor", "1.0")
     plan = _plan([impostor], "cpu")

@@ -263,6 +263,40 @@ def test_the_cycle_finder_finds_cycles() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+#: pdc_core._plugins by role, bottom floor first (as pluggy splits _manager, _hooks,
+#: _callers and _result): the hooks; discovery of entry points; the two pure decisions,
+#: what PDC_PLUGINS selects and whether hooks and registrations are valid; loading; the
+#: registry of backends by name; the package.
+PLUGIN_ROOMS: list[set[str]] = [
+    {"_hookspecs"},
+    {"_discovery"},
+    {"_selection", "_validation"},
+    {"_loader"},
+    {"_registry"},
+    {""},
+]
+
+
+def test_the_plugin_layer_s_rooms_import_only_down() -> None:
+    package = "pdc_core._plugins"
+    whole = _graph()
+    inside = {module for module in whole if module.split(".")[:2] == package.split(".")}
+    graph = {module: whole[module] & inside for module in inside}
+    assert _upward(graph, package, PLUGIN_ROOMS) == []
+
+
+def test_the_plugin_layer_s_decisions_import_no_loading() -> None:
+    """Discovery and the two decisions run no plugin code and know nothing of loading:
+    their imports inside pdc_core are pinned."""
+    graph = _graph()
+    rooms = "pdc_core._plugins"
+    contract = {"pdc_core._backend", "pdc_core._backend._contract", "pdc_core._exceptions"}
+    assert graph[f"{rooms}._discovery"] == {f"{rooms}._hookspecs"}
+    assert graph[f"{rooms}._selection"] == {f"{rooms}._discovery"}
+    below = {f"{rooms}._discovery", f"{rooms}._hookspecs"}
+    assert graph[f"{rooms}._validation"] == below | contract
+
+
 def test_the_nursery_knows_no_kind_of_actor() -> None:
     graph = _graph()
     assert not {name for name in graph["pdc_core._actors._nursery"]} - {

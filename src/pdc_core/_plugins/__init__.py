@@ -1,7 +1,19 @@
 """The plugin layer: hookspecs, entry-point loading with isolation, and the registry
 that turns backend names into backend instances. Imports nothing above the backend
-contract."""
+contract.
 
+One role per module, each importing only the floors below it (pinned by
+``tests/project/test_layout.py``):
+
+1. :mod:`._hookspecs`: the hooks a plugin may implement, and their markers;
+2. :mod:`._discovery`: the installed ``pdc`` entry points, found without importing any;
+3. :mod:`._selection` (which of them ``PDC_PLUGINS`` loads) and :mod:`._validation`
+   (whether a plugin's hooks, and what they register, are valid): pure decisions;
+4. :mod:`._loader`: loading each selected plugin in isolation and calling its hooks;
+5. :mod:`._registry`: backend names to backend instances, and the default backend.
+"""
+
+from ._discovery import PluginInfo
 from ._hookspecs import (
     ENTRY_POINT_GROUP,
     BenchmarkPath,
@@ -11,9 +23,6 @@ from ._hookspecs import (
     lazy_exports,
 )
 from ._loader import (
-    PluginInfo,
-    PluginSelection,
-    Registration,
     backend_registrations,
     failed_plugins,
     list_plugins,
@@ -39,6 +48,8 @@ from ._registry import (
     reload_plugins,
     resolve_backend,
 )
+from ._selection import PluginSelection
+from ._validation import Registration
 
 __all__ = [
     "CPU_INSTALL_HINT",

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from .._backend._contract import Availability, Backend, Capability, DeviceInfo
 from .._exceptions import BackendError, BackendUnavailable, EnvironmentSettingError
 from . import _loader
-from ._loader import KNOWN_DISTRIBUTIONS, RegisteredBackend
+from ._discovery import KNOWN_DISTRIBUTIONS, PluginInfo, _normalize
+from ._loader import RegisteredBackend, _format_error
+from ._selection import _join
 
 __all__ = [
     "CPU_INSTALL_HINT",
@@ -113,7 +115,7 @@ def _rank(backend: RegisteredBackend) -> int | None:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # a buggy plugin must not break ranking of the others
-        problem = f"priority() raised {_loader._format_error(exc)}"
+        problem = f"priority() raised {_format_error(exc)}"
     if problem is not None:
         rank = None
         _rank_failures[backend.name] = problem
@@ -152,7 +154,7 @@ def _probe(backend: RegisteredBackend) -> Availability:
         except KeyboardInterrupt:
             raise
         except BaseException as exc:  # a buggy plugin must not break lookup of the others
-            cached = Availability.no(f"availability() raised {_loader._format_error(exc)}")
+            cached = Availability.no(f"availability() raised {_format_error(exc)}")
         _availability[backend.name] = cached
     return cached
 
@@ -177,7 +179,7 @@ def _failure(
 ) -> BackendError:
     return BackendError(
         f"the {backend.name} backend ({_origin(backend)}) failed {doing}: "
-        f"{call} raised {_loader._format_error(exc)}"
+        f"{call} raised {_format_error(exc)}"
     )
 
 
@@ -467,7 +469,7 @@ def _installed_summary() -> str:
     return "\n".join(lines)
 
 
-def _plugin_label(info: _loader.PluginInfo) -> str:
+def _plugin_label(info: PluginInfo) -> str:
     dist = " ".join(part for part in (info.distribution, info.version) if part)
     return f"{info.name} ({dist})" if dist else info.name
 
@@ -496,21 +498,21 @@ def _selection_summary() -> str:
     return "\n" + "\n".join(lines) if lines else ""
 
 
-def _filtered_provider(base: str) -> _loader.PluginInfo | None:
+def _filtered_provider(base: str) -> PluginInfo | None:
     """The plugin PDC_PLUGINS filtered out that (probably) provides the backend ``base``."""
     owner = KNOWN_DISTRIBUTIONS.get(base)
     for info in _loader.plugin_selection().filtered_out:
-        dist = _loader._normalize(info.distribution) if info.distribution else None
+        dist = _normalize(info.distribution) if info.distribution else None
         if info.name.lower() == base and (owner is None or dist == owner):
             return info
     return None
 
 
-def _entry_for(info: _loader.PluginInfo) -> str:
+def _entry_for(info: PluginInfo) -> str:
     """The ``PDC_PLUGINS`` entry that selects the plugin ``info``."""
     name = info.name.lower()
     owner = KNOWN_DISTRIBUTIONS.get(name)
-    dist = _loader._normalize(info.distribution) if info.distribution else None
+    dist = _normalize(info.distribution) if info.distribution else None
     if owner is not None:
         return name if dist == owner else info.qualified_name
     everyone = [*_loader.list_plugins(), *_loader.plugin_selection().filtered_out]
@@ -518,7 +520,7 @@ def _entry_for(info: _loader.PluginInfo) -> str:
     return name if len(claimants) == 1 else info.qualified_name
 
 
-def _refused_claimants(base: str) -> list[_loader.PluginInfo]:
+def _refused_claimants(base: str) -> list[PluginInfo]:
     """The plugins named ``base`` that were refused because several distributions
     provide that name (each might provide the backend ``base``)."""
     return sorted(
@@ -531,7 +533,7 @@ def _refused_claimants(base: str) -> list[_loader.PluginInfo]:
     )
 
 
-def _resolving_setting(info: _loader.PluginInfo) -> str:
+def _resolving_setting(info: PluginInfo) -> str:
     """The ``PDC_PLUGINS`` value that loads ``info`` and keeps every plugin loaded now."""
     raw = _loader.plugin_selection().raw
     if raw is not None:
@@ -542,14 +544,14 @@ def _resolving_setting(info: _loader.PluginInfo) -> str:
     return ",".join([*entries, info.qualified_name])
 
 
-def _refused_line(base: str, refused: list[_loader.PluginInfo]) -> str:
+def _refused_line(base: str, refused: list[PluginInfo]) -> str:
     """Why no plugin provides ``base``: its claimants were refused, by whom, and the
     PDC_PLUGINS value that loads each."""
     fixes = " or ".join(f"PDC_PLUGINS={_resolving_setting(info)!r}" for info in refused)
     if len(refused) == 1:
         why = (refused[0].error or "").removeprefix("refused: ").split(". ")[0]
         return f"pdc refused the plugin {base!r} ({why}); set {fixes} to load it"
-    dists = _loader._join([info.distribution or "an unknown distribution" for info in refused])
+    dists = _join([info.distribution or "an unknown distribution" for info in refused])
     return (
         f"pdc refused the plugin {base!r}: {dists} {'both' if len(refused) == 2 else 'all'} "
         f"provide it, and pdc does not choose between them; set {fixes} to load one"
