@@ -22,7 +22,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, Generic, ParamSpec, TypeVar, TypeVarTuple
 
 import pdc_faces
 from docutils import nodes
@@ -107,13 +107,16 @@ def _entry_rst(entry: pdc_faces.Entry) -> list[str]:
     qualified = entry.qualified
     if entry.kind == "class":
         directive = "autoexception" if _role(entry) == "exc" else "autoclass"
-        return [
+        lines = [
             f".. {directive}:: {qualified}",
             "   :members:",
             "   :undoc-members:",
             "   :show-inheritance:",
-            "",
         ]
+        others = _bases_besides_floors(entry.obj)
+        if others is not None:
+            lines.append(f"   :inherited-members: {others}")
+        return [*lines, ""]
     if entry.kind == "function":
         return [f".. autofunction:: {qualified}", ""]
     doc = pdc_faces.docstring(entry) or ""
@@ -156,6 +159,30 @@ def _public_targets() -> tuple[dict[int, str], dict[str, str]]:
             if entry.home != face:
                 by_name.setdefault(entry.qualified, entry.target)
     return by_id, by_name
+
+
+@functools.cache
+def _published_ids() -> frozenset[int]:
+    return frozenset(_public_targets()[0])
+
+
+def _floors(cls: type) -> tuple[type, ...]:
+    """The bases of a pdc class that no face publishes: the private floors a class is
+    built of (``pdc_core.Mailbox``: its state, policy, anyio stream and lane)."""
+    return tuple(
+        base
+        for base in cls.__mro__[1:]
+        if base.__module__.split(".")[0] in pdc_faces.PACKAGES and id(base) not in _published_ids()
+    )
+
+
+def _bases_besides_floors(cls: object) -> str | None:
+    """For a class built of private floors, the names of its other bases, for autodoc's
+    ``:inherited-members:``: the floors' members are documented as the class's own, its
+    other bases' are not. None for a class without floors."""
+    if not isinstance(cls, type) or not _floors(cls):
+        return None
+    return ", ".join(base.__name__ for base in cls.__mro__[1:] if base not in _floors(cls))
 
 
 def _lookup(path: str) -> tuple[bool, object]:
@@ -469,6 +496,16 @@ def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: lis
     none."""
     if bases == [object]:
         bases.clear()
+    elif isinstance(obj, type) and _floors(obj):
+        # A class built of private floors shows the public bases they stand on
+        # (pdc_core.Mailbox: anyio's ObjectSendStream and ObjectReceiveStream).
+        floors = _floors(obj)
+        bases[:] = [
+            base
+            for cls in (obj, *floors)
+            for base in getattr(cls, "__orig_bases__", cls.__bases__)
+            if getattr(base, "__origin__", base) not in (*floors, Generic)
+        ]
 
 
 @functools.cache
