@@ -250,7 +250,6 @@ def test_the_nursery_knows_no_kind_of_actor() -> None:
     }
 
 
-
 #: The floors of a Mailbox (pdc_core._actors._mailbox_state's docstring), bottom first:
 #: the state, the policy over it, the anyio stream and the single-consumer lane side by
 #: side over the policy, and the Mailbox that is both.
