@@ -107,16 +107,13 @@ def _entry_rst(entry: pdc_faces.Entry) -> list[str]:
     qualified = entry.qualified
     if entry.kind == "class":
         directive = "autoexception" if _role(entry) == "exc" else "autoclass"
-        lines = [
+        return [
             f".. {directive}:: {qualified}",
             "   :members:",
             "   :undoc-members:",
             "   :show-inheritance:",
+            "",
         ]
-        others = _bases_besides_floors(entry.obj)
-        if others is not None:
-            lines.append(f"   :inherited-members: {others}")
-        return [*lines, ""]
     if entry.kind == "function":
         return [f".. autofunction:: {qualified}", ""]
     doc = pdc_faces.docstring(entry) or ""
@@ -159,30 +156,6 @@ def _public_targets() -> tuple[dict[int, str], dict[str, str]]:
             if entry.home != face:
                 by_name.setdefault(entry.qualified, entry.target)
     return by_id, by_name
-
-
-@functools.cache
-def _published_ids() -> frozenset[int]:
-    return frozenset(_public_targets()[0])
-
-
-def _floors(cls: type) -> tuple[type, ...]:
-    """The bases of a pdc class that no face publishes: the private floors a class is
-    built of (``pdc_core.Mailbox``: its state, policy, anyio stream and lane)."""
-    return tuple(
-        base
-        for base in cls.__mro__[1:]
-        if base.__module__.split(".")[0] in pdc_faces.PACKAGES and id(base) not in _published_ids()
-    )
-
-
-def _bases_besides_floors(cls: object) -> str | None:
-    """For a class built of private floors, the names of its other bases, for autodoc's
-    ``:inherited-members:``: the floors' members are documented as the class's own, its
-    other bases' are not. None for a class without floors."""
-    if not isinstance(cls, type) or not _floors(cls):
-        return None
-    return ", ".join(base.__name__ for base in cls.__mro__[1:] if base not in _floors(cls))
 
 
 def _lookup(path: str) -> tuple[bool, object]:
@@ -496,16 +469,64 @@ def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: lis
     none."""
     if bases == [object]:
         bases.clear()
-    elif isinstance(obj, type) and _floors(obj):
-        # A class built of private floors shows the public bases they stand on
-        # (pdc_core.Mailbox: anyio's ObjectSendStream and ObjectReceiveStream).
-        floors = _floors(obj)
+        return
+    floors = _private_floors(obj)
+    if floors:
+        # A class built of private floors (pdc_core.Mailbox: its state, policy, anyio
+        # stream and lane) shows the public bases they stand on, not the floors.
         bases[:] = [
             base
             for cls in (obj, *floors)
             for base in getattr(cls, "__orig_bases__", cls.__bases__)
             if getattr(base, "__origin__", base) not in (*floors, Generic)
         ]
+
+
+def _private_floors(cls: object) -> tuple[type, ...]:
+    """The bases of a pdc class that live in private modules and that no face
+    publishes: the private floors (mixins) it is built of; empty for most classes."""
+    if not isinstance(cls, type):
+        return ()
+    published = {id(obj) for obj in _published_classes()}
+    return tuple(
+        base
+        for base in cls.__mro__[1:]
+        if base.__module__.startswith(pdc_faces.PACKAGES)
+        and any(part.startswith("_") for part in base.__module__.split("."))
+        and id(base) not in published
+    )
+
+
+@functools.cache
+def _published_classes() -> tuple[object, ...]:
+    return tuple(
+        entry.obj
+        for face in pdc_faces.FACES
+        for entry in pdc_faces.entries(face)
+        if entry.kind == "class"
+    )
+
+
+def _skip_third_party_inherited(
+    app: Sphinx, what: str, name: str, obj: Any, skip: bool, options: Any
+) -> bool | None:
+    """A class documented with ``:inherited-members:`` (one built of private floors:
+    their members are its own) lists no member that code outside pdc defines: autodoc
+    would otherwise add what its public base's third-party bases define (anyio's
+    ``TypedAttributeProvider.extra`` under ``pdc_core.Mailbox``)."""
+    if not _option(options, "inherited_members"):
+        return None
+    function = getattr(obj, "fget", None) or getattr(obj, "__func__", obj)
+    module = getattr(function, "__module__", None)
+    if not isinstance(module, str) or module.startswith(pdc_faces.PACKAGES):
+        return None
+    return True
+
+
+def _option(options: Any, name: str) -> Any:
+    if isinstance(options, dict):
+        return options.get(name)
+    return getattr(options, name, None)
 
 
 @functools.cache
@@ -555,6 +576,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("autodoc-process-signature", _name_aliases)
     app.add_post_transform(_RepositoryLinks)
     app.connect("autodoc-process-bases", _drop_object_base)
+    app.connect("autodoc-skip-member", _skip_third_party_inherited)
     _patch_real_modname()
     app.connect("config-inited", _collect_targets)
     app.connect("missing-reference", _resolve_private)
