@@ -68,7 +68,7 @@ field once (what it holds, its legal values, which floor changes it);
 ``_has_room``, written once; the backpressure policies; the hand-over between waiting
 senders and receivers); ``_mailbox_stream`` is the anyio object stream and
 ``_mailbox_lane`` the single-consumer lane of an actor's loop, the seed facade and
-pdc-ray. Every name importable from this module before the split still is.
+pdc-ray. Every name of this module's ``__all__`` is importable from it as before.
 """
 
 from __future__ import annotations
@@ -77,10 +77,6 @@ from typing import TypeVar
 
 from ._mailbox_lane import MailboxLane
 from ._mailbox_state import (
-    _NO_LANES,
-    _NO_PRIORITIES,
-    _ROOM,
-    _SENT,
     CATCH_UP_AT,
     DEFAULT_CAPACITY,
     DEFAULT_PRIORITY,
@@ -90,9 +86,6 @@ from ._mailbox_state import (
     Backpressure,
     Control,
     MailboxStatistics,
-    _MailboxBroken,
-    _remove,
-    _Send,
     check_priority,
 )
 from ._mailbox_stream import MailboxStream
@@ -110,9 +103,6 @@ __all__ = [
     "MailboxStatistics",
     "check_priority",
 ]
-
-# Private names of the module before it was split into floors, importable as before.
-_PRIVATE = (_NO_LANES, _NO_PRIORITIES, _ROOM, _SENT, _MailboxBroken, _Send, _remove)
 
 T = TypeVar("T")
 
