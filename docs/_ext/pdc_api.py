@@ -107,13 +107,11 @@ def _entry_rst(entry: pdc_faces.Entry) -> list[str]:
     qualified = entry.qualified
     if entry.kind == "class":
         directive = "autoexception" if _role(entry) == "exc" else "autoclass"
-        return [
-            f".. {directive}:: {qualified}",
-            "   :members:",
-            "   :undoc-members:",
-            "   :show-inheritance:",
-            "",
-        ]
+        options = ["   :members:", "   :undoc-members:", "   :show-inheritance:"]
+        stop = _mixins_end(entry.obj)
+        if stop is not None:
+            options.append(f"   :inherited-members: {stop}")
+        return [f".. {directive}:: {qualified}", *options, ""]
     if entry.kind == "function":
         return [f".. autofunction:: {qualified}", ""]
     doc = pdc_faces.docstring(entry) or ""
@@ -142,6 +140,38 @@ class FaceDirective(SphinxDirective):
         content = StringList(lines, source=f"<pdc-face {face}>")
         nested_parse_with_titles(self.state, content, node)
         return node.children
+
+
+def _mixins_end(cls: Any) -> str | None:
+    """For a class split by role into private mixins (``pdc_ray.RemoteRunner`` over
+    ``pdc_ray._runner_caller.CallerSide``, ...): the name of its first base that is
+    not one of them, where its documented inherited members stop; ``None`` for a class
+    whose next base is public (its members are documented there).
+
+    A private mixin (a class of pdc's private modules that no face exports) has no page
+    of its own, so its members are documented on the public class that combines them.
+    """
+    public = _public_class_ids()
+    mixins = 0
+    for base in cls.__mro__[1:]:
+        module = getattr(base, "__module__", "")
+        private = any(part.startswith("_") for part in module.split("."))
+        if module.startswith(pdc_faces.PACKAGES) and private and id(base) not in public:
+            mixins += 1
+            continue
+        return base.__name__ if mixins else None
+    return None
+
+
+@functools.cache
+def _public_class_ids() -> frozenset[int]:
+    """The identities of the classes the faces export."""
+    return frozenset(
+        id(entry.obj)
+        for face in pdc_faces.FACES
+        for entry in pdc_faces.entries(face)
+        if entry.kind == "class"
+    )
 
 
 def _public_targets() -> tuple[dict[int, str], dict[str, str]]:

@@ -50,3 +50,8 @@ def test_inherited_members_stop_at_code_outside_pdc(pdc_api: ModuleType) -> None
     assert skip(None, "class", "extra", extra, False, inherited) is True
     assert skip(None, "class", "send", pdc_core.Mailbox.send, False, inherited) is None
     assert skip(None, "class", "extra", extra, False, {}) is None  # no floors: untouched
+
+
+def test_the_mailbox_documents_its_floors_members_as_its_own(pdc_api: ModuleType) -> None:
+    entry = next(e for e in pdc_api.pdc_faces.entries("pdc_core") if e.name == "Mailbox")
+    assert "   :inherited-members: ObjectSendStream" in pdc_api._entry_rst(entry)
