@@ -22,7 +22,7 @@ import inspect
 import re
 import sys
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, TypeVarTuple
+from typing import Any, Generic, ParamSpec, TypeVar, TypeVarTuple
 
 import pdc_faces
 from docutils import nodes
@@ -499,6 +499,64 @@ def _drop_object_base(app: Sphinx, name: str, obj: Any, options: Any, bases: lis
     none."""
     if bases == [object]:
         bases.clear()
+        return
+    floors = _private_floors(obj)
+    if floors:
+        # A class built of private floors (pdc_core.Mailbox: its state, policy, anyio
+        # stream and lane) shows the public bases they stand on, not the floors.
+        bases[:] = [
+            base
+            for cls in (obj, *floors)
+            for base in getattr(cls, "__orig_bases__", cls.__bases__)
+            if getattr(base, "__origin__", base) not in (*floors, Generic)
+        ]
+
+
+def _private_floors(cls: object) -> tuple[type, ...]:
+    """The bases of a pdc class that live in private modules and that no face
+    publishes: the private floors (mixins) it is built of; empty for most classes."""
+    if not isinstance(cls, type):
+        return ()
+    published = {id(obj) for obj in _published_classes()}
+    return tuple(
+        base
+        for base in cls.__mro__[1:]
+        if base.__module__.startswith(pdc_faces.PACKAGES)
+        and any(part.startswith("_") for part in base.__module__.split("."))
+        and id(base) not in published
+    )
+
+
+@functools.cache
+def _published_classes() -> tuple[object, ...]:
+    return tuple(
+        entry.obj
+        for face in pdc_faces.FACES
+        for entry in pdc_faces.entries(face)
+        if entry.kind == "class"
+    )
+
+
+def _skip_third_party_inherited(
+    app: Sphinx, what: str, name: str, obj: Any, skip: bool, options: Any
+) -> bool | None:
+    """A class documented with ``:inherited-members:`` (one built of private floors:
+    their members are its own) lists no member that code outside pdc defines: autodoc
+    would otherwise add what its public base's third-party bases define (anyio's
+    ``TypedAttributeProvider.extra`` under ``pdc_core.Mailbox``)."""
+    if not _option(options, "inherited_members"):
+        return None
+    function = getattr(obj, "fget", None) or getattr(obj, "__func__", obj)
+    module = getattr(function, "__module__", None)
+    if not isinstance(module, str) or module.startswith(pdc_faces.PACKAGES):
+        return None
+    return True
+
+
+def _option(options: Any, name: str) -> Any:
+    if isinstance(options, dict):
+        return options.get(name)
+    return getattr(options, name, None)
 
 
 @functools.cache
@@ -548,6 +606,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("autodoc-process-signature", _name_aliases)
     app.add_post_transform(_RepositoryLinks)
     app.connect("autodoc-process-bases", _drop_object_base)
+    app.connect("autodoc-skip-member", _skip_third_party_inherited)
     _patch_real_modname()
     app.connect("config-inited", _collect_targets)
     app.connect("missing-reference", _resolve_private)

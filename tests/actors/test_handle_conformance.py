@@ -41,11 +41,12 @@ class TestBatchActorHandles(TestMailboxActorHandles):
 
 def test_only_the_mailbox_module_touches_a_mailboxs_private_fields() -> None:
     """The mailbox actor (and every other user of a Mailbox) goes through the methods
-    Mailbox documents; ``_mailbox.py`` alone reads its fields."""
+    Mailbox documents; the mailbox's own floors alone read its fields."""
     root = Path(pdc_core.__file__).parent
+    floors = {"_mailbox", "_mailbox_state", "_mailbox_policy", "_mailbox_stream", "_mailbox_lane"}
     wrong = []
     for path in sorted(root.rglob("*.py")):
-        if path.name == "_mailbox.py":
+        if path.parent.name == "_actors" and path.stem in floors:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (

@@ -288,6 +288,38 @@ def test_the_nursery_knows_no_kind_of_actor() -> None:
     }
 
 
+#: The floors of a Mailbox (pdc_core._actors._mailbox_state's docstring), bottom first:
+#: the state, the policy over it, the anyio stream and the single-consumer lane side by
+#: side over the policy, and the Mailbox that is both.
+MAILBOX_FLOORS: list[set[str]] = [
+    {"_mailbox_state"},
+    {"_mailbox_policy"},
+    {"_mailbox_stream", "_mailbox_lane"},
+    {"_mailbox"},
+]
+
+
+def test_a_mailbox_s_floors_import_only_down() -> None:
+    graph = _graph()
+    package = "pdc_core._actors"
+    floors = {f"{package}.{short}" for floor in MAILBOX_FLOORS for short in floor}
+    inside = {module: graph[module] & floors for module in floors}
+    assert _upward(inside, package, MAILBOX_FLOORS) == []
+    # The stream and the lane know only the floors below them, not each other.
+    assert f"{package}._mailbox_lane" not in graph[f"{package}._mailbox_stream"]
+    assert f"{package}._mailbox_stream" not in graph[f"{package}._mailbox_lane"]
+    # Below the Mailbox, the floors know nothing of pdc_core but the loop and errors.
+    allowed = floors | {"pdc_core._actors", "pdc_core._exceptions", "pdc_core._loop"}
+    allowed |= {"pdc_core._loop._cancel"}
+    below = floors - {f"{package}._mailbox"}
+    assert {
+        f"{module} -> {target}"
+        for module in below
+        for target in graph[module]
+        if target.startswith("pdc_core") and target not in allowed
+    } == set()
+
+
 #: The faces a backend plugin may import (design.md §7); pdc_core.lowlevel is for new
 #: kinds of actor, not backends.
 PLUGIN_FACES = {"pdc_core", "pdc_core.backend", "pdc_core.cuda", "pdc_core.testing"}
