@@ -6,7 +6,6 @@ Async tests run under asyncio and trio (the root conftest).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,18 +173,6 @@ def test_the_builder_s_queue_sizes_are_checked_when_set() -> None:
 
 
 # -- the process-wide pool's MiB settings; a limit lowered below what is held -------------
-
-
-@pytest.fixture
-def fresh_pool() -> Iterator[Any]:
-    from pdc_core.core import memory_pool as path
-
-    saved = path.MemoryPool._instance
-    path.MemoryPool._instance = None
-    try:
-        yield path
-    finally:
-        path.MemoryPool._instance = saved
 
 
 @pytest.mark.parametrize("value", [True, 1.5, "1", b"1"])

@@ -165,12 +165,12 @@ SHARED_NAMES = {
     "RingKernelTelemetry": "pdc_core's is its other name for Telemetry, the runtime's "
     "snapshot; PyDotCompute's paths have PyDotCompute's recorder, of which a snapshot is "
     "an instance",
-    "MemoryPool": "pdc_core's makes a pool; PyDotCompute's path has the process-wide one, "
-    "a subclass (one object per process, sizes in MiB)",
+    "MemoryPool": "pdc_core's makes a pool; PyDotCompute's path has a view of pdc's "
+    "process-wide pool (one object per process, sizes in MiB)",
     "PoolStatistics": "pdc_core's counts hits and misses; PyDotCompute's path has "
     "PyDotCompute's figures, which MemoryPool.get_stats() gives",
     "get_memory_pool": "pdc_core's returns pdc's process-wide pool; PyDotCompute's path "
-    "returns its MemoryPool() (the subclass)",
+    "returns its MemoryPool() (the view of that same pool)",
     "RingKernel": "pdc_core's is what runtime.launch returns; PyDotCompute's paths have "
     "the free-standing RingKernel(id, func), of which pdc's is a virtual subclass",
 }

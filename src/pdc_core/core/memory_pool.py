@@ -1,28 +1,40 @@
-"""PyDotCompute's import path ``pydotcompute.core.memory_pool``: the process-wide pool.
+"""PyDotCompute's import path ``pydotcompute.core.memory_pool``: a view of pdc's pool.
 
-A thin layer for code written for PyDotCompute. Its :class:`MemoryPool` is pdc's
-:class:`~pdc_core.MemoryPool` (``acquire``/``release``/``lease``, ``statistics()``,
-``enable()``/``disable()``) under PyDotCompute's rules: one object per process
-(``MemoryPool() is MemoryPool() is get_memory_pool()``, made on first use; a class
-attribute ``_instance`` holds it), sizes in MiB (``MemoryPool(max_size_mb=...)``,
-``set_limit(size_mb)``), ``get_stats()`` as PyDotCompute's :class:`PoolStatistics`,
-``free_all_blocks()``/``free_all_free()`` as :meth:`~pdc_core.MemoryPool.clear`.
-:func:`configure_memory_pool` sets the limit and switches reuse on or off.
+A thin layer for code written for PyDotCompute. Its :class:`MemoryPool` is a view of
+pdc's process-wide pool, :func:`pdc_core.get_memory_pool`: every call goes to that one
+pool, so a buffer released through either path is reused through the other and both
+paths' figures count the same buffers (``get_stats()`` is ``statistics()`` in
+PyDotCompute's terms). A process has one pool, whichever path its code takes.
+
+On top of pdc's pool (``acquire``/``release``/``lease``, ``statistics()``,
+``enable()``/``disable()``, ``limit``, ``clear()``) the view keeps PyDotCompute's rules:
+one view per process (``MemoryPool() is MemoryPool() is get_memory_pool()``, made on
+first use; a class attribute ``_instance`` holds it), sizes in MiB
+(``MemoryPool(max_size_mb=...)``, ``set_limit(size_mb)``), ``get_stats()`` as
+PyDotCompute's :class:`PoolStatistics`, ``free_all_blocks()``/``free_all_free()`` as
+:meth:`~pdc_core.MemoryPool.clear`. :func:`configure_memory_pool` sets the limit and
+switches reuse on or off.
 
 Unlike PyDotCompute's switch over CuPy's allocator, the pool reuses released buffers
 from the start, as the seed documents' ``get_memory_pool().acquire/release`` expects;
 device memory is pooled by each backend itself (the cuda backend through CuPy's
-pool, ``backend.memory_statistics()``). New code makes a ``pdc_core.MemoryPool`` of
-its own, or uses ``pdc_core.get_memory_pool()``.
+pool, ``backend.memory_statistics()``). New code uses ``pdc_core.get_memory_pool()``,
+or makes a ``pdc_core.MemoryPool`` of its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
+import pdc_core
+
 from .._loop import check_count
-from .._memory_pool import MemoryPool as _PdcMemoryPool
 from .._plugins import resolve_backend
 
 __all__ = ["MemoryPool", "PoolStatistics", "configure_memory_pool", "get_memory_pool"]
@@ -65,15 +77,20 @@ def _bytes(size_mb: object, name: str) -> int | None:
     return None if size_mb is None else check_count(size_mb, name, minimum=0) * _MIB
 
 
-class MemoryPool(_PdcMemoryPool):
-    """The process-wide :class:`pdc_core.MemoryPool`, made by the first ``MemoryPool()``.
+class MemoryPool:
+    """PyDotCompute's ``MemoryPool``: a view of pdc's process-wide pool
+    (:func:`pdc_core.get_memory_pool`), made by the first ``MemoryPool()``.
 
-    Later calls return the same pool and ignore their arguments (as in PyDotCompute);
-    ``max_size_mb`` is the byte limit in MiB, ``initial_size_mb`` is kept for reading
+    Later calls return the same view and ignore their arguments (as in PyDotCompute).
+    ``max_size_mb``, when given to the first call, sets the shared pool's byte limit in
+    MiB (``None`` leaves the limit as it is); ``initial_size_mb`` is kept for reading
     only (pdc allocates on demand). Every MiB setting (these two, :meth:`set_limit`,
     :func:`configure_memory_pool`) is an int >= 0 (NumPy's integers too; never a bool, a
     float or a str) or ``None`` for no limit: ``TypeError``/``ValueError`` naming the
     argument and the value given.
+
+    Every other method and property is the shared pool's own (see
+    :class:`pdc_core.MemoryPool`); :attr:`pool` is that pool.
     """
 
     _instance: ClassVar[MemoryPool | None] = None
@@ -81,9 +98,9 @@ class MemoryPool(_PdcMemoryPool):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> MemoryPool:
         if cls._instance is None:
-            pool = super().__new__(cls)
-            pool._initialized = False
-            cls._instance = pool
+            view = super().__new__(cls)
+            view._initialized = False
+            cls._instance = view
         return cls._instance
 
     def __init__(self, initial_size_mb: int = 0, max_size_mb: int | None = None) -> None:
@@ -91,36 +108,97 @@ class MemoryPool(_PdcMemoryPool):
         limit = _bytes(max_size_mb, "max_size_mb")  # checked even when then ignored
         if self._initialized:
             return
-        super().__init__(limit=limit)
+        # Looked up when the view is made (not cached at import), so a test that swaps
+        # pdc's process-wide pool gets a view of the new one with a new ``MemoryPool()``.
+        self._pool = pdc_core.get_memory_pool()
+        if limit is not None:
+            self._pool.limit = limit
         self._initial_size_mb = initial_size_mb
-        self._max_size_mb = max_size_mb
         self._cuda_available = resolve_backend(None).name == "cuda"
         self._initialized = True
 
+    @property
+    def pool(self) -> pdc_core.MemoryPool:
+        """pdc's process-wide pool, the one this view shows."""
+        return self._pool
+
+    # -- pdc's pool, unchanged ------------------------------------------------------
+
+    def acquire(
+        self, shape: Any, dtype: npt.DTypeLike = np.float32, **kwargs: Any
+    ) -> pdc_core.UnifiedBuffer:
+        """:meth:`pdc_core.MemoryPool.acquire` on the shared pool."""
+        return self._pool.acquire(shape, dtype, **kwargs)
+
+    def release(self, buffer: pdc_core.UnifiedBuffer) -> None:
+        """:meth:`pdc_core.MemoryPool.release` on the shared pool."""
+        self._pool.release(buffer)
+
+    @contextmanager
+    def lease(
+        self, shape: Any, dtype: npt.DTypeLike = np.float32, **kwargs: Any
+    ) -> Iterator[pdc_core.UnifiedBuffer]:
+        """:meth:`pdc_core.MemoryPool.lease` on the shared pool."""
+        with self._pool.lease(shape, dtype, **kwargs) as buffer:
+            yield buffer
+
+    @property
+    def limit(self) -> int | None:
+        """The shared pool's byte limit (:attr:`pdc_core.MemoryPool.limit`)."""
+        return self._pool.limit
+
+    @limit.setter
+    def limit(self, limit: int | None) -> None:
+        self._pool.limit = limit
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the shared pool reuses released buffers."""
+        return self._pool.enabled
+
+    def enable(self) -> None:
+        """:meth:`pdc_core.MemoryPool.enable` on the shared pool."""
+        self._pool.enable()
+
+    def disable(self) -> None:
+        """:meth:`pdc_core.MemoryPool.disable` on the shared pool."""
+        self._pool.disable()
+
+    def clear(self) -> None:
+        """:meth:`pdc_core.MemoryPool.clear` on the shared pool."""
+        self._pool.clear()
+
+    def statistics(self) -> pdc_core.PoolStatistics:
+        """The shared pool's :meth:`~pdc_core.MemoryPool.statistics`."""
+        return self._pool.statistics()
+
+    # -- PyDotCompute's additions ---------------------------------------------------
+
     def set_limit(self, size_mb: int | None) -> None:
         """The limit in MiB (``None``: none); see :attr:`pdc_core.MemoryPool.limit`."""
-        self.limit = _bytes(size_mb, "size_mb")
+        self._pool.limit = _bytes(size_mb, "size_mb")
 
     def get_stats(self) -> PoolStatistics:
-        """The pool's figures as PyDotCompute's :class:`PoolStatistics`."""
-        stats = self.statistics()
+        """The shared pool's figures as PyDotCompute's :class:`PoolStatistics`."""
+        stats = self._pool.statistics()
         return PoolStatistics(stats.bytes_in_use, stats.bytes_held, stats.buffers_free)
 
     def get_pinned_stats(self) -> PoolStatistics:
         """:meth:`get_stats` for the buffers in pinned host memory only."""
-        with self._lock:
-            in_use = [buffer for buffer in self._in_use.values() if buffer.pinned]
-            free = [buffer for _, buffer in self._free.values() if buffer.pinned]
+        pool = self._pool
+        with pool._lock:  # the pool's own lock: one consistent snapshot
+            in_use = [buffer for buffer in pool._in_use.values() if buffer.pinned]
+            free = [buffer for _, buffer in pool._free.values() if buffer.pinned]
         used = sum(buffer.nbytes for buffer in in_use)
         return PoolStatistics(used, used + sum(buffer.nbytes for buffer in free), len(free))
 
     def free_all_blocks(self) -> None:
         """Drop every free buffer (:meth:`~pdc_core.MemoryPool.clear`)."""
-        self.clear()
+        self._pool.clear()
 
     def free_all_free(self) -> None:
         """Drop every free buffer (:meth:`~pdc_core.MemoryPool.clear`)."""
-        self.clear()
+        self._pool.clear()
 
     def __repr__(self) -> str:
         stats = self.get_stats()
@@ -131,15 +209,15 @@ class MemoryPool(_PdcMemoryPool):
 
 
 def get_memory_pool() -> MemoryPool:
-    """The process-wide :class:`MemoryPool` (``MemoryPool()``)."""
+    """The process-wide :class:`MemoryPool` view (``MemoryPool()``)."""
     return MemoryPool()
 
 
 def configure_memory_pool(
     _initial_size_mb: int = 0, max_size_mb: int | None = None, enable: bool = True
 ) -> MemoryPool:
-    """The process-wide pool, with its limit set to ``max_size_mb`` MiB when given and
-    reuse switched on (``enable``) or off."""
+    """The process-wide view, with the shared pool's limit set to ``max_size_mb`` MiB
+    when given and reuse switched on (``enable``) or off."""
     pool = MemoryPool(_initial_size_mb)
     if max_size_mb is not None:
         pool.limit = _bytes(max_size_mb, "max_size_mb")
