@@ -45,10 +45,17 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._actors import ActorRunner, ActorState, cancellation_first, check_priority
-from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._exceptions import ActorStopped, KernelStateError, MessageTimeout
-from .._loop import check_timeout, current_kit, full_checkpoint, seconds_or_inf
 from .._persistent import KernelActorRef, PersistentKernelActor
+from ..lowlevel import (
+    TIMED_OUT,
+    cancel_called,
+    check_timeout,
+    current_kit,
+    full_checkpoint,
+    raise_cancelled,
+    seconds_or_inf,
+)
 from ._lifecycle import RECEIVE_STATES, KernelState, terminate_within
 from ._telemetry import KernelTelemetry, Telemetry
 

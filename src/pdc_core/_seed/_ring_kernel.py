@@ -76,7 +76,6 @@ from .._actors import (
     Mailbox,
     cancellation_first,
 )
-from .._actors._refs import message_priority, raise_cancelled
 from .._exceptions import (
     ActorCrashed,
     ActorStopped,
@@ -87,15 +86,17 @@ from .._exceptions import (
     MessageDropped,
     MessageTimeout,
 )
-from .._loop import (
+from .._loop import TURN_CHECK_EVERY
+from ..lowlevel import (
     TIMED_OUT,
-    TURN_CHECK_EVERY,
     Kit,
     check_count,
     check_timeout,
     current_kit,
     fail,
     full_checkpoint,
+    message_priority,
+    raise_cancelled,
     seconds_or_inf,
     wake,
 )

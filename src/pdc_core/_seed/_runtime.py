@@ -26,7 +26,13 @@ from .._exceptions import (
     KernelNotFoundError,
     LifecycleError,
 )
-from .._loop import check_duration, check_timeout, current_kit, full_checkpoint, seconds_or_inf
+from ..lowlevel import (
+    check_duration,
+    check_timeout,
+    current_kit,
+    full_checkpoint,
+    seconds_or_inf,
+)
 from ._lifecycle import FINAL_STATES, KernelState
 from ._persistent_runtime import PersistentRingKernel, launch_persistent
 from ._ring_kernel import (

@@ -49,7 +49,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .._loop import check_count
+from ..lowlevel import check_count
 from .compiler import get_compiler
 
 __all__ = ["CacheEntry", "KernelCache", "get_kernel_cache", "warmup_kernels"]

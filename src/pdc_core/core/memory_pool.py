@@ -34,8 +34,7 @@ import numpy.typing as npt
 
 import pdc_core
 
-from .._loop import check_count
-from .._plugins import resolve_backend
+from ..lowlevel import check_count, resolve_backend
 
 __all__ = ["MemoryPool", "PoolStatistics", "configure_memory_pool", "get_memory_pool"]
 

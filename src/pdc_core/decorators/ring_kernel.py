@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._loop import check_count
 from .._seed import RingKernelDefinition, ring_kernel
 from .._seed._ring_kernel import KernelFunction, check_queue_size
+from ..lowlevel import check_count
 
 __all__ = ["RingKernelBuilder", "get_ring_kernel_meta", "is_ring_kernel", "ring_kernel"]
 

@@ -30,11 +30,11 @@ import anyio.lowlevel
 
 from .._actors import Backpressure
 from .._exceptions import KernelStateError
-from .._loop import current_kit
 from .._seed import KernelState, RingKernelContext, RingKernelDefinition
 from .._seed import RingKernel as _PdcRingKernel
 from .._seed._ring_kernel import KernelFunction
 from .._seed._runtime import RingKernelRuntime
+from ..lowlevel import current_kit
 
 #: PyDotCompute's name for :class:`~pdc_core.RingKernelContext`.
 KernelContext = RingKernelContext

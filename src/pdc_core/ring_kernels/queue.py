@@ -25,9 +25,8 @@ import anyio
 import anyio.lowlevel
 
 from .._actors import DEFAULT_PRIORITY, Backpressure, Mailbox
-from .._actors._refs import message_priority
 from .._exceptions import MailboxFull, MessageTimeout
-from .._loop import check_timeout, strict_int
+from ..lowlevel import check_timeout, message_priority, strict_int
 
 __all__ = ["BackpressureStrategy", "MessageQueue"]
 
