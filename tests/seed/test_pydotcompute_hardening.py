@@ -277,7 +277,10 @@ async def test_a_cancelled_launch_leaves_a_state_that_says_what_launch_will_do(
             await gate.wait()  # the kernel is still starting when the caller gives up
             return await super().launch(*args, **kwargs)
 
-    monkeypatch.setattr(lifecycle, "RingKernelRuntime", HeldRuntime)
+    # the body of PyDotCompute's path, whose global the free-standing RingKernel reads
+    from pdc_core._pydotcompute.ring_kernels import lifecycle as body
+
+    monkeypatch.setattr(body, "RingKernelRuntime", HeldRuntime)
     kernel = lifecycle.RingKernel("held", doubler)
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as group:

@@ -15,6 +15,7 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import pickle
 import re
 import types
 from pathlib import Path
@@ -490,3 +491,26 @@ def test_every_pydotcompute_keyword_is_accepted_or_its_edit_listed() -> None:
         if key not in listed or not (missing or set()) <= listed[key]
     }
     assert unlisted == {}
+
+
+@pytest.mark.parametrize("path", [path for path in ALL_PATHS if path])
+def test_each_name_has_its_public_address(path: str) -> None:
+    """The bodies live in pdc_core._pydotcompute; reprs, tracebacks, docs and pickles
+    name the public path (or pdc's own face), never the private room."""
+    module = importlib.import_module(_pdc_module(path))
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if isinstance(obj, type) or (callable(obj) and hasattr(obj, "__qualname__")):
+            assert "._" not in obj.__module__, f"{name}: {obj.__module__}"
+
+
+def test_pickles_name_the_public_path() -> None:
+    from pdc_core.core.memory_pool import PoolStatistics
+    from pdc_core.exceptions import TypeValidationError
+
+    figures = PoolStatistics(1, 2, 3)
+    dumped = pickle.dumps(figures)
+    assert b"pdc_core.core.memory_pool" in dumped
+    assert b"_pydotcompute" not in dumped
+    assert pickle.loads(dumped) == figures
+    assert TypeValidationError.__module__ == "pdc_core.exceptions"
