@@ -514,3 +514,21 @@ def test_pickles_name_the_public_path() -> None:
     assert b"_pydotcompute" not in dumped
     assert pickle.loads(dumped) == figures
     assert TypeValidationError.__module__ == "pdc_core.exceptions"
+
+
+def test_the_same_name_classes_say_which_api_they_are(fresh_pool: Any) -> None:
+    from pdc_core.ring_kernels import RingKernel, RingKernelTelemetry
+
+    async def echo(ctx: Any) -> None:
+        """Unused: the kernel is never launched."""
+
+    assert repr(fresh_pool.MemoryPool()).startswith("<PyDotCompute's MemoryPool, a view of")
+    assert repr(RingKernel("k", echo)) == "<PyDotCompute's RingKernel 'k' state=CREATED>"
+    telemetry = RingKernelTelemetry(kernel_id="k")
+    assert repr(telemetry).startswith("PyDotCompute's RingKernelTelemetry(kernel_id='k', ")
+    for cls in (fresh_pool.MemoryPool, RingKernel, RingKernelTelemetry):
+        assert (cls.__doc__ or "").startswith("PyDotCompute's ")
+    # pdc's own classes of the same names say nothing of PyDotCompute in their reprs.
+    assert "PyDotCompute" not in repr(pdc_core.MemoryPool())
+    for cls in (pdc_core.MemoryPool, pdc_core.RingKernel):
+        assert "PyDotCompute's" in (cls.__doc__ or "")  # and point to the other class

@@ -571,6 +571,9 @@ class RingKernelContext:
 
 class RingKernel(ActorRef[Any, Any]):
     """A launched ring kernel: its state, queues, telemetry, and an actor handle.
+    (PyDotCompute's free-standing ``RingKernel(kernel_id, func)``, on the path
+    ``pdc_core.ring_kernels``, is another class, of which this one is a virtual
+    subclass.)
 
     ``runtime.launch`` returns it. Besides the runtime's methods (which take the
     kernel id) it is an :class:`~pdc_core.ActorRef`: ``ask(request)`` sends the

@@ -178,10 +178,12 @@ class MemoryPool:
         self._pool.clear()
 
     def __repr__(self) -> str:
+        # Says which API: pdc_core.MemoryPool is another class (a pool of its own).
         stats = self.get_stats()
         return (
-            f"MemoryPool(enabled={self.enabled}, used={stats.used_mb:.2f}MB, "
-            f"total={stats.total_mb:.2f}MB, cuda={self._cuda_available})"
+            f"<PyDotCompute's MemoryPool, a view of pdc's process-wide pool: "
+            f"enabled={self.enabled}, used={stats.used_mb:.2f}MB, "
+            f"total={stats.total_mb:.2f}MB, cuda={self._cuda_available}>"
         )
 
 

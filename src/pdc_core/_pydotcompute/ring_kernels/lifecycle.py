@@ -237,7 +237,8 @@ class RingKernel(abc.ABC):  # noqa: B024 - an ABC for register(): runtime kernel
             raise error
 
     def __repr__(self) -> str:
-        return f"RingKernel({self._kernel_id!r}, state={self.state.name})"
+        # Says which API: pdc_core.RingKernel is what runtime.launch returns.
+        return f"<PyDotCompute's RingKernel {self._kernel_id!r} state={self.state.name}>"
 
 
 RingKernel.register(_PdcRingKernel)

@@ -16,8 +16,11 @@ __all__ = ["GPUInfo", "GPUMonitor", "RingKernelTelemetry", "TelemetryCollector"]
 
 @dataclass
 class RingKernelTelemetry(metaclass=abc.ABCMeta):  # noqa: B024 - for register()
-    """PyDotCompute's per-kernel recorder (see the module documentation): latencies in
-    nanoseconds, ``min_latency_ns`` the least recorded (0 before the first)."""
+    """PyDotCompute's ``RingKernelTelemetry``, a per-kernel recorder (see the module
+    documentation): latencies in nanoseconds, ``min_latency_ns`` the least recorded (0
+    before the first). Not ``pdc_core.RingKernelTelemetry``, which is pdc's other name
+    for :class:`pdc_core.Telemetry`, the runtime's snapshot (an instance of this class
+    by ``register``)."""
 
     kernel_id: str = ""
     messages_processed: int = 0
@@ -29,6 +32,11 @@ class RingKernelTelemetry(metaclass=abc.ABCMeta):  # noqa: B024 - for register()
     error_count: int = 0
     last_error: str | None = None
     uptime_seconds: float = 0.0
+
+    def __repr__(self) -> str:
+        # Says which API: pdc_core.RingKernelTelemetry is pdc's Telemetry snapshot.
+        values = ", ".join(f"{field.name}={getattr(self, field.name)!r}" for field in fields(self))
+        return f"PyDotCompute's RingKernelTelemetry({values})"
 
     @property
     def avg_latency_ns(self) -> float:
