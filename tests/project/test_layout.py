@@ -395,6 +395,44 @@ def test_pydotcompute_s_room_imports_pdc_s_faces_only() -> None:
     assert {name: private for name, private in found.items() if private} == PYDOTCOMPUTE_PRIVATE
 
 
+#: The room's floors, bottom first: a module imports (at run time or for types) only
+#: modules of its own floor or below. The seed facade is built first, from parts that
+#: know nothing of each other up to its runtime; PyDotCompute's layers sit on the facade.
+PYDOTCOMPUTE_FLOORS = [
+    # packages that import nothing (pdc_core loads the seed alone), and leaf modules:
+    # the wire format, kernel states, the telemetry snapshot, PyDotCompute's errors
+    {"", "backends", "compilation", "core", "decorators", "ring_kernels"},
+    {"_seed._wire", "_seed._lifecycle", "_seed._telemetry", "exceptions"},
+    # messages; the layers that need no kernel
+    {"_seed._messages", "backends.base", "core.memory_pool", "core.unified_buffer"},
+    {"decorators.kernel", "ring_kernels.queue", "compilation.compiler"},
+    # kernels: the mailbox kernel and the persistent one; devices and compiled code
+    {"_seed._ring_kernel", "_seed._persistent_runtime", "backends.cpu", "core.accelerator"},
+    {"compilation.cache"},
+    # the runtime, then the facade; the orchestrator
+    {"_seed._runtime", "core.orchestrator"},
+    {"_seed"},
+    # PyDotCompute's layers over the facade
+    {"decorators.ring_kernel", "decorators.validators"},
+    {
+        "ring_kernels.lifecycle",
+        "ring_kernels.message",
+        "ring_kernels.runtime",
+        "ring_kernels.telemetry",
+    },
+]
+
+
+def test_pydotcompute_s_room_imports_only_down() -> None:
+    package = "pdc_core._pydotcompute"
+    room = {
+        name: {target for target in targets if target.startswith(package)}
+        for name, targets in _graph().items()
+        if name == package or name.startswith(package + ".")
+    }
+    assert _upward(room, package, PYDOTCOMPUTE_FLOORS) == []
+
+
 def _path_files() -> list[Path]:
     files = [SRC / "exceptions.py"]
     for path in PYDOTCOMPUTE_PATHS:
