@@ -90,7 +90,7 @@ from ._plugins import (
     reload_plugins,
 )
 from ._publish import publish
-from ._seed import (
+from ._pydotcompute._seed import (
     KernelState,
     Message,
     PersistentRingKernel,

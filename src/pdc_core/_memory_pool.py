@@ -70,6 +70,10 @@ class PoolStatistics:
 class MemoryPool:
     """Hands out :class:`UnifiedBuffer` objects and takes them back for reuse.
 
+    Each ``MemoryPool()`` is a pool of its own; :func:`get_memory_pool` is the process's.
+    (PyDotCompute's ``MemoryPool``, on the path ``pdc_core.core.memory_pool``, is
+    another class: one view per process of :func:`get_memory_pool`'s pool.)
+
     A released buffer is handed out again to the next :meth:`acquire` with the same
     backend, shape, dtype and pinning; its contents are whatever the previous user
     left (fill it if you need zeros). With ``limit`` (bytes: a non-negative int, not a

@@ -37,6 +37,27 @@ seed facade's ``send``) the same checks are here:
 
 :class:`pdc_core.testing.ActorRefConformance` checks a kind of handle against these
 rules.
+
+**The event-loop kit** (what pdc's own layers use, PyDotCompute's among them, and what
+a new kind of actor or mailbox needs to run under asyncio and trio alike, as
+``trio.lowlevel`` offers ``checkpoint`` and ``wait_task_rescheduled``):
+
+* :func:`current_kit`, the running loop's :class:`Kit` (one per asyncio loop, one per
+  thread running trio): ``kit.waiter()`` makes a :class:`Waiter` a task parks on,
+  ``kit.arm(waiter, timeout)`` times it out to :data:`TIMED_OUT`, and
+  ``await kit.checkpoint()`` yields; :func:`wake` and :func:`fail` resolve a waiter
+  with a value or an error (False if it was already done); ``kit.task_host()`` and
+  ``kit.cancel_scope()`` make the :class:`TaskHost` and :class:`IncarnationScope` an
+  actor nursery runs its actors' tasks in;
+* :func:`full_checkpoint`, trio's checkpoint on every path of an async call that is
+  not a per-message path (raise a pending cancellation, yield, look again);
+* the argument rules of pdc's API: :func:`strict_int` (the one integer rule: an int or
+  anything with ``__index__``, never a bool, a float or a str) and :func:`check_count`
+  (such an int, at least a minimum), :func:`check_duration` (a bound set once) and
+  :func:`seconds_or_inf` (a checked timeout or bound as seconds to add to a clock),
+  each error naming the argument;
+* :func:`resolve_backend`: a ``backend=`` argument (a backend, its name, or ``None``
+  for the default) as the backend itself.
 """
 
 from ._actors._refs import (
@@ -57,6 +78,21 @@ from ._actors._refs import (
     raise_cancelled,
     runner_for,
 )
+from ._loop import (
+    IncarnationScope,
+    Kit,
+    TaskHost,
+    Waiter,
+    check_count,
+    check_duration,
+    current_kit,
+    fail,
+    full_checkpoint,
+    seconds_or_inf,
+    strict_int,
+    wake,
+)
+from ._plugins import resolve_backend
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -65,14 +101,27 @@ __all__ = [
     "ActorRunner",
     "ActorState",
     "ActorStatistics",
+    "IncarnationScope",
+    "Kit",
     "Placement",
     "StartOptions",
+    "TaskHost",
+    "Waiter",
     "cancel_called",
     "cancellation_first",
+    "check_count",
+    "check_duration",
     "check_priority",
     "check_timeout",
+    "current_kit",
     "current_task",
+    "fail",
+    "full_checkpoint",
     "message_priority",
     "raise_cancelled",
+    "resolve_backend",
     "runner_for",
+    "seconds_or_inf",
+    "strict_int",
+    "wake",
 ]

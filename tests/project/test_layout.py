@@ -413,6 +413,140 @@ def test_the_nursery_s_type_hints_name_no_kind_of_actor() -> None:
         assert name not in source.replace(f"~pdc_core.{name}", "")  # docs may link to them
 
 
+# -- PyDotCompute's API: one private room behind thin public paths ---------------------
+
+#: PyDotCompute's public import paths under pdc_core (docs/migrating-from-pydotcompute.md).
+PYDOTCOMPUTE_PATHS = ("core", "ring_kernels", "decorators", "compilation", "backends")
+#: The faces the room (pdc_core._pydotcompute) builds on.
+PYDOTCOMPUTE_FACES = {"pdc_core", "pdc_core.backend", "pdc_core.lowlevel"}
+#: Every private module the room imports besides the faces and itself, and why. The
+#: seed facade is imported by pdc_core's own __init__ (pdc_core.RingKernelRuntime,
+#: ...), so it cannot import pdc_core by name: pdc's errors and actor names come from
+#: where pdc_core takes them. Nothing else is allowed to grow here.
+PYDOTCOMPUTE_PRIVATE = {
+    # pdc_core's errors (KernelStateError, MessageTimeout, ...), by the seed facade
+    "pdc_core._pydotcompute._seed._messages": {"pdc_core._exceptions"},
+    "pdc_core._pydotcompute._seed._runtime": {
+        "pdc_core._exceptions",
+        "pdc_core._actors",  # open_nursery, RestartPolicy, Backpressure: pdc_core's names
+    },
+    "pdc_core._pydotcompute._seed._persistent_runtime": {
+        "pdc_core._exceptions",
+        "pdc_core._persistent",  # KernelActorRef, PersistentKernelActor: pdc_core's names
+    },
+    "pdc_core._pydotcompute._seed._ring_kernel": {
+        "pdc_core._exceptions",
+        # the mailbox's fast path, which the seed's receive loop shares: Mailbox's EMPTY,
+        # CATCH_UP_AT, BatchReply, and the loop's TURN_CHECK_EVERY (fair turns)
+        "pdc_core._actors",
+        "pdc_core._loop",
+    },
+    # zero_fill, the one fill that takes raw bytes (V5); not a public name
+    "pdc_core._pydotcompute.backends.cpu": {"pdc_core._buffer"},
+    # BufferError and MessageError, bases pdc keeps private; PyDotCompute's path has them
+    "pdc_core._pydotcompute.exceptions": {"pdc_core._exceptions"},
+}
+
+
+def test_pydotcompute_s_room_imports_pdc_s_faces_only() -> None:
+    graph = _graph()
+    room = {
+        name: targets
+        for name, targets in graph.items()
+        if ".".join(name.split(".")[:2]) == "pdc_core._pydotcompute"
+    }
+    assert len(room) > 20  # every module of the room, not a sample
+    assert graph["pdc_core._pydotcompute"] == set()  # pdc_core loads the seed alone
+    found = {
+        name: {t for t in targets if not t.startswith("pdc_core._pydotcompute")}
+        - PYDOTCOMPUTE_FACES
+        for name, targets in room.items()
+    }
+    assert {name: private for name, private in found.items() if private} == PYDOTCOMPUTE_PRIVATE
+
+
+#: The room's floors, bottom first: a module imports (at run time or for types) only
+#: modules of its own floor or below. The seed facade is built first, from parts that
+#: know nothing of each other up to its runtime; PyDotCompute's layers sit on the facade.
+PYDOTCOMPUTE_FLOORS = [
+    # packages that import nothing (pdc_core loads the seed alone), and leaf modules:
+    # the wire format, kernel states, the telemetry snapshot, PyDotCompute's errors
+    {"", "backends", "compilation", "core", "decorators", "ring_kernels"},
+    {"_seed._wire", "_seed._lifecycle", "_seed._telemetry", "exceptions"},
+    # messages; the layers that need no kernel
+    {"_seed._messages", "backends.base", "core.memory_pool", "core.unified_buffer"},
+    {"decorators.kernel", "ring_kernels.queue", "compilation.compiler"},
+    # kernels: the mailbox kernel and the persistent one; devices and compiled code
+    {"_seed._ring_kernel", "_seed._persistent_runtime", "backends.cpu", "core.accelerator"},
+    {"compilation.cache"},
+    # the runtime, then the facade; the orchestrator
+    {"_seed._runtime", "core.orchestrator"},
+    {"_seed"},
+    # PyDotCompute's layers over the facade
+    {"decorators.ring_kernel", "decorators.validators"},
+    {
+        "ring_kernels.lifecycle",
+        "ring_kernels.message",
+        "ring_kernels.runtime",
+        "ring_kernels.telemetry",
+    },
+]
+
+
+def _path_files() -> list[Path]:
+    files = [SRC / "exceptions.py"]
+    for path in PYDOTCOMPUTE_PATHS:
+        files += sorted((SRC / path).rglob("*.py"))
+    return files
+
+
+def _not_re_exports(source: str) -> list[str]:
+    """The statements of ``source`` that are not a re-export: any definition (at any
+    depth), anything at the top level but imports, the docstring, ``__all__ = [...]``
+    and ``publish(...)`` (which gives the names their public ``__module__``)."""
+    tree = ast.parse(source)
+    found = [
+        f"line {node.lineno}: {type(node).__name__}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef | ast.Lambda)
+    ]
+    for node in tree.body:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            continue
+        if isinstance(node, ast.Assign):
+            if [getattr(target, "id", None) for target in node.targets] == ["__all__"]:
+                continue
+        elif isinstance(node, ast.Expr):
+            value = node.value
+            if isinstance(value, ast.Constant):
+                continue
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "publish":
+                continue
+        found.append(f"line {node.lineno}: {type(node).__name__}")
+    return sorted(set(found))
+
+
+def test_the_re_export_check_sees_a_definition() -> None:
+    source = 'from x import y\n__all__ = ["y"]\ndef f() -> None: ...\nZ = y\npublish(1)\n'
+    assert _not_re_exports(source) == ["line 3: FunctionDef", "line 4: Assign"]
+
+
+@pytest.mark.parametrize("path", _path_files(), ids=lambda path: str(path.relative_to(SRC)))
+def test_pydotcompute_s_paths_only_re_export(path: Path) -> None:
+    assert _not_re_exports(path.read_text()) == []
+
+
+def test_the_cli_takes_the_seed_names_from_the_public_face() -> None:
+    graph = _graph()
+    cli = {
+        target
+        for name, targets in graph.items()
+        if name.startswith("pdc_core._cli")
+        for target in targets
+    }
+    assert not {target for target in cli if target.startswith("pdc_core._pydotcompute")}
+
+
 def _inside(graph: dict[str, set[str]], package: str) -> dict[str, set[str]]:
     """The arrows of ``graph`` between the modules of ``package`` (the package included)."""
 
@@ -442,6 +576,8 @@ CORE_LAYERS: dict[str, list[set[str]]] = {
         {"_registry"},
         {""},
     ],
+    # PyDotCompute's API (see PYDOTCOMPUTE_FLOORS above).
+    "pdc_core._pydotcompute": PYDOTCOMPUTE_FLOORS,
 }
 
 #: The persistent-kernel session by role, bottom first: the reply router knows the ring

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pdc_core.compilation import cache as cache_module
+from pdc_core._pydotcompute.compilation import cache as cache_module
 from pdc_core.compilation.cache import KernelCache
 
 posix_only = pytest.mark.skipif(sys.platform == "win32", reason="modes and links of POSIX")

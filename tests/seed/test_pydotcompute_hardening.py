@@ -6,7 +6,6 @@ Async tests run under asyncio and trio (the root conftest).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,18 +175,6 @@ def test_the_builder_s_queue_sizes_are_checked_when_set() -> None:
 # -- the process-wide pool's MiB settings; a limit lowered below what is held -------------
 
 
-@pytest.fixture
-def fresh_pool() -> Iterator[Any]:
-    from pdc_core.core import memory_pool as path
-
-    saved = path.MemoryPool._instance
-    path.MemoryPool._instance = None
-    try:
-        yield path
-    finally:
-        path.MemoryPool._instance = saved
-
-
 @pytest.mark.parametrize("value", [True, 1.5, "1", b"1"])
 def test_the_pool_s_mib_settings_follow_the_integer_rule(fresh_pool: Any, value: Any) -> None:
     pool = fresh_pool.MemoryPool()
@@ -290,7 +277,10 @@ async def test_a_cancelled_launch_leaves_a_state_that_says_what_launch_will_do(
             await gate.wait()  # the kernel is still starting when the caller gives up
             return await super().launch(*args, **kwargs)
 
-    monkeypatch.setattr(lifecycle, "RingKernelRuntime", HeldRuntime)
+    # the body of PyDotCompute's path, whose global the free-standing RingKernel reads
+    from pdc_core._pydotcompute.ring_kernels import lifecycle as body
+
+    monkeypatch.setattr(body, "RingKernelRuntime", HeldRuntime)
     kernel = lifecycle.RingKernel("held", doubler)
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as group:

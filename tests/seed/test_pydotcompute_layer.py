@@ -393,32 +393,55 @@ def test_the_cpu_backend_layer_uses_pdc_s_cpu_backend() -> None:
     assert backend.execute_kernel(np.add, (1,), (1,), source, source).success
 
 
-def test_the_process_wide_pool_on_pydotcompute_s_path() -> None:
-    from pdc_core.core import memory_pool as path
+def test_the_process_wide_pool_on_pydotcompute_s_path(fresh_pool: Any) -> None:
+    path = fresh_pool
+    pool = path.MemoryPool(max_size_mb=1)
+    assert pool is path.MemoryPool() is path.get_memory_pool()
+    assert pool.pool is pdc_core.get_memory_pool()  # a view of pdc's process-wide pool
+    assert pool.limit == pdc_core.get_memory_pool().limit == 2**20
+    assert pool.enabled  # reuses from the start, as the seed documents expect
+    buffer = pool.acquire((1024,), np.float32, pinned=True)
+    assert pool.get_stats() == path.PoolStatistics(4096, 4096, 0)
+    assert pool.get_pinned_stats() == path.PoolStatistics(4096, 4096, 0)
+    pool.release(buffer)
+    assert pool.get_stats().n_free_blocks == 1
+    assert pool.get_stats().utilization == 0.0
+    assert "enabled=True" in repr(pool)
+    pool.free_all_blocks()
+    assert pool.get_stats() == path.PoolStatistics(0, 0, 0)
+    assert path.configure_memory_pool(max_size_mb=2, enable=False) is pool
+    assert (pool.limit, pool.enabled) == (2 * 2**20, False)
+    assert pdc_core.get_memory_pool().enabled is False
+    pool.set_limit(None)
+    assert pool.limit is None
 
-    saved = path.MemoryPool._instance
-    path.MemoryPool._instance = None
-    try:
-        pool = path.MemoryPool(max_size_mb=1)
-        assert pool is path.MemoryPool() is path.get_memory_pool()
-        assert isinstance(pool, pdc_core.MemoryPool)
-        assert pool.limit == 2**20
-        assert pool.enabled  # reuses from the start, as the seed documents expect
-        buffer = pool.acquire((1024,), np.float32, pinned=True)
-        assert pool.get_stats() == path.PoolStatistics(4096, 4096, 0)
-        assert pool.get_pinned_stats() == path.PoolStatistics(4096, 4096, 0)
-        pool.release(buffer)
-        assert pool.get_stats().n_free_blocks == 1
-        assert pool.get_stats().utilization == 0.0
-        assert "enabled=True" in repr(pool)
-        pool.free_all_blocks()
-        assert pool.get_stats() == path.PoolStatistics(0, 0, 0)
-        assert path.configure_memory_pool(max_size_mb=2, enable=False) is pool
-        assert (pool.limit, pool.enabled) == (2 * 2**20, False)
-        pool.set_limit(None)
-        assert pool.limit is None
-    finally:
-        path.MemoryPool._instance = saved
+
+def test_one_pool_per_process_whichever_path(fresh_pool: Any) -> None:
+    view, pdc_pool = fresh_pool.get_memory_pool(), pdc_core.get_memory_pool()
+    # What PyDotCompute's path releases, pdc's path reuses, and the other way round.
+    first = view.acquire((256,), np.float32)
+    view.release(first)
+    assert pdc_pool.acquire((256,), np.float32) is first
+    pdc_pool.release(first)
+    assert view.acquire((256,), np.float32) is first
+    stats = pdc_pool.statistics()
+    assert view.statistics() == stats
+    assert (stats.hits, stats.misses) == (2, 1)
+    assert view.get_stats() == fresh_pool.PoolStatistics(1024, 1024, 0)
+    view.release(first)
+    assert view.get_stats() == fresh_pool.PoolStatistics(0, 1024, 1)
+    # Settings made through either path are the one pool's.
+    view.set_limit(1)
+    assert pdc_pool.limit == 2**20
+    pdc_pool.limit = 2**21
+    assert view.limit == 2**21
+    pdc_pool.clear()
+    assert view.get_stats().n_free_blocks == 0
+
+
+def test_the_first_view_leaves_a_limit_set_on_pdc_s_path(fresh_pool: Any) -> None:
+    pdc_core.get_memory_pool().limit = 4096
+    assert fresh_pool.MemoryPool().limit == 4096  # no max_size_mb: the limit stays
 
 
 # -- the free-standing RingKernel on PyDotCompute's path -------------------------------

@@ -15,6 +15,7 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import pickle
 import re
 import types
 from pathlib import Path
@@ -165,12 +166,12 @@ SHARED_NAMES = {
     "RingKernelTelemetry": "pdc_core's is its other name for Telemetry, the runtime's "
     "snapshot; PyDotCompute's paths have PyDotCompute's recorder, of which a snapshot is "
     "an instance",
-    "MemoryPool": "pdc_core's makes a pool; PyDotCompute's path has the process-wide one, "
-    "a subclass (one object per process, sizes in MiB)",
+    "MemoryPool": "pdc_core's makes a pool; PyDotCompute's path has a view of pdc's "
+    "process-wide pool (one object per process, sizes in MiB)",
     "PoolStatistics": "pdc_core's counts hits and misses; PyDotCompute's path has "
     "PyDotCompute's figures, which MemoryPool.get_stats() gives",
     "get_memory_pool": "pdc_core's returns pdc's process-wide pool; PyDotCompute's path "
-    "returns its MemoryPool() (the subclass)",
+    "returns its MemoryPool() (the view of that same pool)",
     "RingKernel": "pdc_core's is what runtime.launch returns; PyDotCompute's paths have "
     "the free-standing RingKernel(id, func), of which pdc's is a virtual subclass",
 }
@@ -490,3 +491,44 @@ def test_every_pydotcompute_keyword_is_accepted_or_its_edit_listed() -> None:
         if key not in listed or not (missing or set()) <= listed[key]
     }
     assert unlisted == {}
+
+
+@pytest.mark.parametrize("path", [path for path in ALL_PATHS if path])
+def test_each_name_has_its_public_address(path: str) -> None:
+    """The bodies live in pdc_core._pydotcompute; reprs, tracebacks, docs and pickles
+    name the public path (or pdc's own face), never the private room."""
+    module = importlib.import_module(_pdc_module(path))
+    for name in module.__all__:
+        obj = getattr(module, name)
+        if isinstance(obj, type) or (callable(obj) and hasattr(obj, "__qualname__")):
+            assert "._" not in obj.__module__, f"{name}: {obj.__module__}"
+
+
+def test_pickles_name_the_public_path() -> None:
+    from pdc_core.core.memory_pool import PoolStatistics
+    from pdc_core.exceptions import TypeValidationError
+
+    figures = PoolStatistics(1, 2, 3)
+    dumped = pickle.dumps(figures)
+    assert b"pdc_core.core.memory_pool" in dumped
+    assert b"_pydotcompute" not in dumped
+    assert pickle.loads(dumped) == figures
+    assert TypeValidationError.__module__ == "pdc_core.exceptions"
+
+
+def test_the_same_name_classes_say_which_api_they_are(fresh_pool: Any) -> None:
+    from pdc_core.ring_kernels import RingKernel, RingKernelTelemetry
+
+    async def echo(ctx: Any) -> None:
+        """Unused: the kernel is never launched."""
+
+    assert repr(fresh_pool.MemoryPool()).startswith("<PyDotCompute's MemoryPool, a view of")
+    assert repr(RingKernel("k", echo)) == "<PyDotCompute's RingKernel 'k' state=CREATED>"
+    telemetry = RingKernelTelemetry(kernel_id="k")
+    assert repr(telemetry).startswith("PyDotCompute's RingKernelTelemetry(kernel_id='k', ")
+    for cls in (fresh_pool.MemoryPool, RingKernel, RingKernelTelemetry):
+        assert (cls.__doc__ or "").startswith("PyDotCompute's ")
+    # pdc's own classes of the same names say nothing of PyDotCompute in their reprs.
+    assert "PyDotCompute" not in repr(pdc_core.MemoryPool())
+    for cls in (pdc_core.MemoryPool, pdc_core.RingKernel):
+        assert "PyDotCompute's" in (cls.__doc__ or "")  # and point to the other class

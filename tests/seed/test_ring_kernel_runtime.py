@@ -32,7 +32,7 @@ from pdc_core import (
     RingKernelRuntime,
     ring_kernel,
 )
-from pdc_core._seed import get_ring_kernel, registered_ring_kernels
+from pdc_core._pydotcompute._seed import get_ring_kernel, registered_ring_kernels
 
 LIMIT = 10
 

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from pdc_core import Message, Request, Response, RingKernelMessage, message
-from pdc_core._seed import new_message_id
+from pdc_core._pydotcompute._seed import new_message_id
 
 
 def test_request_and_response_fields() -> None:

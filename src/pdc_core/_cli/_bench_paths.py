@@ -33,10 +33,10 @@ import anyio.lowlevel
 import numpy as np
 import numpy.typing as npt
 
+from .. import Request, RingKernelRuntime, ring_kernel
 from .._actors import Actor, open_nursery
 from .._loop import current_library
 from .._persistent import PersistentKernelActor, open_persistent_kernel
-from .._seed import Request, RingKernelRuntime, ring_kernel
 from ..backend import Backend, PersistentKernel
 
 __all__ = [

@@ -45,13 +45,21 @@ class Waiter(Protocol):
     task was cancelled, or whose timeout expired, is ``done()``.
     """
 
-    def done(self) -> bool: ...
+    def done(self) -> bool:
+        """Whether the waiter was resolved (or its task cancelled, or it timed out)."""
+        ...
 
-    def set_result(self, value: Any, /) -> None: ...
+    def set_result(self, value: Any, /) -> None:
+        """Resolve it with ``value`` (use :func:`wake`, which checks :meth:`done`)."""
+        ...
 
-    def set_exception(self, error: BaseException, /) -> None: ...
+    def set_exception(self, error: BaseException, /) -> None:
+        """Resolve it with ``error`` (use :func:`fail`, which checks :meth:`done`)."""
+        ...
 
-    def exception(self) -> BaseException | None: ...
+    def exception(self) -> BaseException | None:
+        """The error it was resolved with, or ``None``."""
+        ...
 
     def __await__(self) -> Generator[Any, None, Any]: ...
 
@@ -121,32 +129,52 @@ class Kit(Protocol):
     awaited as usual; nothing needs undoing if it is resolved first).
     ``woken(waiter)`` says whether a waiter that ended with an exception had been
     resolved with a value first (so the wake-up can be passed on). ``ops`` and
-    ``turn_is_over()`` are the loop's :class:`Turns`.
+    ``turn_is_over()`` are the loop's fair turns: an operation that completes without
+    waiting adds one to ``ops`` and, every ``TURN_CHECK_EVERY``-th, yields
+    (``await kit.checkpoint()``) if ``turn_is_over()``.
     """
 
     name: str
     waiter: Callable[[], Waiter]
     ops: int
 
-    def turn_is_over(self) -> bool: ...
+    def turn_is_over(self) -> bool:
+        """Whether the running task must yield now (see ``ops``); ends the turn if so."""
+        ...
 
-    def arm(self, waiter: Waiter, timeout: float) -> None: ...
+    def arm(self, waiter: Waiter, timeout: float) -> None:
+        """Resolve ``waiter`` to :data:`TIMED_OUT` after ``timeout`` seconds unless it
+        is resolved before."""
+        ...
 
-    def woken(self, waiter: Waiter) -> bool: ...
+    def woken(self, waiter: Waiter) -> bool:
+        """Whether ``waiter``, which ended with an exception (its task cancelled), had
+        been resolved with a value first, so the wake-up can be passed on."""
+        ...
 
-    def now(self) -> float: ...
+    def now(self) -> float:
+        """The event loop's clock, in seconds."""
+        ...
 
-    def current_task(self) -> object: ...
+    def current_task(self) -> object:
+        """The running task, as the event loop knows it."""
+        ...
 
     def cancel_called(self) -> bool:
         """Whether the running task is in a cancel scope that has been cancelled (not
         shielded from it): its next checkpoint raises the cancellation. Cheap enough
-        for every message (see :mod:`._cancel`)."""
+        for every message."""
         ...
 
-    async def checkpoint(self) -> None: ...
+    async def checkpoint(self) -> None:
+        """Let the other tasks run (a yield); unlike :func:`full_checkpoint` it need not
+        raise a pending cancellation first (the cheap per-message yield)."""
+        ...
 
-    def task_host(self, on_cancel: Callable[[], None]) -> TaskHost: ...
+    def task_host(self, on_cancel: Callable[[], None]) -> TaskHost:
+        """A new :class:`TaskHost` that calls ``on_cancel()`` when it must cancel its
+        tasks."""
+        ...
 
     def spawn_system_task(self, fn: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
         """Run ``fn()`` in a task of the event loop's own, outside every nursery: it is
@@ -154,7 +182,9 @@ class Kit(Protocol):
         not raise (trio turns that into ``TrioInternalError``): catch and keep errors."""
         ...
 
-    def cancel_scope(self) -> IncarnationScope: ...
+    def cancel_scope(self) -> IncarnationScope:
+        """A new :class:`IncarnationScope`, not yet entered."""
+        ...
 
 
 class IncarnationScope(Protocol):
@@ -171,11 +201,18 @@ class IncarnationScope(Protocol):
     """
 
     @property
-    def cancelled_caught(self) -> bool: ...
+    def cancelled_caught(self) -> bool:
+        """Whether the scope ended what ran inside because it was cancelled."""
+        ...
 
-    def cancel(self) -> None: ...
+    def cancel(self) -> None:
+        """End what runs inside (anyio shields hold)."""
+        ...
 
-    def engage(self) -> None: ...
+    def engage(self) -> None:
+        """Enter the anyio scope now, before code that may wait in a scope of its own;
+        raises the cancellation at once if the scope was cancelled meanwhile."""
+        ...
 
     def __enter__(self) -> IncarnationScope: ...
 
@@ -199,7 +236,9 @@ class TaskHost(Protocol):
     so that anyio's shields hold) and waits for them, shielded, before going on.
     """
 
-    def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str) -> None: ...
+    def spawn(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any, name: str) -> None:
+        """Start ``fn(*args)`` as a new task named ``name`` (at the loop's next turn)."""
+        ...
 
     async def __aenter__(self) -> TaskHost: ...
 

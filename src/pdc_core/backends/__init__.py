@@ -6,7 +6,10 @@ and ``CPUBackend`` is a thin layer with PyDotCompute's methods over
 ``pdc_core.get_backend("cpu")``.
 """
 
+from .._publish import publish
 from .base import Backend, BackendType
 from .cpu import CPUBackend
 
 __all__ = ["Backend", "BackendType", "CPUBackend"]
+
+publish(__name__, globals(), __all__)

@@ -8,28 +8,17 @@ backends (its members' values are the backend names, ``"cpu"``, ``"cuda"``,
 ``BackendArray`` is not provided (use ``UnifiedBuffer``).
 """
 
-from __future__ import annotations
+from .._publish import publish
+from .._pydotcompute.backends.base import (
+    Backend,
+    BackendType,
+    KernelExecutionResult,
+)
 
-import enum
-from dataclasses import dataclass
+__all__ = [
+    "Backend",
+    "BackendType",
+    "KernelExecutionResult",
+]
 
-from .._backend._contract import Backend
-
-__all__ = ["Backend", "BackendType", "KernelExecutionResult"]
-
-
-class BackendType(enum.Enum):
-    """A kind of backend, valued by pdc's backend name (``pdc_core.get_backend(t.value)``)."""
-
-    CPU = "cpu"
-    CUDA = "cuda"
-    METAL = "metal"
-
-
-@dataclass
-class KernelExecutionResult:
-    """How one ``execute_kernel`` went: ``success``, the time, the error if it failed."""
-
-    success: bool
-    execution_time_ms: float
-    error: Exception | None = None
+publish(__name__, globals(), __all__)

@@ -10,9 +10,12 @@ and memory pool). docs/migrating-from-pydotcompute.md lists every path, and what
 use instead.
 """
 
+from .._publish import publish
 from .accelerator import Accelerator
 from .memory_pool import MemoryPool
 from .orchestrator import ComputeOrchestrator
 from .unified_buffer import BufferState, UnifiedBuffer
 
 __all__ = ["Accelerator", "BufferState", "ComputeOrchestrator", "MemoryPool", "UnifiedBuffer"]
+
+publish(__name__, globals(), __all__)

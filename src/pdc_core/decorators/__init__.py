@@ -8,8 +8,11 @@ raising ``ValueError`` or ``TypeError``).
 
 # From the submodules, so that ``kernel`` and ``ring_kernel`` here are the decorators
 # rather than the submodules of the same names (as in PyDotCompute).
+from .._publish import publish
 from .kernel import gpu_kernel, kernel
 from .ring_kernel import ring_kernel
 from .validators import validate_config, validate_message
 
 __all__ = ["gpu_kernel", "kernel", "ring_kernel", "validate_config", "validate_message"]
+
+publish(__name__, globals(), __all__)

@@ -11,6 +11,7 @@ importing it does not install uvloop.
 
 # From the submodules, so that ``message`` here is the decorator rather than the
 # submodule of the same name (as in PyDotCompute).
+from .._publish import publish
 from .lifecycle import KernelState, RingKernel
 from .message import RingKernelMessage, message
 from .queue import MessageQueue
@@ -27,3 +28,5 @@ __all__ = [
     "RingKernelTelemetry",
     "message",
 ]
+
+publish(__name__, globals(), __all__)

@@ -7,9 +7,16 @@
 finds a message class by name in the registry every message class joins when defined.
 """
 
-from __future__ import annotations
-
-from .._seed import Message, Request, Response, RingKernelMessage, _wire, message
+from .._publish import publish
+from .._pydotcompute.ring_kernels.message import (
+    Message,
+    Request,
+    Response,
+    RingKernelMessage,
+    deserialize_message,
+    get_message_type,
+    message,
+)
 
 __all__ = [
     "Message",
@@ -21,13 +28,4 @@ __all__ = [
     "message",
 ]
 
-
-def deserialize_message(data: bytes | bytearray | memoryview) -> Message:
-    """The message ``serialize()`` made, whatever its class: ``Message.deserialize(data)``."""
-    return Message.deserialize(data)
-
-
-def get_message_type(name: str) -> type[Message] | None:
-    """The message class last defined with this name (``"VectorAdd"``), or ``None``."""
-    found = _wire.message_type(name)
-    return found if isinstance(found, type) and issubclass(found, Message) else None
+publish(__name__, globals(), __all__)

@@ -5,6 +5,13 @@
 provided.
 """
 
-from .._seed import RingKernelRuntime
+from .._publish import publish
+from .._pydotcompute.ring_kernels.runtime import (
+    RingKernelRuntime,
+)
 
-__all__ = ["RingKernelRuntime"]
+__all__ = [
+    "RingKernelRuntime",
+]
+
+publish(__name__, globals(), __all__)

@@ -13,20 +13,26 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, Self, TypeVar
 
 import anyio
 
-from .._actors import (
+from ..._actors import (
     ActorNursery,
-    ActorRunner,
     Backpressure,
     RestartPolicy,
     open_nursery,
 )
-from .._backend._persistent_kernel import PersistentKernelSpec
-from .._exceptions import (
+from ..._exceptions import (
     KernelAlreadyExistsError,
     KernelNotFoundError,
     LifecycleError,
 )
-from .._loop import check_duration, check_timeout, current_kit, full_checkpoint, seconds_or_inf
+from ...backend import PersistentKernelSpec
+from ...lowlevel import (
+    ActorRunner,
+    check_duration,
+    check_timeout,
+    current_kit,
+    full_checkpoint,
+    seconds_or_inf,
+)
 from ._lifecycle import FINAL_STATES, KernelState
 from ._persistent_runtime import PersistentRingKernel, launch_persistent
 from ._ring_kernel import (
@@ -39,7 +45,7 @@ from ._ring_kernel import (
 from ._telemetry import Telemetry
 
 if TYPE_CHECKING:
-    from .._backend._contract import Backend
+    from ...backend import Backend
 
 __all__ = ["RingKernelRuntime", "TelemetryT"]
 

@@ -13,7 +13,7 @@ from typing import Final, Protocol
 
 import anyio
 
-from .._actors import ActorState
+from ...lowlevel import ActorState
 
 __all__ = [
     "AS_ACTOR_STATE",

@@ -44,17 +44,26 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._actors import ActorRunner, ActorState, cancellation_first, check_priority
-from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
-from .._exceptions import ActorStopped, KernelStateError, MessageTimeout
-from .._loop import check_timeout, current_kit, full_checkpoint, seconds_or_inf
-from .._persistent import KernelActorRef, PersistentKernelActor
+from ..._exceptions import ActorStopped, KernelStateError, MessageTimeout
+from ..._persistent import KernelActorRef, PersistentKernelActor
+from ...lowlevel import (
+    TIMED_OUT,
+    ActorRunner,
+    ActorState,
+    cancel_called,
+    cancellation_first,
+    check_priority,
+    check_timeout,
+    current_kit,
+    full_checkpoint,
+    raise_cancelled,
+    seconds_or_inf,
+)
 from ._lifecycle import RECEIVE_STATES, KernelState, terminate_within
 from ._telemetry import KernelTelemetry, Telemetry
 
 if TYPE_CHECKING:
-    from .._backend._contract import Backend
-    from .._backend._persistent_kernel import PersistentKernelSpec
+    from ...backend import Backend, PersistentKernelSpec
 
 __all__ = ["PersistentRingKernel", "launch_persistent"]
 

@@ -64,20 +64,8 @@ from typing import Any, Final, overload
 
 import anyio
 
-from .._actors import (
-    CATCH_UP_AT,
-    EMPTY,
-    ActorRef,
-    ActorRunner,
-    ActorState,
-    ActorStatistics,
-    Backpressure,
-    BatchReply,
-    Mailbox,
-    cancellation_first,
-)
-from .._actors._refs import message_priority, raise_cancelled
-from .._exceptions import (
+from ..._actors import CATCH_UP_AT, EMPTY, Backpressure, BatchReply, Mailbox
+from ..._exceptions import (
     ActorCrashed,
     ActorStopped,
     KernelNotFoundError,
@@ -87,15 +75,22 @@ from .._exceptions import (
     MessageDropped,
     MessageTimeout,
 )
-from .._loop import (
+from ..._loop import TURN_CHECK_EVERY
+from ...lowlevel import (
     TIMED_OUT,
-    TURN_CHECK_EVERY,
+    ActorRef,
+    ActorRunner,
+    ActorState,
+    ActorStatistics,
     Kit,
+    cancellation_first,
     check_count,
     check_timeout,
     current_kit,
     fail,
     full_checkpoint,
+    message_priority,
+    raise_cancelled,
     seconds_or_inf,
     wake,
 )
@@ -576,6 +571,9 @@ class RingKernelContext:
 
 class RingKernel(ActorRef[Any, Any]):
     """A launched ring kernel: its state, queues, telemetry, and an actor handle.
+    (PyDotCompute's free-standing ``RingKernel(kernel_id, func)``, on the path
+    ``pdc_core.ring_kernels``, is another class, of which this one is a virtual
+    subclass.)
 
     ``runtime.launch`` returns it. Besides the runtime's methods (which take the
     kernel id) it is an :class:`~pdc_core.ActorRef`: ``ask(request)`` sends the

@@ -279,5 +279,6 @@ class Telemetry:
         return data
 
 
-#: PyDotCompute's name for :class:`Telemetry`.
+#: The seeds' name for :class:`Telemetry`. (PyDotCompute's ``RingKernelTelemetry``
+#: recorder, on the path ``pdc_core.ring_kernels.telemetry``, is another class.)
 RingKernelTelemetry = Telemetry

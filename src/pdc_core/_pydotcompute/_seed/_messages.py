@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, overload
 
-from .._actors import DEFAULT_PRIORITY, check_priority
-from .._exceptions import MessageDeserializationError, MessageSerializationError
+from ..._exceptions import MessageDeserializationError, MessageSerializationError
+from ...lowlevel import DEFAULT_PRIORITY, check_priority
 from . import _wire
 
 __all__ = [

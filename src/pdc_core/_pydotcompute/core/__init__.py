@@ -1,0 +1,1 @@
+"""Bodies of PyDotCompute\'s :mod:`pdc_core.core` (that package re-exports them)."""
