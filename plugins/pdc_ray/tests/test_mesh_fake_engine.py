@@ -209,7 +209,8 @@ async def test_a_broadcast_waits_for_room_in_every_remote_member_first() -> None
                 capacity=1,
             )
             engine.hold("deliver")
-            await mesh.members[1].tell("on the wire")  # shipped, held
+            await mesh.members[1].tell("on the wire")  # handed to the waiting shipper
+            await anyio.wait_all_tasks_blocked()  # shipped alone, and held
             await mesh.members[1].tell("queued")  # member 1's local mailbox is full
             while mesh.members[1].statistics().mailbox.depth != 1:  # type: ignore[union-attr]
                 await anyio.wait_all_tasks_blocked()

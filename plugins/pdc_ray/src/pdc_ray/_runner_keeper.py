@@ -116,27 +116,32 @@ class KeeperSide(RunnerState):
         mailbox = self._mailbox
         try:
             while True:
-                try:
-                    taken = await mailbox.receive_many(self._max_batch)
-                except MailboxClosed:
-                    return
-                requests = [request for request in taken if isinstance(request, _Request)]
-                if self._ending.is_set():
-                    # This incarnation is over: what was taken goes back, in order, for
-                    # the next one (or for finalize to fail).
-                    for request in reversed(requests):
-                        mailbox.requeue(request, request.priority)
-                    return
-                batch: list[_Request] = []
-                for request in requests:
-                    reply = request.reply
-                    if reply is not None and reply.abandoned:
-                        self.skipped += 1
-                    else:
-                        batch.append(request)
-                if not batch:
-                    continue
-                seq = self._sequence(batch)
+                # One shipper at a time waits on the mailbox and numbers what it took:
+                # the mailbox hands an item to the receiver waiting for it (anyio's
+                # hand-off), so two waiting shippers would split the ordered stream
+                # between them before _sequence numbers it.
+                async with self._taking:
+                    try:
+                        taken = await mailbox.receive_many(self._max_batch)
+                    except MailboxClosed:
+                        return
+                    requests = [request for request in taken if isinstance(request, _Request)]
+                    if self._ending.is_set():
+                        # This incarnation is over: what was taken goes back, in order,
+                        # for the next one (or for finalize to fail).
+                        for request in reversed(requests):
+                            mailbox.requeue(request, request.priority)
+                        return
+                    batch: list[_Request] = []
+                    for request in requests:
+                        reply = request.reply
+                        if reply is not None and reply.abandoned:
+                            self.skipped += 1
+                        else:
+                            batch.append(request)
+                    if not batch:
+                        continue
+                    seq = self._sequence(batch)
                 await self._wait_for_room(self._window)  # a caller's direct call holds one
                 sent = self._submit(actor, seq, batch)
                 if sent is None:

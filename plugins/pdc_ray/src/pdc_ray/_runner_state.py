@@ -247,6 +247,9 @@ class RunnerState(ActorRunner):
     _shippers: int
     #: Set when the last shipper returns (a draining stop waits for it).
     _shipped_all: anyio.Event
+    #: Held by the one shipper that waits on the mailbox and numbers what it takes
+    #: (taking and numbering are one step: see KeeperSide._ship).
+    _taking: anyio.Lock
     #: ``deliver`` calls on the wire (at most _window).
     _calls: int
     #: Set when a call on the wire completes (room for another).
@@ -318,6 +321,7 @@ class RunnerState(ActorRunner):
         self._to_cancel = []
         self._cancel_wake = anyio.Event()
         self._shipped_all = anyio.Event()
+        self._taking = anyio.Lock()
         self._calls = 0
         self._room = anyio.Event()
         self._orphan = None
