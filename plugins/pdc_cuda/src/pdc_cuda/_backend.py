@@ -36,9 +36,16 @@ from ._context import DEFAULT_GREEN_SMS, DEFAULT_MAX_CONTEXTS
 from ._kernels import CudaKernel, KernelCache, compile_raw_module, launch_and_wait
 from ._launch import Dims, LaunchConfig
 from ._memory import CudaMemory, DevicePool, require_mapped_memory
-from ._places import ContextKind, LaunchSite, ResidentPlace, context_kind, place_for
+from ._places import (
+    ContextKind,
+    LaunchSite,
+    ResidentPlace,
+    check_beside_resident,
+    context_kind,
+    place_for,
+)
 from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
-from ._residency import Residency, ResidentKernelBlocks
+from ._residency import Residency
 from ._streams import CudaEvent, CudaStream, own_stream, synchronize_stream
 
 if TYPE_CHECKING:
@@ -345,39 +352,7 @@ class CudaBackend(Backend):
         launched, both in the primary context. With a kernel resident in the primary
         context (placement ``"shared"``) the new kernel must be refused at once instead
         (CuPy's op is not tried there: its module load would wait for the kernel)."""
-        import uuid
-
-        import cupy
-
-        token = uuid.uuid4().hex[:12]
-        name = f"pdc_check_beside_{token}"
-        source = (
-            f'extern "C" __global__ void {name}(float* x, unsigned long long n) {{'
-            "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;"
-            "  if (i < n) x[i] += 1.0f; }"
-        )
-        if any(kernel.shares_primary for kernel in self.resident_kernels()):
-            try:
-                self.compile_kernel(source, name)
-            except ResidentKernelBlocks:
-                return (
-                    "shared placement: a new module is refused at once (ResidentKernelBlocks); "
-                    "CuPy's own module loads would wait for the kernel there"
-                )
-            raise AssertionError("a module was loaded beside a kernel in the primary context")
-        with self.device_context():
-            op = cupy.ElementwiseKernel("float32 x", "float32 y", "y = 2.0f * x", f"{name}_op")
-            doubled = cupy.asnumpy(op(cupy.arange(8, dtype=cupy.float32)))
-        if doubled.tolist() != [2.0 * i for i in range(8)]:
-            raise AssertionError(f"the new CuPy op computed {doubled.tolist()}")
-        data = self.to_device(np.zeros(64, np.float32))
-        self.launch_kernel(self.compile_kernel(source, name), (1,), (64,), (data, np.uint64(64)))
-        if not np.array_equal(self.to_host(data), np.ones(64, np.float32)):
-            raise AssertionError("the new kernel did not add one to every element")
-        return (
-            f"a CuPy op never used before and a new kernel ran in the primary context "
-            f"(resident kernels: context={self.context!r})"
-        )
+        return check_beside_resident(self)
 
     def resident_place(self, context: str | None = None) -> ResidentPlace:
         """Where a resident kernel placed by ``context`` (this backend's :attr:`context`
