@@ -52,6 +52,10 @@ those of :class:`BackendConformance`, whichever mixin holds them.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
+import pytest
+
 from ._conformance_memory import MemoryChecks
 from ._conformance_persistent import PersistentKernelChecks
 from ._conformance_python import PythonKernelChecks
@@ -61,3 +65,6 @@ __all__ = ["BackendConformance"]
 
 class BackendConformance(MemoryChecks, PythonKernelChecks, PersistentKernelChecks):
     """Checks every backend must pass; set ``backend_name`` in a subclass."""
+
+    #: Async checks run through anyio's pytest plugin.
+    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]

@@ -68,8 +68,6 @@ class ConformanceBase:
     """What every role of the kit shares: the backend under test and the time limit."""
 
     backend_name: ClassVar[str]
-    #: Async checks run through anyio's pytest plugin.
-    pytestmark: ClassVar[list[pytest.MarkDecorator]] = [pytest.mark.anyio]
     #: Seconds any blocking call (``synchronize``, ``wait``, a persistent-kernel
     #: exchange) may take before the check fails.
     timeout: ClassVar[float] = 10.0
