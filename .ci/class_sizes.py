@@ -30,9 +30,6 @@ LIMIT = 500
 #: longer over the limit (or no longer there), so that the entry is removed with the
 #: split.
 ALLOWED = {
-    "pdc_cuda._backend:CudaBackend": "issue 43 item 4 (CudaBackend's bookkeeping)",
-    "pdc_core._actors._nursery:ActorNursery": "issue 43 item 4 (no class over ~500 lines)",
-    "pdc_core.testing._conformance:BackendConformance": "issue 43 item 4 (no class over ~500)",
     "pdc_core._pydotcompute._seed._ring_kernel:RingKernel": "issue 43 items 1 and 4 (PyDotCompute's room)",
     "pdc_core._pydotcompute._seed._runtime:RingKernelRuntime": "issue 43 items 1 and 4 (PyDotCompute's room)",
 }

@@ -281,8 +281,15 @@ def test_the_nursery_knows_no_kind_of_actor() -> None:
         "pdc_core._actors",
         "pdc_core._actors._mailbox",
         "pdc_core._actors._mesh",  # many actors of any kind (start_mesh); knows no kind
+        "pdc_core._actors._nursery_lifecycle",  # its state and lifecycle, by role
         "pdc_core._actors._refs",
         "pdc_core._actors._restart",  # the restart policy of start_actor(restart=...)
+        "pdc_core._exceptions",
+        "pdc_core._loop",
+    }
+    # The lifecycle half knows runners and refs only: not even how actors start.
+    assert graph["pdc_core._actors._nursery_lifecycle"] == {
+        "pdc_core._actors._refs",
         "pdc_core._exceptions",
         "pdc_core._loop",
     }
@@ -400,15 +407,15 @@ def test_plugins_and_examples_import_only_public_faces(path: Path) -> None:
 def test_the_nursery_s_type_hints_name_no_kind_of_actor() -> None:
     """Not even under TYPE_CHECKING: start_actor's overloads use the protocols of
     pdc_core._actors._refs (ActorLike, StartsAs, RunsAs), which kinds satisfy."""
-    path = SRC / "_actors" / "_nursery.py"
+    paths = [SRC / "_actors" / "_nursery.py", SRC / "_actors" / "_nursery_lifecycle.py"]
     kinds = ("_mailbox_actor", "_persistent", "_backend", "_seed", "_mesh_mailbox")
+    source = "\n".join(path.read_text() for path in paths)
     imported = [
         node.module
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(ast.parse(source))
         if isinstance(node, ast.ImportFrom) and node.module
     ]
     assert not [module for module in imported if set(module.split(".")) & set(kinds)]
-    source = path.read_text()
     for name in ("KernelActorRef", "PersistentKernelActor", "RecordLike", "MailboxActorRef"):
         assert name not in source.replace(f"~pdc_core.{name}", "")  # docs may link to them
 

@@ -206,8 +206,6 @@ def fake_backend(**properties: Any) -> Any:
     ["cupy"]`` for the methods that call CuPy.
     """
     import contextlib
-    import threading
-    import weakref
 
     from pdc_cuda import CudaBackend, CudaDeviceProperties
 
@@ -216,9 +214,6 @@ def fake_backend(**properties: Any) -> Any:
     class FakeCudaBackend(CudaBackend):
         def __init__(self) -> None:
             self.device = 0
-            self._lock = threading.Lock()
-            self._streams = weakref.WeakSet()
-            self._kernels = {}
             self._setup_residency("shared", 8)  # the primary context: CuPy, faked
 
         @property

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
 from context_fakes import FakeDriver, FakeDriverError, fake_compiler
 from cuda_pipeline_support import abc
-from cuda_test_support import needs_nvrtc
+from cuda_test_support import fake_backend, needs_nvrtc
 from pdc_cuda import _memory, _numa
 from pdc_cuda._context import ContextPool, CudaContextError, PdcContext
 from pdc_cuda._persistent import LaunchOptions, launch_persistent_kernel
@@ -387,6 +387,15 @@ def test_the_shared_placement_refuses_what_would_wait_for_a_resident_kernel():
     with pytest.raises(ResidentKernelBlocks, match=r"compile and load kernel 'pdc_ring_kernel'"):
         backend.compile_kernel(SOURCE, "pdc_ring_kernel")
     assert isinstance(refused.value, pdc_core.BackendError)
+
+
+def test_pdc_check_beside_a_kernel_in_the_primary_context_reports_the_refusal():
+    """What ``pdc check`` runs beside its resident kernel: in the shared placement, the
+    new kernel is refused at once (and CuPy's op, whose load would wait, is not tried)."""
+    backend = fake_backend()
+    backend.residency.register(_SharedResident())
+    report = backend.check_beside_resident()
+    assert report.startswith("shared placement: a new module is refused at once")
 
 
 def test_a_kernel_in_a_context_of_its_own_blocks_nothing_in_the_primary_one():

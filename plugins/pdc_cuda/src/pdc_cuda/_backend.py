@@ -20,7 +20,6 @@ from pdc_core import (
     BackendError,
     BackendUnavailable,
     Capability,
-    CapabilityError,
     DeviceInfo,
 )
 from pdc_core.backend import (
@@ -28,20 +27,26 @@ from pdc_core.backend import (
     MemoryKind,
     MemoryStatistics,
     Stream,
-    normalize_shape_dtype,
     strict_int,
 )
 
 from ._availability import PRIORITY, prefer_eager_module_loading
 from ._availability import availability as cuda_availability
 from ._context import DEFAULT_GREEN_SMS, DEFAULT_MAX_CONTEXTS
-from ._kernels import CudaKernel, compile_options, compile_raw_module
+from ._kernels import CudaKernel, KernelCache, compile_raw_module, launch_and_wait
 from ._launch import Dims, LaunchConfig
-from ._memory import DevicePool, device_pointer, is_pinned, mapped_empty, pinned_empty
-from ._places import ContextKind, LaunchSite, ResidentPlace, context_kind, place_for
+from ._memory import CudaMemory, DevicePool, require_mapped_memory
+from ._places import (
+    ContextKind,
+    LaunchSite,
+    ResidentPlace,
+    check_beside_resident,
+    context_kind,
+    place_for,
+)
 from ._properties import ATTRIBUTE_FALLBACKS, CudaDeviceProperties
-from ._residency import Residency, ResidentKernelBlocks
-from ._streams import CudaEvent, CudaStream, synchronize_stream
+from ._residency import Residency
+from ._streams import CudaEvent, CudaStream, own_stream, synchronize_stream
 
 if TYPE_CHECKING:
     from pdc_core import PersistentPipeline
@@ -157,17 +162,18 @@ class CudaBackend(Backend):
         count = int(cupy.cuda.runtime.getDeviceCount())
         if not 0 <= device < count:
             raise BackendError(f"cuda:{device} does not exist: this machine has {count} device(s)")
-        self._lock = threading.Lock()
         with self.device_context():
-            self._pool = DevicePool(device, cupy.get_default_memory_pool())
-        self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
-        self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
+            self._memory = CudaMemory(self, DevicePool(device, cupy.get_default_memory_pool()))
 
     def _setup_residency(
         self, context: str | None, green_sms: int, max_contexts: int = DEFAULT_MAX_CONTEXTS
     ) -> None:
-        """The placement setting and the residency bookkeeping (subclasses that stand
-        for a device without CuPy call it from their own ``__init__``)."""
+        """The placement setting, the residency bookkeeping, the streams and the kernel
+        cache (subclasses that stand for a device without CuPy call it from their own
+        ``__init__``)."""
+        self._lock = threading.Lock()
+        self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
+        self._kernels = KernelCache()
         #: Where resident kernels go unless a launch says otherwise.
         self.context: ContextKind = context_kind(context)
         self.green_sms = strict_int(green_sms, "green_sms", "a number of SMs (an int)")
@@ -235,164 +241,39 @@ class CudaBackend(Backend):
             yield raw
 
     def _check_stream(self, stream: Stream) -> CudaStream:
-        if not isinstance(stream, CudaStream):
-            raise TypeError(f"the cuda backend needs a CUDA stream, not {stream!r}")
-        if stream.backend is not self:
-            raise ValueError(
-                f"{stream!r} belongs to {stream.backend.qualified_name}, not {self.qualified_name}"
-            )
-        return stream
+        return own_stream(self, stream)
 
-    # -- memory ---------------------------------------------------------------------
+    # -- memory (the device's CudaMemory service) -----------------------------------
 
     def allocate(
         self, shape: tuple[int, ...], dtype: np.dtype[Any], kind: MemoryKind = MemoryKind.DEVICE
     ) -> Any:
-        shape, dtype = normalize_shape_dtype(shape, dtype)
-        kind = MemoryKind(kind)
-        if kind is MemoryKind.HOST:
-            return np.empty(shape, dtype)
-        if kind is MemoryKind.PINNED:
-            with self.device_context():
-                return pinned_empty(shape, dtype)
-        if kind is MemoryKind.MAPPED:
-            self.require_mapped_memory("allocate mapped host memory")
-            with self.device_context():
-                return mapped_empty(shape, dtype)
-        import cupy
-
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        with self.device_context():
-            if kind is MemoryKind.MANAGED:
-                if self.properties.managed_memory is False:
-                    raise CapabilityError(
-                        f"{self.qualified_name} ({self.properties.name}) has no managed memory"
-                    )
-                pointer = cupy.cuda.malloc_managed(max(nbytes, 1))
-            else:
-                pointer = self._pool.malloc(nbytes)
-            return cupy.ndarray(shape, dtype, memptr=pointer)
+        return self._memory.allocate(shape, dtype, kind)
 
     def require_mapped_memory(self, action: str) -> None:
         """Raise :class:`CapabilityError` unless this device can map host memory."""
-        props = self.properties
-        if not props.can_map_host_memory:
-            raise CapabilityError(
-                f"cannot {action} on {self.qualified_name} ({props.name}): the device reports "
-                f"canMapHostMemory={props.can_map_host_memory}"
-            )
+        require_mapped_memory(self, action)
 
     def device_pointer(self, host: npt.NDArray[Any]) -> int:
         """The device address of a ``MAPPED`` host array (what a kernel dereferences)."""
-        with self.device_context():
-            return device_pointer(host)
+        return self._memory.device_pointer(host)
 
     def mapped_device_array(self, host: npt.NDArray[Any]) -> Any:
         """A CuPy array over the same memory as a ``MAPPED`` host array (no copy)."""
-        import cupy
-
-        if not host.flags.c_contiguous:
-            raise ValueError("a mapped array must be C-contiguous to be viewed from the device")
-        with self.device_context():
-            address = device_pointer(host)
-            memory = cupy.cuda.UnownedMemory(address, max(host.nbytes, 1), host, self.device)
-            return cupy.ndarray(host.shape, host.dtype, memptr=cupy.cuda.MemoryPointer(memory, 0))
-
-    def _cupy_array(self, device: Any) -> Any:
-        import cupy
-
-        if isinstance(device, cupy.ndarray):
-            return device
-        if hasattr(device, "__cuda_array_interface__") or hasattr(device, "__dlpack__"):
-            with self.device_context():
-                return cupy.asarray(device)
-        raise TypeError(
-            f"expected a CuPy array (or an object with __cuda_array_interface__), "
-            f"not {type(device).__name__}"
-        )
-
-    @staticmethod
-    def _check_out(src_shape: tuple[int, ...], src_dtype: np.dtype[Any], out: Any) -> None:
-        if tuple(out.shape) != tuple(src_shape) or np.dtype(out.dtype) != src_dtype:
-            raise ValueError(
-                f"cannot copy an array of shape {tuple(src_shape)} and dtype {src_dtype} into "
-                f"one of shape {tuple(out.shape)} and dtype {out.dtype}"
-            )
+        return self._memory.mapped_device_array(host)
 
     def to_device(
         self, host: npt.NDArray[Any], out: Any = None, stream: Stream | None = None
     ) -> Any:
-        import cupy
-
-        source = np.asarray(host)
-        normalize_shape_dtype(source.shape, source.dtype)
-        with self.device_context():
-            if out is None:
-                out = self.allocate(source.shape, source.dtype, MemoryKind.DEVICE)
-            else:
-                out = self._cupy_array(out)
-                self._check_out(source.shape, source.dtype, out)
-                if not out.flags.c_contiguous:
-                    raise ValueError("the destination device array must be C-contiguous")
-            if source.size == 0:
-                return out
-            if stream is None:
-                current = cupy.cuda.get_current_stream()
-                out.set(np.ascontiguousarray(source), stream=current)
-                synchronize_stream(current)
-                return out
-            cuda_stream = self._check_stream(stream)
-            if source.flags.c_contiguous and is_pinned(source):
-                staged = source
-            else:
-                staged = pinned_empty(source.shape, source.dtype)
-                np.copyto(staged, source)
-            out.set(staged, stream=cuda_stream.cupy)
-            # Keep the host memory alive until the copy has read it.
-            cuda_stream.keep_alive_until_done(staged)
-            return out
+        return self._memory.to_device(host, out, stream)
 
     def to_host(
         self, device: Any, out: npt.NDArray[Any] | None = None, stream: Stream | None = None
     ) -> npt.NDArray[Any]:
-        if isinstance(device, np.ndarray):
-            source_host = device
-            if out is None:
-                return source_host.copy()
-            self._check_out(source_host.shape, source_host.dtype, out)
-            np.copyto(out, source_host)
-            return out
-        array = self._cupy_array(device)
-        with self.device_context():
-            if out is not None:
-                if not isinstance(out, np.ndarray):
-                    raise TypeError(f"out must be a NumPy array, not {type(out).__name__}")
-                self._check_out(array.shape, array.dtype, out)
-                if not (out.flags.c_contiguous and out.flags.writeable):
-                    raise ValueError("out must be a writeable C-contiguous NumPy array")
-            if array.size == 0:
-                return out if out is not None else np.empty(array.shape, array.dtype)
-            if stream is None:
-                return array.get(out=out)  # type: ignore[no-any-return]
-            cuda_stream = self._check_stream(stream)
-            if out is None:
-                out = pinned_empty(array.shape, array.dtype)
-            if is_pinned(out):
-                array.get(stream=cuda_stream.cupy, out=out, blocking=False)
-                cuda_stream.keep_alive_until_done(array)
-                return out
-            # Pageable destination: copy into pinned staging, then into ``out`` from a
-            # host callback that runs once the stream has reached it.
-            staged = pinned_empty(array.shape, array.dtype)
-            array.get(stream=cuda_stream.cupy, out=staged, blocking=False)
-            target = out
-            cuda_stream.cupy.launch_host_func(lambda _arg: np.copyto(target, staged), None)
-            cuda_stream.keep_alive_until_done((array, staged))
-            return out
+        return self._memory.to_host(device, out, stream)
 
     def memory_statistics(self) -> MemoryStatistics:
-        with self.device_context():
-            return self._pool.statistics()
+        return self._memory.statistics()
 
     def free_cached_memory(self) -> None:
         """Return cached blocks (device and pinned) to CUDA.
@@ -402,11 +283,7 @@ class CudaBackend(Backend):
         it there, and a resident kernel never finishes.
         """
         self.residency.refuse_beside_shared("free cached memory (cudaFree, cudaFreeHost)")
-        import cupy
-
-        with self.device_context():
-            self._pool.free_cached()
-            cupy.get_default_pinned_memory_pool().free_all_blocks()
+        self._memory.free_cached()
 
     def use_async_memory_pool(self) -> None:
         """Switch CuPy's allocator (process-wide) to ``cupy.cuda.MemoryAsyncPool``.
@@ -416,12 +293,7 @@ class CudaBackend(Backend):
         ``free_all_blocks`` on out-of-memory hanging on it. Statistics then come from
         the async pool.
         """
-        import cupy
-
-        with self.device_context():
-            pool = cupy.cuda.MemoryAsyncPool()
-            cupy.cuda.set_allocator(pool.malloc)
-            self._pool = DevicePool(self.device, pool)
+        self._memory.use_async_pool()
 
     # -- streams and events -----------------------------------------------------------
 
@@ -480,39 +352,7 @@ class CudaBackend(Backend):
         launched, both in the primary context. With a kernel resident in the primary
         context (placement ``"shared"``) the new kernel must be refused at once instead
         (CuPy's op is not tried there: its module load would wait for the kernel)."""
-        import uuid
-
-        import cupy
-
-        token = uuid.uuid4().hex[:12]
-        name = f"pdc_check_beside_{token}"
-        source = (
-            f'extern "C" __global__ void {name}(float* x, unsigned long long n) {{'
-            "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;"
-            "  if (i < n) x[i] += 1.0f; }"
-        )
-        if any(kernel.shares_primary for kernel in self.resident_kernels()):
-            try:
-                self.compile_kernel(source, name)
-            except ResidentKernelBlocks:
-                return (
-                    "shared placement: a new module is refused at once (ResidentKernelBlocks); "
-                    "CuPy's own module loads would wait for the kernel there"
-                )
-            raise AssertionError("a module was loaded beside a kernel in the primary context")
-        with self.device_context():
-            op = cupy.ElementwiseKernel("float32 x", "float32 y", "y = 2.0f * x", f"{name}_op")
-            doubled = cupy.asnumpy(op(cupy.arange(8, dtype=cupy.float32)))
-        if doubled.tolist() != [2.0 * i for i in range(8)]:
-            raise AssertionError(f"the new CuPy op computed {doubled.tolist()}")
-        data = self.to_device(np.zeros(64, np.float32))
-        self.launch_kernel(self.compile_kernel(source, name), (1,), (64,), (data, np.uint64(64)))
-        if not np.array_equal(self.to_host(data), np.ones(64, np.float32)):
-            raise AssertionError("the new kernel did not add one to every element")
-        return (
-            f"a CuPy op never used before and a new kernel ran in the primary context "
-            f"(resident kernels: context={self.context!r})"
-        )
+        return check_beside_resident(self)
 
     def resident_place(self, context: str | None = None) -> ResidentPlace:
         """Where a resident kernel placed by ``context`` (this backend's :attr:`context`
@@ -548,23 +388,22 @@ class CudaBackend(Backend):
         are cached per source and options. Raises
         :class:`~pdc_cuda.CudaCompileError` carrying NVRTC's log.
         """
-        if not isinstance(source, str) or not source.strip():
-            raise ValueError("kernel source must be a non-empty string of CUDA C")
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"kernel name must be a C identifier, not {name!r}")
-        full_options = compile_options(options)
-        key = (source, name, full_options)
-        with self._lock:
-            cached = self._kernels.get(key)
-        if cached is not None:
-            return cached
-        self.residency.refuse_module_load(name)
-        with self.device_context():
-            raw = compile_raw_module(source, full_options, name)
-        kernel = CudaKernel(self, raw, name, source, full_options)
-        with self._lock:
-            self._kernels.setdefault(key, kernel)
-        return kernel
+        return self._kernels.compile(
+            source,
+            name,
+            options,
+            self.residency.refuse_module_load,
+            self._load_kernel(source, name),
+        )
+
+    def _load_kernel(self, source: str, name: str) -> Callable[[tuple[str, ...]], CudaKernel]:
+        def load(options: tuple[str, ...]) -> CudaKernel:
+            with self.device_context():
+                return CudaKernel(
+                    self, compile_raw_module(source, options, name), name, source, options
+                )
+
+        return load
 
     def launch_config(self, size: Any, block: Dims | None = None) -> LaunchConfig:
         """The grid and block covering ``size`` elements on this device (no kernel needed):
@@ -594,14 +433,7 @@ class CudaBackend(Backend):
         that stream is waited for, never the device, so a resident kernel on its own
         stream does not block it.
         """
-        if not isinstance(kernel, CudaKernel) or kernel.backend is not self:
-            raise TypeError(f"{kernel!r} was not compiled by {self!r}")
-        kernel.launch(grid, block, args, stream=stream, shared_mem=shared_mem)
-        if stream is None:
-            import cupy
-
-            with self.device_context():
-                synchronize_stream(cupy.cuda.get_current_stream())
+        launch_and_wait(self, kernel, grid, block, args, stream=stream, shared_mem=shared_mem)
 
     def run_python_kernel(
         self,

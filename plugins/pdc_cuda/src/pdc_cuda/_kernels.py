@@ -10,8 +10,9 @@ and block, and calling the kernel with a problem size computes them
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
-from typing import Any, Protocol
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -21,13 +22,16 @@ from pdc_core.backend import Stream
 from ._exceptions import CudaCompileError
 from ._launch import Dims, LaunchConfig, explicit_config, launch_config
 from ._properties import CudaDeviceProperties
+from ._streams import synchronize_stream
 
 __all__ = [
     "DEFAULT_OPTIONS",
     "CudaKernel",
+    "KernelCache",
     "KernelDevice",
     "compile_options",
     "kernel_argument",
+    "launch_and_wait",
 ]
 
 
@@ -194,3 +198,67 @@ def compile_raw_module(source: str, options: tuple[str, ...], name: str) -> Any:
             f"the source compiled but defines no kernel named {name!r} ({exc}); declare it "
             f'as extern "C" __global__ void {name}(...) so its name is not mangled'
         ) from None
+
+
+K = TypeVar("K", bound=CudaKernel)
+
+
+class KernelCache:
+    """The kernels compiled for one device, by source, name and full options.
+
+    A source is compiled once per options: ``refuse`` (the device's check before a
+    module load, which raises where a load would wait for a resident kernel) runs
+    before each compile, never for a kernel already cached. Thread-safe; two threads
+    compiling the same source at once both compile, and both get the first kernel kept.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
+
+    def compile(
+        self,
+        source: str,
+        name: str,
+        options: Sequence[str],
+        refuse: Callable[[str], None],
+        load: Callable[[tuple[str, ...]], K],
+    ) -> K:
+        """The kernel ``name`` of ``source``: cached, or ``load(full_options)``'s."""
+        if not isinstance(source, str) or not source.strip():
+            raise ValueError("kernel source must be a non-empty string of CUDA C")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"kernel name must be a C identifier, not {name!r}")
+        full_options = compile_options(options)
+        key = (source, name, full_options)
+        with self._lock:
+            cached = self._kernels.get(key)
+        if cached is not None:
+            # One device's loader makes one kind of kernel, so a cached one is a K.
+            return cast(K, cached)
+        refuse(name)
+        kernel = load(full_options)
+        with self._lock:
+            return cast(K, self._kernels.setdefault(key, kernel))
+
+
+def launch_and_wait(
+    device: KernelDevice,
+    kernel: CudaKernel,
+    grid: Dims,
+    block: Dims,
+    args: tuple[Any, ...],
+    *,
+    stream: Stream | None,
+    shared_mem: int,
+) -> None:
+    """Launch ``kernel`` of ``device`` (``TypeError`` for another device's); without a
+    ``stream``, wait for CuPy's current stream (only) to finish it."""
+    if not isinstance(kernel, CudaKernel) or kernel.backend is not device:
+        raise TypeError(f"{kernel!r} was not compiled by {device!r}")
+    kernel.launch(grid, block, args, stream=stream, shared_mem=shared_mem)
+    if stream is None:
+        import cupy
+
+        with device.device_context():
+            synchronize_stream(cupy.cuda.get_current_stream())

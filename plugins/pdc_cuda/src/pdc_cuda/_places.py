@@ -59,12 +59,13 @@ from ._context import (
 )
 from ._kernels import compile_options
 from ._properties import CudaDeviceProperties
-from ._residency import Residency
+from ._residency import Residency, ResidentKernelBlocks
 
 __all__ = [
     "CONTEXT_ENV",
     "CONTEXT_KINDS",
     "DEFAULT_CONTEXT",
+    "BesideServices",
     "ContextKind",
     "DriverPlace",
     "LaunchSite",
@@ -72,6 +73,7 @@ __all__ = [
     "PrimaryPlace",
     "PrimaryServices",
     "ResidentPlace",
+    "check_beside_resident",
     "context_kind",
     "place_for",
     "ring_owner",
@@ -358,3 +360,61 @@ def place_for(kind: ContextKind, services: PlaceServices) -> ResidentPlace:
         green_sms=services.green_sms,
     )
     return DriverPlace(pool, kind, services.max_contexts)
+
+
+class BesideServices(PrimaryServices, Protocol):
+    """What :func:`check_beside_resident` uses of a backend (``CudaBackend`` has it)."""
+
+    @property
+    def context(self) -> ContextKind:
+        """Where the device's resident kernels go by default."""
+
+    def resident_kernels(self) -> Sequence[Any]:
+        """The resident kernels still running on the device."""
+
+    def launch_kernel(self, kernel: Any, grid: Any, block: Any, args: tuple[Any, ...]) -> None:
+        """Launch ``kernel`` and wait for it (CuPy's current stream only)."""
+
+    def to_host(self, device: Any) -> npt.NDArray[Any]:
+        """A host copy of device memory."""
+
+
+def check_beside_resident(services: BesideServices) -> str:
+    """What ``pdc check`` runs beside a resident kernel: a CuPy op never used before and
+    a new kernel, both in the primary context; with a kernel resident there (placement
+    ``"shared"``), the new kernel refused at once (``CudaBackend.check_beside_resident``)."""
+    import uuid
+
+    token = uuid.uuid4().hex[:12]
+    name = f"pdc_check_beside_{token}"
+    source = (
+        f'extern "C" __global__ void {name}(float* x, unsigned long long n) {{'
+        "  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;"
+        "  if (i < n) x[i] += 1.0f; }"
+    )
+    if any(kernel.shares_primary for kernel in services.resident_kernels()):
+        try:
+            services.compile_kernel(source, name)
+        except ResidentKernelBlocks:
+            return (
+                "shared placement: a new module is refused at once (ResidentKernelBlocks); "
+                "CuPy's own module loads would wait for the kernel there"
+            )
+        raise AssertionError("a module was loaded beside a kernel in the primary context")
+    import cupy
+
+    with services.device_context():
+        op = cupy.ElementwiseKernel("float32 x", "float32 y", "y = 2.0f * x", f"{name}_op")
+        doubled = cupy.asnumpy(op(cupy.arange(8, dtype=cupy.float32)))
+    if doubled.tolist() != [2.0 * i for i in range(8)]:
+        raise AssertionError(f"the new CuPy op computed {doubled.tolist()}")
+    data = services.to_device(np.zeros(64, np.float32))
+    services.launch_kernel(
+        services.compile_kernel(source, name), (1,), (64,), (data, np.uint64(64))
+    )
+    if not np.array_equal(services.to_host(data), np.ones(64, np.float32)):
+        raise AssertionError("the new kernel did not add one to every element")
+    return (
+        f"a CuPy op never used before and a new kernel ran in the primary context "
+        f"(resident kernels: context={services.context!r})"
+    )

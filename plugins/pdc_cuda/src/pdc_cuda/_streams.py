@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pdc_core import Backend
 from pdc_core.backend import Event, Stream
 
-__all__ = ["CudaEvent", "CudaStream", "query_done", "synchronize_stream"]
+__all__ = [
+    "CudaEvent",
+    "CudaStream",
+    "StreamOwner",
+    "own_stream",
+    "query_done",
+    "synchronize_stream",
+]
 
 #: ``cudaErrorNotReady``: what ``cudaStreamQuery``/``cudaEventQuery`` return while work runs.
 ERROR_NOT_READY = 600
@@ -56,6 +63,26 @@ def synchronize_stream(raw: Any) -> None:
     event = cupy.cuda.Event(block=False, disable_timing=True)
     event.record(raw)
     event.synchronize()
+
+
+class StreamOwner(Protocol):
+    """What :func:`own_stream` needs of a device: its name, for the error."""
+
+    @property
+    def qualified_name(self) -> str:
+        """``cuda:N``."""
+
+
+def own_stream(owner: StreamOwner, stream: Stream) -> CudaStream:
+    """``stream`` as a CUDA stream of ``owner``: ``TypeError`` for another kind of
+    stream, ``ValueError`` for a stream of another device."""
+    if not isinstance(stream, CudaStream):
+        raise TypeError(f"the cuda backend needs a CUDA stream, not {stream!r}")
+    if stream.backend is not owner:
+        raise ValueError(
+            f"{stream!r} belongs to {stream.backend.qualified_name}, not {owner.qualified_name}"
+        )
+    return stream
 
 
 class CudaStream(Stream):

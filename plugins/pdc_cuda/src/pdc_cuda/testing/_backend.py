@@ -43,8 +43,9 @@ from pdc_core.backend import (
 
 from .._backend import CudaBackend
 from .._context import DEFAULT_GREEN_SMS
-from .._kernels import CudaKernel, compile_options
+from .._kernels import CudaKernel
 from .._launch import Dims, explicit_config
+from .._memory import check_out
 from .._nvrtc import find_nvrtc
 from .._places import ContextKind, PrimaryPlace, ResidentPlace
 from .._properties import CudaDeviceProperties
@@ -296,9 +297,6 @@ class HostCudaBackend(CudaBackend):
         multiprocessors = int(multiprocessors)
         self.device = device
         self.max_threads_per_block = max_threads_per_block
-        self._lock = threading.Lock()
-        self._streams: weakref.WeakSet[CudaStream] = weakref.WeakSet()
-        self._kernels: dict[tuple[str, str, tuple[str, ...]], CudaKernel] = {}
         self._setup_residency(context, DEFAULT_GREEN_SMS)
         #: Where resident kernels run when given (a test's place, e.g. a fake driver's).
         self._given_place = resident_place
@@ -386,7 +384,7 @@ class HostCudaBackend(CudaBackend):
         source = np.asarray(host)
         if out is None:
             out = self.allocate(source.shape, source.dtype, MemoryKind.DEVICE)
-        self._check_out(source.shape, source.dtype, out)
+        check_out(source.shape, source.dtype, out)
         np.copyto(np.asarray(out), source)
         return out
 
@@ -396,7 +394,7 @@ class HostCudaBackend(CudaBackend):
         source = np.asarray(device)
         if out is None:
             return np.array(source, copy=True)
-        self._check_out(source.shape, source.dtype, out)
+        check_out(source.shape, source.dtype, out)
         np.copyto(out, source)
         return out
 
@@ -440,18 +438,15 @@ class HostCudaBackend(CudaBackend):
         :class:`~pdc_cuda.CudaCompileError` otherwise, as on a GPU)."""
         if name != KERNEL_NAME:
             raise ValueError(f"the host build runs the resident ring kernel only, not {name!r}")
-        full = compile_options(options)
-        key = (source, name, full)
-        with self._lock:
-            cached = self._kernels.get(key)
-        if isinstance(cached, HostKernel):
-            return cached
-        self.residency.refuse_module_load(name)  # as on a GPU, in the shared placement
-        kernel = HostKernel(self, build_ring_kernel(source, options=full), name, full)
-        with self._lock:
-            self._kernels.setdefault(key, kernel)
-            self.builds.append(kernel.build)
-        return kernel
+
+        def load(options: tuple[str, ...]) -> HostKernel:
+            kernel = HostKernel(self, build_ring_kernel(source, options=options), name, options)
+            with self._lock:
+                self.builds.append(kernel.build)
+            return kernel
+
+        # As on a GPU, the cache refuses a new module in the shared placement.
+        return self._kernels.compile(source, name, options, self.residency.refuse_module_load, load)
 
     def launch_kernel(
         self,
