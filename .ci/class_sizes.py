@@ -30,8 +30,8 @@ LIMIT = 500
 #: longer over the limit (or no longer there), so that the entry is removed with the
 #: split.
 ALLOWED = {
-    "pdc_core._pydotcompute._seed._ring_kernel:RingKernel": "issue 43 items 1 and 4 (PyDotCompute's room)",
-    "pdc_core._pydotcompute._seed._runtime:RingKernelRuntime": "issue 43 items 1 and 4 (PyDotCompute's room)",
+    "pdc_core._pydotcompute._seed._ring_kernel:RingKernel": "issue 43 item 4",
+    "pdc_core._pydotcompute._seed._runtime:RingKernelRuntime": "issue 43 item 4",
 }
 
 
