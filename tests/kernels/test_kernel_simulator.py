@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from pdc_core import cuda
 from pdc_core.cuda import _simulator as sim
+from pdc_core.cuda._simulator import _memory
 
 
 def both_ways(body: Any, grid: Any, block: Any, *arrays: np.ndarray[Any, Any], **kw: Any) -> Any:
@@ -134,7 +135,7 @@ def test_giving_up_for_divergence_is_remembered_per_body() -> None:
 
 
 def test_the_undo_budget_splits_runs(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sim, "UNDO_BUDGET", 256)
+    monkeypatch.setattr(_memory, "UNDO_BUDGET", 256)  # read where the undo log is
     stats, (out,) = both_ways(write_then_diverge, 2, 128, np.zeros(256, np.int64))
     assert stats.lane_runs > 3
     np.testing.assert_array_equal(out, np.where(np.arange(256) % 2 == 0, 11, 1))

@@ -585,6 +585,21 @@ CORE_LAYERS: dict[str, list[set[str]]] = {
     ],
     # PyDotCompute's API (see PYDOTCOMPUTE_FLOORS above).
     "pdc_core._pydotcompute": PYDOTCOMPUTE_FLOORS,
+    # The kernel simulator: limits and modes; lane values; lane memory (arrays, undo log,
+    # atomics); thread and block state; the vocabulary; lane built-ins; rebinding; the
+    # engine; the numba bridge. Protocols below name the chunk run and the lane state.
+    "pdc_core.cuda._simulator": [
+        {"_limits"},
+        {"_values"},
+        {"_memory"},
+        {"_state"},
+        {"_vocabulary"},
+        {"_builtins"},
+        {"_rebinding"},
+        {"_engine"},
+        {"_numba_bridge"},
+        {""},
+    ],
 }
 
 #: The persistent-kernel session by role, bottom first: the reply router knows the ring
