@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,10 +59,6 @@ from ._session_types import (
     _check_session_options,
     backend_for,
 )
-
-if TYPE_CHECKING:
-    pass
-
 
 __all__ = [
     "PersistentKernelSession",

@@ -926,31 +926,14 @@ class RingKernel(ActorRef[Any, Any]):
         elif not entry.done():
             entry.set_result(reply)
 
-    @staticmethod
-    def _message_id(message: Any) -> Any:
-        message_id = getattr(message, "message_id", None)
-        if message_id is None:
-            raise TypeError(
-                "ask needs a message with a message_id (a pdc Message such as Request), "
-                f"got {type(message).__name__}"
-            )
-        return message_id
-
-    def _already_pending(self, message_id: Any) -> ValueError:
-        return ValueError(
-            f"request {message_id} is already pending on kernel {self._kernel_id!r}: "
-            "its reply could answer only one caller. Ask with a message of its own "
-            "(each new Request has a new message_id)"
-        )
-
     async def _request(self, message: Any, priority: int, timeout: float | None) -> Any:
         """Send ``message`` and return the kernel's reply correlated with it (by its
         ``message_id``)."""
-        message_id = self._message_id(message)
+        message_id = _message_id(message)
         self._check_running()
         pending = self._pending
         if message_id in pending:
-            raise self._already_pending(message_id)
+            raise _already_pending(self._kernel_id, message_id)
         waiter = self._kit.waiter()
         pending[message_id] = waiter
         sent = False
@@ -969,13 +952,13 @@ class RingKernel(ActorRef[Any, Any]):
     async def _request_many(
         self, messages: Sequence[Any], priority: int | list[int], timeout: float | None
     ) -> Any:
-        ids = [self._message_id(message) for message in messages]
+        ids = [_message_id(message) for message in messages]
         self._check_running()
         pending = self._pending
         seen: set[Any] = set()
         for message_id in ids:
             if message_id in pending or message_id in seen:
-                raise self._already_pending(message_id)
+                raise _already_pending(self._kernel_id, message_id)
             seen.add(message_id)
         cell = BatchReply(self._kit.waiter(), len(messages))
         for index, message_id in enumerate(ids):
@@ -1125,3 +1108,22 @@ class _RingKernelRunner(ActorRunner):
 
     def finalize(self, error: BaseException | None) -> None:
         self._kernel._finalize(error)
+
+
+def _message_id(message: Any) -> Any:
+    """The id an ask's reply is matched by (PyDotCompute's ``message_id``)."""
+    message_id = getattr(message, "message_id", None)
+    if message_id is None:
+        raise TypeError(
+            "ask needs a message with a message_id (a pdc Message such as Request), "
+            f"got {type(message).__name__}"
+        )
+    return message_id
+
+
+def _already_pending(kernel_id: str, message_id: Any) -> ValueError:
+    return ValueError(
+        f"request {message_id} is already pending on kernel {kernel_id!r}: "
+        "its reply could answer only one caller. Ask with a message of its own "
+        "(each new Request has a new message_id)"
+    )

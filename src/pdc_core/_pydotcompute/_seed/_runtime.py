@@ -358,7 +358,7 @@ class RingKernelRuntime(Generic[TelemetryT]):
                     f"{', '.join(given)} apply to persistent kernels only, and "
                     f"{kernel_id!r} is a kernel function"
                 )
-            definition = self._definition(
+            definition = _launch_definition(
                 kernel_id, kernel_func, config, input_type, output_type, queue_size, backpressure
             )
             kernel = RingKernel(definition, current_kit(), telemetry=self._enable_telemetry)
@@ -371,53 +371,6 @@ class RingKernelRuntime(Generic[TelemetryT]):
                 del self._kernels[kernel_id]
             raise
         return kernel
-
-    @staticmethod
-    def _definition(
-        kernel_id: str,
-        kernel_func: KernelFunction | RingKernelDefinition | None,
-        config: _KernelConfig | None,
-        input_type: type | None,
-        output_type: type | None,
-        queue_size: int | None,
-        backpressure: Backpressure | str | None,
-    ) -> RingKernelDefinition:
-        if queue_size is not None:  # checked as given: 0 is refused, never "the default"
-            queue_size = check_queue_size(queue_size, "queue_size")
-        if kernel_func is None:
-            base = get_ring_kernel(kernel_id)
-        elif isinstance(kernel_func, RingKernelDefinition):
-            base = kernel_func
-        else:
-            base = RingKernelDefinition(kernel_func, kernel_id=kernel_id)
-        if config is not None:
-            if not callable(getattr(config, "definition", None)):
-                raise TypeError(
-                    "config must be a pdc_core.ring_kernels.lifecycle.RingKernelConfig, "
-                    f"got {config!r}"
-                )
-            configured = config.definition(base.func)
-            input_type = input_type or base.input_type
-            output_type = output_type or base.output_type
-            base = configured
-        elif (
-            input_type is None
-            and output_type is None
-            and queue_size is None
-            and backpressure is None
-        ):
-            return base if base.kernel_id == kernel_id else base._renamed(kernel_id)
-        return RingKernelDefinition(
-            base.func,
-            kernel_id=kernel_id,
-            input_type=input_type or base.input_type,
-            output_type=output_type or base.output_type,
-            input_queue_size=base.input_queue_size if queue_size is None else queue_size,
-            output_queue_size=base.output_queue_size if queue_size is None else queue_size,
-            backpressure=base.backpressure if backpressure is None else backpressure,
-            grid_size=base.grid_size,
-            block_size=base.block_size,
-        )
 
     async def activate(self, kernel_id: str) -> None:
         """Phase 2: LAUNCHED -> ACTIVE, start delivering messages.
@@ -591,3 +544,46 @@ class RingKernelRuntime(Generic[TelemetryT]):
             f"<RingKernelRuntime active={self._active} kernels={len(self._kernels)} "
             f"telemetry={self._enable_telemetry}>"
         )
+
+
+def _launch_definition(
+    kernel_id: str,
+    kernel_func: KernelFunction | RingKernelDefinition | None,
+    config: _KernelConfig | None,
+    input_type: type | None,
+    output_type: type | None,
+    queue_size: int | None,
+    backpressure: Backpressure | str | None,
+) -> RingKernelDefinition:
+    """The definition ``launch`` starts: ``kernel_func`` (or the registered kernel) with
+    what the caller gave beside it."""
+    if queue_size is not None:  # checked as given: 0 is refused, never "the default"
+        queue_size = check_queue_size(queue_size, "queue_size")
+    if kernel_func is None:
+        base = get_ring_kernel(kernel_id)
+    elif isinstance(kernel_func, RingKernelDefinition):
+        base = kernel_func
+    else:
+        base = RingKernelDefinition(kernel_func, kernel_id=kernel_id)
+    if config is not None:
+        if not callable(getattr(config, "definition", None)):
+            raise TypeError(
+                f"config must be a pdc_core.ring_kernels.lifecycle.RingKernelConfig, got {config!r}"
+            )
+        configured = config.definition(base.func)
+        input_type = input_type or base.input_type
+        output_type = output_type or base.output_type
+        base = configured
+    elif input_type is None and output_type is None and queue_size is None and backpressure is None:
+        return base if base.kernel_id == kernel_id else base._renamed(kernel_id)
+    return RingKernelDefinition(
+        base.func,
+        kernel_id=kernel_id,
+        input_type=input_type or base.input_type,
+        output_type=output_type or base.output_type,
+        input_queue_size=base.input_queue_size if queue_size is None else queue_size,
+        output_queue_size=base.output_queue_size if queue_size is None else queue_size,
+        backpressure=base.backpressure if backpressure is None else backpressure,
+        grid_size=base.grid_size,
+        block_size=base.block_size,
+    )
