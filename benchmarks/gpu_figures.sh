@@ -24,6 +24,12 @@
 # pdc's entry points (backends are found only through them); wheels carried in .whl/
 # (trio, sniffio, outcome, matplotlib) are put on the path first.
 # Record what it prints in docs/benchmarks.md with the date, GPU, driver, CUDA and CuPy.
+#
+# PDC_FIGURES_HOST=1 is its dry run without a GPU, on pdc-cuda's host build (g++ and NVRTC):
+# the same stages, deadlines and shim, with stage 1 expected to refuse (exit 2: it needs a
+# GPU and CuPy), stage 2 on pdc_cuda.testing.HostCudaBackend, which the shim's pdc-cuda
+# entry point loads as the cuda backend (benchmarks/figures_host_plugin.py), and stage 3
+# with --host. Its times mean nothing.
 
 set -u
 ROOT=$PWD
@@ -47,36 +53,59 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --target "$WHEELS" .whl/*.whl \
         && export PYTHONPATH="$WHEELS${PYTHONPATH:+:$PYTHONPATH}"
 fi
-if ! "$PY" -c 'import pdc_core, pdc_cuda' >/dev/null 2>&1; then
-    SHIM=/tmp/pdc-gpu-figures-shim
-    rm -rf "$SHIM"
-    dist() { # dist NAME VERSION-FILE ENTRY-POINT-LINES...
-        local name=$1 version d
-        version=$(sed -n 's/^__version__ *= *"\(.*\)".*/\1/p' "$2" | head -1)
-        d="$SHIM/${name//-/_}-$version.dist-info"
-        shift 2
-        mkdir -p "$d"
-        printf 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' "$name" "$version" > "$d/METADATA"
-        printf '%s\n' "$@" > "$d/entry_points.txt"
-    }
+HOST="${PDC_FIGURES_HOST:-0}"
+SHIM=/tmp/pdc-gpu-figures-shim-$$
+rm -rf "$SHIM"
+dist() { # dist NAME VERSION-FILE ENTRY-POINT-LINES...
+    local name=$1 version d
+    version=$(sed -n 's/^__version__ *= *"\(.*\)".*/\1/p' "$2" | head -1)
+    d="$SHIM/${name//-/_}-$version.dist-info"
+    shift 2
+    mkdir -p "$d"
+    printf 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' "$name" "$version" > "$d/METADATA"
+    printf '%s\n' "$@" > "$d/entry_points.txt"
+}
+# The dry run always takes this path (the one a bare GPU machine takes), with pdc-cuda's
+# entry point on benchmarks/figures_host_plugin.py: the host build as the cuda backend.
+CUDA_PLUGIN=pdc_cuda
+if [ "$HOST" = 1 ]; then
+    CUDA_PLUGIN=figures_host_plugin
+    export PYTHONPATH="$ROOT/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ "$HOST" = 1 ] || ! "$PY" -c 'import pdc_core, pdc_cuda' >/dev/null 2>&1; then
     dist pdc-core src/pdc_core/_version.py "[console_scripts]" "pdc = pdc_core._cli:main"
     dist pdc-cpu plugins/pdc_cpu/src/pdc_cpu/_version.py "[pdc]" "cpu = pdc_cpu"
-    dist pdc-cuda plugins/pdc_cuda/src/pdc_cuda/_version.py "[pdc]" "cuda = pdc_cuda"
+    dist pdc-cuda plugins/pdc_cuda/src/pdc_cuda/_version.py "[pdc]" "cuda = $CUDA_PLUGIN"
     export PYTHONPATH="$SHIM:$ROOT/src:$ROOT/plugins/pdc_cpu/src:$ROOT/plugins/pdc_cuda/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
+trap 'rm -rf "$SHIM"' EXIT
 
 {
     date -u +%Y-%m-%dT%H:%M:%SZ
     git rev-parse --short HEAD 2>/dev/null || echo "(no git)"
-    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1
+    else
+        echo "nvidia-smi: not found"
+    fi
+    # One line whatever fails: no CuPy, or a CuPy without a CUDA runtime or driver.
     "$PY" - <<'EOF' 2>&1
 import sys
-import cupy
+
 import numpy
-print("python", sys.version.split()[0], "numpy", numpy.__version__, "cupy", cupy.__version__,
-      "cuda runtime", cupy.cuda.runtime.runtimeGetVersion(),
-      "driver", cupy.cuda.runtime.driverGetVersion())
+
+line = f"python {sys.version.split()[0]} numpy {numpy.__version__}"
+try:
+    import cupy
+
+    line += f" cupy {cupy.__version__}"
+    runtime = cupy.cuda.runtime
+    line += f" cuda runtime {runtime.runtimeGetVersion()} driver {runtime.driverGetVersion()}"
+except Exception as exc:
+    line += f" ({type(exc).__name__}: {exc})"
+print(line)
 EOF
+    [ "$HOST" = 1 ] && echo "PDC_FIGURES_HOST=1: a dry run on pdc-cuda's host build, no GPU figures"
 } > "$OUT/versions.txt"
 cat "$OUT/versions.txt"
 
@@ -90,7 +119,11 @@ run_stage() { # run_stage NAME WANTED-SECONDS STDOUT-FILE STDERR-FILE COMMAND...
     fi
     timeout -k 5 "$seconds" "$@" >> "$out" 2>> "$err"
     rc=$?
-    echo "$name: exit $rc (limit ${seconds} s)" | tee -a "$err"
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        echo "$name: cut by its deadline (exit $rc, limit ${seconds} s)" | tee -a "$err"
+    else
+        echo "$name: exit $rc (limit ${seconds} s)" | tee -a "$err"
+    fi
 }
 
 run_stage contexts 110 "$OUT/contexts.log" "$OUT/contexts.log" \
@@ -99,7 +132,9 @@ PLOT=()
 "$PY" -c 'import matplotlib' >/dev/null 2>&1 && PLOT=(--plot "$OUT/bench_cuda.png")
 run_stage "pdc bench" 120 "$OUT/bench_cuda.json" "$OUT/bench_cuda.err" \
     "$PY" -m pdc_core bench --backend cuda --quick --json "${PLOT[@]}"
+FLOOR_HOST=()
+[ "$HOST" = 1 ] && FLOOR_HOST=(--host)
 run_stage cuda_floor 60 "$OUT/cuda_floor.log" "$OUT/cuda_floor.log" \
-    "$PY" benchmarks/cuda_floor.py --quick --spin-variants
+    "$PY" benchmarks/cuda_floor.py --quick --spin-variants "${FLOOR_HOST[@]}"
 tail -40 "$OUT/contexts.log"
 tail -30 "$OUT/cuda_floor.log"

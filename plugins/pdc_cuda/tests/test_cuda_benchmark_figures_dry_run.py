@@ -1,0 +1,103 @@
+"""``benchmarks/gpu_figures.sh`` without a GPU: ``PDC_FIGURES_HOST=1``, its dry run.
+
+The script is the one call a GPU session makes (docs/benchmarks.md). Here it runs whole
+on pdc-cuda's host build, through the shim a bare GPU machine uses (``src/`` on
+PYTHONPATH, a ``.dist-info`` per distribution), with the same stages and deadlines:
+stage 1 (``cuda_contexts.py``) needs CuPy and a GPU and refuses, saying so; stage 2 is
+``pdc bench --backend cuda`` on the host build; stage 3 is ``cuda_floor.py --host``.
+Each stage must end with a line that says how (exit, cut by its deadline, or skipped),
+and the outputs of the stages that finished must be there and well-formed. Only what
+ran is checked, never how long it took.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
+from pdc_cuda.testing import HostCudaBackend
+
+ROOT = Path(__file__).resolve().parents[3]
+SCRIPT = ROOT / "benchmarks" / "gpu_figures.sh"
+AVAILABILITY = HostCudaBackend.availability()
+pytestmark = [
+    pytest.mark.cuda_host,
+    pytest.mark.skipif(
+        not AVAILABILITY.available,
+        reason=f"no host build of the ring kernel: {AVAILABILITY.reason}",
+    ),
+]
+
+STAGES = ("contexts", "pdc bench", "cuda_floor")
+ENDED = re.compile(
+    r"^(?P<stage>contexts|pdc bench|cuda_floor): (?:"
+    r"exit (?P<rc>\d+) \(limit \d+ s\)"
+    r"|(?P<cut>cut by its deadline) \(exit 1(?:24|37), limit \d+ s\)"
+    r"|(?P<skipped>skipped) \(budget spent\))$",
+    re.MULTILINE,
+)
+
+
+def run_script(out: Path, budget: int) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
+    env.update(PDC_FIGURES_HOST="1", PDC_FIGURES_BUDGET=str(budget))
+    env.pop("PDC_PLUGINS", None)
+    env.pop("PDC_BACKEND", None)
+    done = subprocess.run(
+        ["bash", str(SCRIPT)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=budget + 60,
+    )
+    ends = {match["stage"]: match for match in ENDED.finditer(done.stdout)}
+    return done, ends
+
+
+def test_the_whole_script_runs_on_the_host_build(tmp_path: Path) -> None:
+    done, ends = run_script(tmp_path, budget=55)
+    assert done.returncode == 0, done.stderr
+    assert sorted(ends) == sorted(STAGES), done.stdout  # every stage says how it ended
+    versions = (tmp_path / "versions.txt").read_text()
+    assert "python " in versions
+    assert "numpy " in versions
+    assert "PDC_FIGURES_HOST=1" in versions
+
+    contexts = ends["contexts"]
+    assert contexts["rc"] == "2", done.stdout  # refuses without a GPU, saying why
+    assert "needs an NVIDIA GPU" in (tmp_path / "contexts.log").read_text()
+
+    bench = ends["pdc bench"]
+    if bench["rc"] is not None:
+        assert bench["rc"] == "0", (tmp_path / "bench_cuda.err").read_text()
+        latency = json.loads((tmp_path / "bench_cuda.json").read_text())["latency"]
+        for library in ("asyncio", "trio"):
+            assert f"{library} / resident ring (cuda)" in latency
+            assert latency[f"{library} / mapped-memory floor (cuda)"]["baseline"] is True
+
+    floor = ends["cuda_floor"]
+    if floor["rc"] is not None:
+        assert floor["rc"] == "0", (tmp_path / "cuda_floor.log").read_text()
+        log = (tmp_path / "cuda_floor.log").read_text()
+        assert "| 8 B | asyncio | request, wait=spin |" in log
+        assert "Python calls per single-record session.request" in log
+
+
+def test_a_spent_budget_skips_every_stage_saying_so(tmp_path: Path) -> None:
+    # Under 20 s left (budget - 5 s of margin) is too little for any stage.
+    done, ends = run_script(tmp_path, budget=20)
+    assert done.returncode == 0, done.stderr
+    assert {stage: match["skipped"] for stage, match in ends.items()} == dict.fromkeys(
+        STAGES, "skipped"
+    )
+    assert (tmp_path / "versions.txt").exists()
+    assert not (tmp_path / "bench_cuda.json").exists()
