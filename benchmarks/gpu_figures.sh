@@ -47,15 +47,20 @@ stage_time() {
     if [ "$left" -lt 20 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
 }
 
+HOST="${PDC_FIGURES_HOST:-0}"
+if [ "$HOST" != 0 ] && [ "$HOST" != 1 ]; then
+    echo "gpu_figures: PDC_FIGURES_HOST must be 0 (a GPU run) or 1 (the dry run), not '$HOST'" >&2
+    exit 2
+fi
+# Wheels and shim live in a folder of this run's own (two runs at once do not collide).
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/pdc-gpu-figures.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
 if ls .whl/*.whl >/dev/null 2>&1; then
-    WHEELS=/tmp/pdc-gpu-figures-wheels
-    rm -rf "$WHEELS"
+    WHEELS=$TMP/wheels
     "$PY" -m pip install -q --no-index --no-deps --target "$WHEELS" .whl/*.whl \
         && export PYTHONPATH="$WHEELS${PYTHONPATH:+:$PYTHONPATH}"
 fi
-HOST="${PDC_FIGURES_HOST:-0}"
-SHIM=/tmp/pdc-gpu-figures-shim-$$
-rm -rf "$SHIM"
+SHIM=$TMP/shim
 dist() { # dist NAME VERSION-FILE ENTRY-POINT-LINES...
     local name=$1 version d
     version=$(sed -n 's/^__version__ *= *"\(.*\)".*/\1/p' "$2" | head -1)
@@ -78,7 +83,6 @@ if [ "$HOST" = 1 ] || ! "$PY" -c 'import pdc_core, pdc_cuda' >/dev/null 2>&1; th
     dist pdc-cuda plugins/pdc_cuda/src/pdc_cuda/_version.py "[pdc]" "cuda = $CUDA_PLUGIN"
     export PYTHONPATH="$SHIM:$ROOT/src:$ROOT/plugins/pdc_cpu/src:$ROOT/plugins/pdc_cuda/src${PYTHONPATH:+:$PYTHONPATH}"
 fi
-trap 'rm -rf "$SHIM"' EXIT
 
 {
     date -u +%Y-%m-%dT%H:%M:%SZ

@@ -101,3 +101,14 @@ def test_a_spent_budget_skips_every_stage_saying_so(tmp_path: Path) -> None:
     )
     assert (tmp_path / "versions.txt").exists()
     assert not (tmp_path / "bench_cuda.json").exists()
+
+
+def test_an_unknown_switch_value_is_refused_before_any_stage(tmp_path: Path) -> None:
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}
+    env["PDC_FIGURES_HOST"] = "yes"
+    done = subprocess.run(
+        ["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    assert "PDC_FIGURES_HOST must be 0 (a GPU run) or 1 (the dry run), not 'yes'" in done.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing measured, nothing written
