@@ -121,10 +121,13 @@ class KeeperSide(RunnerState):
                 # hand-off), so two waiting shippers would split the ordered stream
                 # between them before _sequence numbers it.
                 async with self._taking:
+                    self._parked = True
                     try:
                         taken = await mailbox.receive_many(self._max_batch)
                     except MailboxClosed:
                         return
+                    finally:
+                        self._parked = False
                     requests = [request for request in taken if isinstance(request, _Request)]
                     if self._ending.is_set():
                         # This incarnation is over: what was taken goes back, in order,

@@ -250,6 +250,9 @@ class RunnerState(ActorRunner):
     #: Held by the one shipper that waits on the mailbox and numbers what it takes
     #: (taking and numbering are one step: see KeeperSide._ship).
     _taking: anyio.Lock
+    #: True while the shipper holding _taking waits in the mailbox: a message the
+    #: mailbox hands it is in its hand, neither queued nor in flight, until it runs.
+    _parked: bool
     #: ``deliver`` calls on the wire (at most _window).
     _calls: int
     #: Set when a call on the wire completes (room for another).
@@ -322,6 +325,7 @@ class RunnerState(ActorRunner):
         self._cancel_wake = anyio.Event()
         self._shipped_all = anyio.Event()
         self._taking = anyio.Lock()
+        self._parked = False
         self._calls = 0
         self._room = anyio.Event()
         self._orphan = None
