@@ -41,6 +41,12 @@ class MailboxLane(MailboxPolicy[T]):
         """Closed, with no data left to receive."""
         return self._closed and not self._sealed and not self._size
 
+    @property
+    def receiver_waits(self) -> bool:
+        """Whether a receiver waits with nothing handed to it yet: one that was handed
+        a message holds it, neither queued nor received by its task, until it runs."""
+        return self._receiver_waits()
+
     def offer(self, item: T, priority: int) -> int:
         """Enqueue ``item`` now if it can go in without waiting: :data:`HANDED` when it
         went straight to the parked receiver (see :meth:`park_receiver`), else

@@ -403,7 +403,7 @@ class CallerSide(RunnerState):
             and not self._ending.is_set()
             # a parked shipper no longer counted as waiting was handed a message that
             # it has not numbered yet: a request shipped now would overtake it
-            and (not self._parked or mailbox.statistics().receivers_waiting > 0)
+            and (not self._parked or mailbox.receiver_waits)
         )
 
     async def _ship_directly(self, request: _Request, timeout: float | None) -> bool:
