@@ -631,11 +631,14 @@ def _context_scenario(method: str) -> Scenario:
         runtime = await _runtime(stack)
         contexts: list[Any] = []
         got = anyio.Event()
+        release = anyio.Event()
+        # Ends the kernel before the runtime drains it (LIFO), not after its 5 s drain.
+        stack.callback(release.set)
 
         async def keep_context(ctx: Any) -> None:
             contexts.append(ctx)
             got.set()
-            await anyio.sleep_forever()
+            await release.wait()
 
         await runtime.launch("context", keep_context)
         await runtime.activate("context")
