@@ -52,6 +52,7 @@ Its times say nothing about a GPU.
 
 from __future__ import annotations
 
+import abc
 import argparse
 import datetime
 import faulthandler
@@ -103,7 +104,7 @@ def echo_kernel() -> Any:
     return kernel
 
 
-class UserLoop:
+class UserLoop(abc.ABC):
     """A thread doing user work in groups (:meth:`_run`, counting :attr:`launched`) until
     stopped: what a resident kernel runs beside."""
 
@@ -112,8 +113,9 @@ class UserLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @abc.abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """Work in groups, adding each group's size to :attr:`launched`, until stopped."""
 
     def rate(self, seconds: float) -> float:
         """Units of user work per second over ``seconds`` (nothing else measured meanwhile)."""
@@ -181,8 +183,8 @@ class Rig:
     """What a run measures with: the one seam between the GPU run and the host dry run.
 
     :func:`measure_placement` is the same for both; a rig gives it the backend, the
-    launch options of the resident kernel, the user loop, the beside operations of a
-    placement, the environment, and how long and how many to measure.
+    user loop, the beside operations of a placement (every name of :data:`OPERATIONS`),
+    the environment, and how long and how many to measure. This one is the GPU's.
     """
 
     #: Round trips of each measurement (with ``--quick``: :attr:`quick_rounds`).
@@ -374,8 +376,10 @@ def measure_placement(
             seconds = max(rig.rate_seconds, rounds * result["beside_user_us"][0] * 1e-6)
             beside_rate = await anyio.to_thread.run_sync(user.rate, seconds)
             result["user_rate_ratio"] = round(beside_rate / alone, 3) if alone else None
+            operations = rig.operations(placement)
             cells = {}
-            for name, operation in rig.operations(placement).items():
+            for name in OPERATIONS:
+                operation = operations[name]
                 if isinstance(operation, str):  # not run: the cell says why
                     cells[name] = operation
                     continue
