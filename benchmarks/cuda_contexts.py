@@ -256,12 +256,14 @@ class HostRig(Rig):
     rate_seconds = 0.2
 
     def __init__(self, backend: Any) -> None:
-        from pdc_cuda.testing import build_ring_kernels
+        from pdc_cuda.testing import PlannedBuild, kernel_builds, prebuild
 
         super().__init__(backend)
-        # g++ builds them now, not under a cell's deadline: a cell then times pdc's
-        # compile (a module new to the backend: refused in shared) and launch.
-        build_ring_kernels(self.floor_source(placement) for placement in PLACEMENTS)
+        # g++ builds the kernels now, on every core, not in a launch or under a cell's
+        # deadline: those then time pdc's compile (of a module new to the backend:
+        # refused in shared), load and launch, not g++.
+        floors = [PlannedBuild(self.floor_source(placement)) for placement in PLACEMENTS]
+        prebuild([*kernel_builds(echo_kernel()), *floors])
 
     @staticmethod
     def floor_source(placement: str) -> str:
