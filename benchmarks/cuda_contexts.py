@@ -6,6 +6,7 @@ Needs an NVIDIA GPU, CuPy, NVRTC and ``cuda-bindings``. From the repository root
     python benchmarks/cuda_contexts.py --quick          # fewer round trips
     python benchmarks/cuda_contexts.py --markdown       # also print a docs section
     python benchmarks/cuda_contexts.py --json out.json  # and the figures as JSON
+    python benchmarks/cuda_contexts.py --host --quick   # the dry run on the host build
 
 On a machine without a usable GPU it refuses at once, saying why (exit status 2). A
 watchdog (``--timeout``) dumps every thread's stack and exits if the run hangs.
@@ -34,13 +35,28 @@ runs concurrently with a kernel resident in a green context (no ``blocked`` cell
 kernels at full rate), it is the better mechanism; otherwise the ordinary second
 context stays the default. The ratio "own idle p50 / shared idle p50" is the cost of a
 context of its own when nothing else runs (target: within 10%).
+
+``--host`` is the dry run (``PDC_FIGURES_HOST=1 bash benchmarks/gpu_figures.sh``): the
+same measuring code, placements, cells, deadlines, table, ratios and watchdog on pdc-cuda's
+host build (``pdc_cuda.testing.HostCudaBackend``: the real cuda backend, its device two
+CPU threads running the g++ build of the ring kernel), so that what fails there does not
+fail on the GPU. What differs is behind one seam (:class:`Rig`: the backend, the user
+loop, the beside operations, the environment). The host build compiles only ring
+kernels and has no CuPy, so the user loop is a thread hashing a buffer (hashlib releases
+the GIL), ``compile + launch`` compiles a copy of pdc-cuda's floor kernel new to the
+backend and makes one round trip through it, ``cudaFreeHost`` is
+``backend.free_cached_memory()``, and CuPy's first op is not run (its cell says why). In
+the shared placement pdc refuses the compile and the free there as on a GPU (``refused``).
+Its times say nothing about a GPU.
 """
 
 from __future__ import annotations
 
+import abc
 import argparse
 import datetime
 import faulthandler
+import hashlib
 import json
 import platform
 import sys
@@ -72,8 +88,12 @@ SPIN = (
 )
 #: The beside-a-resident-kernel operations, in the order they are tried.
 OPERATIONS = ("cupy first op", "compile + launch", "cudaFreeHost", "synchronize")
-#: Those pdc cannot refuse in the shared placement (they would block the worker there).
+#: Those pdc cannot refuse in the shared placement of a GPU (they would block the worker).
 UNREFUSABLE = ("cupy first op", "cudaFreeHost")
+
+#: What the beside operations of one placement are: each a call to try, or the cell to
+#: report without trying it (why it is not run).
+Operations = dict[str, Callable[[], None] | str]
 
 
 def echo_kernel() -> Any:
@@ -84,19 +104,49 @@ def echo_kernel() -> Any:
     return kernel
 
 
-class UserLoop:
-    """A thread keeping the primary context busy: groups of spin kernels over every SM,
-    each group waited for (the wait releases the GIL), until stopped."""
+class UserLoop(abc.ABC):
+    """A thread doing user work in groups (:meth:`_run`, counting :attr:`launched`) until
+    stopped: what a resident kernel runs beside."""
+
+    def __init__(self) -> None:
+        self.launched = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @abc.abstractmethod
+    def _run(self) -> None:
+        """Work in groups, adding each group's size to :attr:`launched`, until stopped."""
+
+    def rate(self, seconds: float) -> float:
+        """Units of user work per second over ``seconds`` (nothing else measured meanwhile)."""
+        self.start()
+        time.sleep(seconds)
+        return self.stop() / seconds
+
+    def start(self) -> None:
+        self.launched = 0
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="user-work", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> int:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        return self.launched
+
+
+class SpinKernels(UserLoop):
+    """Keeps the primary context busy: groups of spin kernels over every SM, each group
+    waited for (the wait releases the GIL)."""
 
     def __init__(self, backend: Any, cycles: int = 20_000, group: int = 20) -> None:
+        super().__init__()
         self.backend = backend
         self.cycles = cycles
         self.group = group
         self.kernel = backend.compile_kernel(SPIN, "pdc_bench_spin")  # before any residency
         self.blocks = backend.properties.multiprocessor_count or 1
-        self.launched = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def _run(self) -> None:
         stream = self.backend.create_stream()
@@ -111,53 +161,151 @@ class UserLoop:
         finally:
             stream.close()
 
-    def rate(self, seconds: float) -> float:
-        """User kernels per second over ``seconds`` (nothing else measured meanwhile)."""
-        self.start()
-        time.sleep(seconds)
-        return self.stop() / seconds
 
-    def start(self) -> None:
-        self.launched = 0
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="user-kernels", daemon=True)
-        self._thread.start()
+class HostWork(UserLoop):
+    """The host build's user loop: groups of SHA-256 digests of a buffer, which hashlib
+    computes with the GIL released (as a GPU wait releases it), competing with the
+    kernel's CPU threads as user kernels compete with a resident one for SMs."""
 
-    def stop(self) -> int:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        return self.launched
+    def __init__(self, nbytes: int = 1 << 16, group: int = 20) -> None:
+        super().__init__()
+        self.buffer = bytes(nbytes)
+        self.group = group
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for _ in range(self.group):
+                hashlib.sha256(self.buffer).digest()
+            self.launched += self.group
 
 
-def beside_operations(backend: Any) -> dict[str, Callable[[], None]]:
-    """The operations tried beside a resident kernel, each new to the process."""
-    import cupy
+class Rig:
+    """What a run measures with: the one seam between the GPU run and the host dry run.
 
-    token = uuid.uuid4().hex[:12]
+    :func:`measure_placement` is the same for both; a rig gives it the backend, the
+    user loop, the beside operations of a placement (every name of :data:`OPERATIONS`),
+    the environment, and how long and how many to measure. This one is the GPU's.
+    """
 
-    def cupy_first_op() -> None:
-        op = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x + 1.0f", f"ctx_{token}")
-        out = cupy.asnumpy(op(cupy.arange(8, dtype=cupy.float32)))
-        assert out.tolist() == [float(i + 1) for i in range(8)]
+    #: Round trips of each measurement (with ``--quick``: :attr:`quick_rounds`).
+    rounds = 3000
+    quick_rounds = 500
+    #: The shortest window of a user-rate measurement (seconds).
+    rate_seconds = 1.0
 
-    def compile_and_launch() -> None:
-        name = f"ctx_add_{token}"
-        source = f'extern "C" __global__ void {name}(float* x) {{ x[threadIdx.x] += 1.0f; }}'
-        data = backend.to_device(np.zeros(32, np.float32))
-        backend.launch_kernel(backend.compile_kernel(source, name), (1,), (32,), (data,))
-        assert backend.to_host(data).tolist() == [1.0] * 32
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
 
-    def free_host() -> None:
-        pinned = cupy.cuda.PinnedMemory(1 << 20)  # not pooled: its del is cudaFreeHost
-        del pinned
+    def user_loop(self) -> UserLoop:
+        return SpinKernels(self.backend)
 
-    return {
-        "cupy first op": cupy_first_op,
-        "compile + launch": compile_and_launch,
-        "cudaFreeHost": free_host,
-        "synchronize": backend.synchronize,
-    }
+    def operations(self, placement: str) -> Operations:
+        """The beside operations of ``placement``, each new to the process."""
+        import cupy
+
+        backend = self.backend
+        token = uuid.uuid4().hex[:12]
+
+        def cupy_first_op() -> None:
+            op = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x + 1.0f", f"ctx_{token}")
+            out = cupy.asnumpy(op(cupy.arange(8, dtype=cupy.float32)))
+            assert out.tolist() == [float(i + 1) for i in range(8)]
+
+        def compile_and_launch() -> None:
+            name = f"ctx_add_{token}"
+            source = f'extern "C" __global__ void {name}(float* x) {{ x[threadIdx.x] += 1.0f; }}'
+            data = backend.to_device(np.zeros(32, np.float32))
+            backend.launch_kernel(backend.compile_kernel(source, name), (1,), (32,), (data,))
+            assert backend.to_host(data).tolist() == [1.0] * 32
+
+        def free_host() -> None:
+            pinned = cupy.cuda.PinnedMemory(1 << 20)  # not pooled: its del is cudaFreeHost
+            del pinned
+
+        operations: Operations = {
+            "cupy first op": cupy_first_op,
+            "compile + launch": compile_and_launch,
+            "cudaFreeHost": free_host,
+            "synchronize": backend.synchronize,
+        }
+        if placement == "shared":  # measured on the first GPU run: they block there
+            operations.update(dict.fromkeys(UNREFUSABLE, "not run (blocks)"))
+        return operations
+
+    def environment(self) -> dict[str, Any]:
+        import cupy
+
+        props = self.backend.properties
+        driver = cupy.cuda.runtime.driverGetVersion()
+        return {
+            "date": datetime.date.today().isoformat(),
+            "gpu": props.name,
+            "sms": props.multiprocessor_count,
+            "driver_cuda": f"{driver // 1000}.{driver % 1000 // 10}",
+            "cupy": cupy.__version__,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+        }
+
+
+class HostRig(Rig):
+    """The dry run's rig: pdc-cuda's host build (see the module documentation)."""
+
+    rounds = 200
+    quick_rounds = 50
+    rate_seconds = 0.2
+
+    def __init__(self, backend: Any) -> None:
+        from pdc_cuda.testing import PlannedBuild, kernel_builds, prebuild
+
+        super().__init__(backend)
+        # g++ builds the kernels now, on every core, not in a launch or under a cell's
+        # deadline: those then time pdc's compile (of a module new to the backend:
+        # refused in shared), load and launch, not g++.
+        floors = [PlannedBuild(self.floor_source(placement)) for placement in PLACEMENTS]
+        prebuild([*kernel_builds(echo_kernel()), *floors])
+
+    @staticmethod
+    def floor_source(placement: str) -> str:
+        """pdc-cuda's floor kernel, a module new to the backend in each placement (the
+        same in every run: the host build's cache keeps it)."""
+        from pdc_cuda._bench import FLOOR_SOURCE
+
+        return f"{FLOOR_SOURCE}// cuda_contexts.py --host: new in the {placement} placement\n"
+
+    def user_loop(self) -> UserLoop:
+        return HostWork()
+
+    def operations(self, placement: str) -> Operations:
+        from pdc_cuda._bench import MappedFloor
+
+        backend = self.backend
+        source = self.floor_source(placement)
+
+        def compile_and_launch() -> None:
+            floor = MappedFloor(backend, 8, source=source)
+            with floor.resident(8, False, 1) as once:
+                once()
+
+        return {
+            "cupy first op": "not run (no CuPy on the host build)",
+            "compile + launch": compile_and_launch,
+            "cudaFreeHost": backend.free_cached_memory,
+            "synchronize": backend.synchronize,
+        }
+
+    def environment(self) -> dict[str, Any]:
+        props = self.backend.properties
+        return {
+            "date": datetime.date.today().isoformat(),
+            "gpu": props.name,
+            "sms": props.multiprocessor_count,
+            "driver_cuda": None,
+            "cupy": None,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+            "note": "a dry run on pdc-cuda's host build: its times say nothing about a GPU",
+        }
 
 
 def try_beside(operation: Callable[[], None], deadline: float) -> str:
@@ -185,9 +333,16 @@ def try_beside(operation: Callable[[], None], deadline: float) -> str:
 
 
 def measure_placement(
-    backend: Any, placement: str, rounds: int, deadline: float, user: UserLoop, alone: float
+    rig: Rig,
+    placement: str,
+    rounds: int,
+    deadline: float,
+    user: UserLoop,
+    alone: float,
+    library: str = "asyncio",
 ) -> dict[str, Any]:
-    """Every figure of one placement (see the module documentation)."""
+    """Every figure of one placement (see the module documentation), under ``library``'s
+    event loop (``"asyncio"`` or ``"trio"``)."""
     import anyio
 
     from pdc_core import open_persistent_kernel
@@ -209,7 +364,7 @@ def measure_placement(
 
     async def main() -> None:
         started = time.perf_counter()
-        async with open_persistent_kernel(echo_kernel(), backend, context=placement) as session:
+        async with open_persistent_kernel(echo_kernel(), rig.backend, context=placement) as session:
             result["launch_ms"] = round((time.perf_counter() - started) * 1e3, 1)
             await round_trips(session, min(200, rounds))  # warm up
             result["idle_us"] = percentiles(await round_trips(session, rounds))
@@ -220,38 +375,23 @@ def measure_placement(
                 launched = await anyio.to_thread.run_sync(user.stop)
             result["beside_user_us"] = percentiles(busy_samples)
             result["user_kernels_launched"] = launched
-            seconds = max(1.0, rounds * result["beside_user_us"][0] * 1e-6)
+            seconds = max(rig.rate_seconds, rounds * result["beside_user_us"][0] * 1e-6)
             beside_rate = await anyio.to_thread.run_sync(user.rate, seconds)
             result["user_rate_ratio"] = round(beside_rate / alone, 3) if alone else None
-            operations = beside_operations(backend)
+            operations = rig.operations(placement)
             cells = {}
             for name in OPERATIONS:
-                if placement == "shared" and name in UNREFUSABLE:
-                    cells[name] = "not run (blocks)"
+                operation = operations[name]
+                if isinstance(operation, str):  # not run: the cell says why
+                    cells[name] = operation
                     continue
-                cells[name] = await anyio.to_thread.run_sync(try_beside, operations[name], deadline)
+                cells[name] = await anyio.to_thread.run_sync(try_beside, operation, deadline)
             result["beside"] = cells
             reply = await session.request(record)  # still answering
             result["answers_after"] = int(reply["id"]) == int(record["id"])
 
-    anyio.run(main)
+    anyio.run(main, backend=library)
     return result
-
-
-def environment(backend: Any) -> dict[str, Any]:
-    import cupy
-
-    props = backend.properties
-    driver = cupy.cuda.runtime.driverGetVersion()
-    return {
-        "date": datetime.date.today().isoformat(),
-        "gpu": props.name,
-        "sms": props.multiprocessor_count,
-        "driver_cuda": f"{driver // 1000}.{driver % 1000 // 10}",
-        "cupy": cupy.__version__,
-        "numpy": np.__version__,
-        "python": platform.python_version(),
-    }
 
 
 def table(results: list[dict[str, Any]]) -> list[str]:
@@ -287,6 +427,20 @@ def ratios(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def host_rig() -> HostRig:
+    """The host build's rig, or exit 2 saying why the host build cannot run here."""
+    try:
+        from pdc_cuda.testing import HostCudaBackend
+    except ImportError as exc:
+        sys.exit(f"cuda_contexts.py --host needs pdc-core and pdc-cuda installed: {exc}")
+    availability = HostCudaBackend.availability()
+    if not availability.available:
+        print(f"cuda_contexts.py --host: no host build: {availability.reason}", file=sys.stderr)
+        sys.exit(2)
+    # Two kernel threads per block: one per core of a small CI machine.
+    return HostRig(HostCudaBackend(max_threads_per_block=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--placements", default=",".join(PLACEMENTS))
@@ -295,26 +449,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--markdown", action="store_true", help="print a docs section")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--timeout", type=float, default=300.0, help="watchdog seconds")
+    parser.add_argument(
+        "--host", action="store_true", help="the dry run on the host build (no GPU, no CuPy)"
+    )
     args = parser.parse_args(argv)
     placements = [p.strip() for p in args.placements.split(",") if p.strip()]
     unknown = sorted(set(placements) - set(PLACEMENTS))
     if unknown:
         parser.error(f"unknown placement(s) {', '.join(unknown)}; use {', '.join(PLACEMENTS)}")
-    backend = refuse_without_gpu("cuda_contexts.py")
+    rig = host_rig() if args.host else Rig(refuse_without_gpu("cuda_contexts.py"))
     if args.timeout > 0:
         faulthandler.dump_traceback_later(args.timeout, exit=True, file=sys.stderr)
     try:
-        rounds = 500 if args.quick else 3000
-        user = UserLoop(backend)
-        alone = user.rate(1.0)  # no kernel resident yet
-        env = environment(backend)
+        rounds = rig.quick_rounds if args.quick else rig.rounds
+        user = rig.user_loop()
+        alone = user.rate(rig.rate_seconds)  # no kernel resident yet
+        env = rig.environment()
         print(json.dumps(env))
-        print(f"user kernels alone: {alone:.0f}/s")
+        print(f"user work alone: {alone:.0f}/s ({type(user).__name__})")
         results = []
         failed = False
         for placement in placements:
             try:
-                row = measure_placement(backend, placement, rounds, args.deadline, user, alone)
+                row = measure_placement(rig, placement, rounds, args.deadline, user, alone)
             except Exception as exc:  # report it, measure the others
                 failed = True
                 row = {"placement": placement, "error": f"{type(exc).__name__}: {exc}"}

@@ -3,11 +3,12 @@
 The script is the one call a GPU session makes (docs/benchmarks.md). Here it runs whole
 on pdc-cuda's host build, through the shim a bare GPU machine uses (``src/`` on
 PYTHONPATH, a ``.dist-info`` per distribution), with the same stages and deadlines:
-stage 1 (``cuda_contexts.py``) needs CuPy and a GPU and refuses, saying so; stage 2 is
+stage 1 is ``cuda_contexts.py --host`` (every placement, every cell); stage 2 is
 ``pdc bench --backend cuda`` on the host build; stage 3 is ``cuda_floor.py --host``.
-Each stage must end with a line that says how (exit, cut by its deadline, or skipped),
-and the outputs of the stages that finished must be there and well-formed. Only what
-ran is checked, never how long it took.
+Each stage must end with a line that says how (exit, cut by its deadline, or skipped);
+stage 1, first and given most of the budget, must exit 0, and the outputs of the stages
+that finished must be there and well-formed. Only what ran is checked, never how long
+it took.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
+from cuda_test_support import load_benchmark
 from pdc_cuda.testing import HostCudaBackend
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,6 +39,7 @@ pytestmark = [
 ]
 
 STAGES = ("contexts", "pdc bench", "cuda_floor")
+CONTEXTS = load_benchmark("cuda_contexts")
 ENDED = re.compile(
     r"^(?P<stage>contexts|pdc bench|cuda_floor): (?:"
     r"exit (?P<rc>\d+) \(limit \d+ s\)"
@@ -64,7 +67,10 @@ def run_script(out: Path, budget: int) -> tuple[subprocess.CompletedProcess[str]
 
 
 def test_the_whole_script_runs_on_the_host_build(tmp_path: Path) -> None:
-    done, ends = run_script(tmp_path, budget=55)
+    # Stage 1's host builds made first, outside the script's budget (a cold cache in CI
+    # costs g++ time, not what the stage shows); the stage's rig finds them cached.
+    CONTEXTS.HostRig(HostCudaBackend(max_threads_per_block=2))
+    done, ends = run_script(tmp_path, budget=70)
     assert done.returncode == 0, done.stderr
     assert sorted(ends) == sorted(STAGES), done.stdout  # every stage says how it ended
     versions = (tmp_path / "versions.txt").read_text()
@@ -72,9 +78,9 @@ def test_the_whole_script_runs_on_the_host_build(tmp_path: Path) -> None:
     assert "numpy " in versions
     assert "PDC_FIGURES_HOST=1" in versions
 
-    contexts = ends["contexts"]
-    assert contexts["rc"] == "2", done.stdout  # refuses without a GPU, saying why
-    assert "needs an NVIDIA GPU" in (tmp_path / "contexts.log").read_text()
+    log = (tmp_path / "contexts.log").read_text()
+    assert ends["contexts"]["rc"] == "0", log
+    check_contexts(json.loads((tmp_path / "contexts.json").read_text())["results"], log)
 
     bench = ends["pdc bench"]
     if bench["rc"] is not None:
@@ -90,6 +96,27 @@ def test_the_whole_script_runs_on_the_host_build(tmp_path: Path) -> None:
         log = (tmp_path / "cuda_floor.log").read_text()
         assert "| 8 B | asyncio | request, wait=spin |" in log
         assert "Python calls per single-record session.request" in log
+
+
+def check_contexts(rows: list[dict[str, Any]], log: str) -> None:
+    """Stage 1 measured every placement, every cell with its outcome, on the host build."""
+    assert [row["placement"] for row in rows] == list(CONTEXTS.PLACEMENTS), log
+    for row in rows:
+        assert "error" not in row, log
+        assert len(row["idle_us"]) == len(row["beside_user_us"]) == 2
+        assert row["user_rate_ratio"] is not None
+        assert row["answers_after"] is True
+        beside = row["beside"]
+        assert list(beside) == list(CONTEXTS.OPERATIONS)
+        assert beside["cupy first op"] == "not run (no CuPy on the host build)"
+        refused = row["placement"] == "shared"  # what would wait for the kernel there
+        for name in ("compile + launch", "cudaFreeHost"):
+            assert (beside[name] == "refused") if refused else beside[name].endswith(" ms"), log
+        assert beside["synchronize"].endswith(" ms"), log
+    assert "| placement | launch | idle p50/p99 us |" in log
+    assert "### Resident-kernel placements (" in log  # --markdown
+    assert "own / shared idle p50: " in log
+    assert "green / own idle p50: " in log
 
 
 def test_a_spent_budget_skips_every_stage_saying_so(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ parts that decide what a cell says are checked, so that call cannot fail on them
 
 from __future__ import annotations
 
+import sys
 import threading
+import types
 
 import pytest
 
@@ -62,3 +64,32 @@ def test_the_table_has_a_row_per_placement_and_the_ratios_hold_them_side_by_side
     assert lines[4] == "| green | failed: CudaContextError: cuGreenCtxCreate failed |"
     assert benchmark.ratios(rows) == ["own / shared idle p50: 1.07x (target <= 1.10x)"]
     assert benchmark.percentiles([1e-6] * 99 + [1e-3]) == (1.0, 1000.0)
+
+
+def test_the_gpu_rig_does_not_run_in_shared_what_would_block_there(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace())  # never called here
+    rig = benchmark.Rig(backend=types.SimpleNamespace(synchronize=lambda: None))
+    for placement in ("own", "green"):
+        operations = rig.operations(placement)
+        assert list(operations) == list(benchmark.OPERATIONS)
+        assert all(callable(operation) for operation in operations.values())
+    shared = rig.operations("shared")
+    assert list(shared) == list(benchmark.OPERATIONS)
+    assert {name: shared[name] for name in benchmark.UNREFUSABLE} == dict.fromkeys(
+        benchmark.UNREFUSABLE, "not run (blocks)"
+    )
+    assert callable(shared["compile + launch"])  # pdc refuses it: tried, expected "refused"
+
+
+def test_host_mode_without_a_host_build_exits_2_saying_why(monkeypatch, capsys):
+    from pdc_cuda.testing import HostCudaBackend
+
+    from pdc_core.backend import Availability
+
+    monkeypatch.setattr(
+        HostCudaBackend, "availability", classmethod(lambda cls: Availability.no("no g++"))
+    )
+    with pytest.raises(SystemExit) as exited:
+        benchmark.main(["--host", "--timeout", "0"])
+    assert exited.value.code == 2
+    assert "cuda_contexts.py --host: no host build: no g++" in capsys.readouterr().err

@@ -161,18 +161,22 @@ def checksum_kernel(nbytes: int) -> PersistentKernel[Any, Any]:
 class MappedFloor:
     """The floor kernel of ``backend`` (a GPU, or the host build's threads) and its
     mapped control words and payload (``payload_bytes``: the most a round trip may read).
+    ``source`` is the kernel's source: :data:`FLOOR_SOURCE`, or a copy differing in a
+    comment, which is a module new to the backend (``benchmarks/cuda_contexts.py --host``).
 
     :meth:`resident` launches it and yields a round trip; the kernel stops when the
     ``with`` block ends, however it ends.
     """
 
-    def __init__(self, backend: Any, payload_bytes: int = max(PAYLOADS.values())) -> None:
+    def __init__(
+        self, backend: Any, payload_bytes: int = max(PAYLOADS.values()), source: str = FLOOR_SOURCE
+    ) -> None:
         self.backend = backend
         self.control = backend.allocate((64,), np.dtype(np.uint8), MemoryKind.MAPPED)
         self.words = self.control.view(np.uint64)
         self.payload = backend.allocate((payload_bytes,), np.dtype(np.uint8), MemoryKind.MAPPED)
         self.payload[:] = 1
-        self.kernel = backend.compile_kernel(FLOOR_SOURCE, KERNEL_NAME)
+        self.kernel = backend.compile_kernel(source, KERNEL_NAME)
 
     @contextlib.contextmanager
     def resident(self, nbytes: int, together: bool, threads: int) -> Iterator[Callable[[], int]]:
