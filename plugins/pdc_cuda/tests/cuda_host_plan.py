@@ -34,7 +34,6 @@ from pdc_cuda.testing import PlannedBuild, kernel_builds, pipeline_builds
 from pdc_cuda.testing._tsan import tsan_pipeline_builds, tsan_single_builds
 
 from pdc_core import PersistentKernel, PersistentPipeline
-from pdc_core._cli._demo import FEATURE_KERNEL
 
 
 def _kernel(name: str, body: str, capacity: int, state: Any = None) -> PersistentKernel:
@@ -85,7 +84,6 @@ def _host_kernel_module() -> list[PlannedBuild]:
         *pipeline_builds(PersistentPipeline(stage("a", ADD_ONE, 3), stage("c", MINUS_THREE, 2))),
         PlannedBuild(narrow, compile_options(()), what="a scope narrower than its memory"),
         *(build for kernel in padding_kernels() for build in kernel_builds(kernel)),
-        *kernel_builds(FEATURE_KERNEL),
     ]
 
 

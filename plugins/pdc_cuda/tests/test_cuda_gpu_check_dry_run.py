@@ -54,23 +54,20 @@ DEADLINE = 240
 
 
 def planned_builds() -> list[PlannedBuild]:
-    """What the commands compile: pdc check's and pdc demo's kernels, k2k_pipeline.py's
-    three stages (as a pipeline and alone), ring_sequence.py's kernel (sequenced and
-    plain slots), rendered as their launches render them."""
+    """What the benchmarks compile, rendered as their launches render it:
+    k2k_pipeline.py's three stages (as a pipeline and alone) and ring_sequence.py's
+    kernel (sequenced and plain slots). pdc check's and pdc demo's kernels, one each,
+    are built when the commands reach them (their specs are pdc-core's own)."""
     from pdc_cuda._kernels import compile_options
     from pdc_cuda._persistent import render_kernel
     from pdc_cuda._ring_source import RingWiring
 
     from pdc_core import PersistentPipeline
-    from pdc_core._cli._check import CHECK_KERNEL
-    from pdc_core._cli._demo import FEATURE_KERNEL
 
     stages = load_benchmark("k2k_pipeline").kernels(1024)
     sequence = load_benchmark("ring_sequence").kernel(1024, False)
     _, plain, extra = render_kernel(sequence, {}, RingWiring(sequenced_input=False))
     return [
-        *kernel_builds(CHECK_KERNEL),
-        *kernel_builds(FEATURE_KERNEL),
         *pipeline_builds(PersistentPipeline(*stages)),
         *(build for stage in stages for build in kernel_builds(stage)),
         *kernel_builds(sequence),
@@ -82,8 +79,8 @@ def planned_builds() -> list[PlannedBuild]:
 def shim_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The environment of the GPU call's commands: the shim and this tree's sources first
     on ``PYTHONPATH``, pdc-cuda's entry point on the host build, no backend preselected.
-    The kernels the commands compile are built first, on every core (a cold cache, as in
-    CI, would build them one by one as the commands reach them)."""
+    The benchmarks' kernels are built first, on every core (a cold cache, as in CI,
+    would build them one by one as the commands reach them)."""
     prebuild(planned_builds())
     entries = load_benchmark("dist_shim").write_shim(
         tmp_path_factory.mktemp("shim"), "figures_host_plugin"

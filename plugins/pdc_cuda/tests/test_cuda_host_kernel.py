@@ -316,18 +316,3 @@ async def test_pdc_check_s_probe_beside_a_resident_kernel(host_builds):
             await anyio.to_thread.run_sync(own.check_beside_resident)
     check_planned([shared, own], host_builds)
 
-
-async def test_cuda_math_functions_build_and_compute_as_numpy(cuda: Any) -> None:
-    """``pdc demo``'s feature kernel (``fabsf``, ``fmaxf``: CUDA's math library, which
-    the host build takes from <math.h>) scores frames as its cpu body does."""
-    from pdc_core import open_persistent_kernel
-    from pdc_core._cli._demo import FEATURE_KERNEL, DemoConfig, numpy_scores, synthetic_stream
-
-    ids, frames = next(iter(synthetic_stream(DemoConfig(messages=64, seed=5, anomaly_rate=0.1))))
-    requests = np.zeros(len(ids), FEATURE_KERNEL.request_dtype)
-    requests["frame_id"] = ids
-    requests["samples"] = frames
-    async with open_persistent_kernel(FEATURE_KERNEL, cuda, threads=4) as session:
-        replies = await session.request_batch(requests)
-    assert np.array_equal(replies["frame_id"], ids)
-    np.testing.assert_allclose(replies["score"], numpy_scores(frames), rtol=1e-6, atol=1e-6)
