@@ -315,4 +315,3 @@ async def test_pdc_check_s_probe_beside_a_resident_kernel(host_builds):
         with pytest.raises(CapabilityError, match="the host build runs no CuPy op"):
             await anyio.to_thread.run_sync(own.check_beside_resident)
     check_planned([shared, own], host_builds)
-
