@@ -21,8 +21,9 @@
 # Output goes to $OUT (default ./gpu_figures_out). PDC_FIGURES_BUDGET (seconds, default
 # 280) caps the whole script. pdc is used from this tree: if `import pdc_core` fails,
 # src/ and the plugins' src/ go on PYTHONPATH with a small .dist-info folder declaring
-# pdc's entry points (backends are found only through them); wheels carried in .whl/
-# (trio, sniffio, outcome, matplotlib) are put on the path first.
+# pdc's entry points (backends are found only through them; benchmarks/dist_shim.py
+# writes it); wheels carried in .whl/ (trio, sniffio, outcome, matplotlib) are put on
+# the path first.
 # Record what it prints in docs/benchmarks.md with the date, GPU, driver, CUDA and CuPy.
 #
 # PDC_FIGURES_HOST=1 is its dry run without a GPU, on pdc-cuda's host build (g++ and NVRTC):
@@ -61,16 +62,6 @@ if ls .whl/*.whl >/dev/null 2>&1; then
     "$PY" -m pip install -q --no-index --no-deps --target "$WHEELS" .whl/*.whl \
         && export PYTHONPATH="$WHEELS${PYTHONPATH:+:$PYTHONPATH}"
 fi
-SHIM=$TMP/shim
-dist() { # dist NAME VERSION-FILE ENTRY-POINT-LINES...
-    local name=$1 version d
-    version=$(sed -n 's/^__version__ *= *"\(.*\)".*/\1/p' "$2" | head -1)
-    d="$SHIM/${name//-/_}-$version.dist-info"
-    shift 2
-    mkdir -p "$d"
-    printf 'Metadata-Version: 2.1\nName: %s\nVersion: %s\n' "$name" "$version" > "$d/METADATA"
-    printf '%s\n' "$@" > "$d/entry_points.txt"
-}
 # The dry run always takes this path (the one a bare GPU machine takes), with pdc-cuda's
 # entry point on benchmarks/figures_host_plugin.py: the host build as the cuda backend.
 CUDA_PLUGIN=pdc_cuda
@@ -78,11 +69,11 @@ if [ "$HOST" = 1 ]; then
     CUDA_PLUGIN=figures_host_plugin
     export PYTHONPATH="$ROOT/benchmarks${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# The shim: benchmarks/dist_shim.py (it imports nothing of pdc) writes the .dist-info
+# folders and prints the shim's and the sources' PYTHONPATH entries.
 if [ "$HOST" = 1 ] || ! "$PY" -c 'import pdc_core, pdc_cuda' >/dev/null 2>&1; then
-    dist pdc-core src/pdc_core/_version.py "[console_scripts]" "pdc = pdc_core._cli:main"
-    dist pdc-cpu plugins/pdc_cpu/src/pdc_cpu/_version.py "[pdc]" "cpu = pdc_cpu"
-    dist pdc-cuda plugins/pdc_cuda/src/pdc_cuda/_version.py "[pdc]" "cuda = $CUDA_PLUGIN"
-    export PYTHONPATH="$SHIM:$ROOT/src:$ROOT/plugins/pdc_cpu/src:$ROOT/plugins/pdc_cuda/src${PYTHONPATH:+:$PYTHONPATH}"
+    SHIM_PATH=$("$PY" benchmarks/dist_shim.py "$TMP/shim" --cuda-plugin "$CUDA_PLUGIN") || exit 2
+    export PYTHONPATH="$SHIM_PATH${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
 {

@@ -231,6 +231,54 @@ def test_a_third_party_backend_supplies_the_check_s_kernel_body(
     assert "mine" not in CHECK_KERNEL.bodies  # the check's own kernel is left as it was
 
 
+PROBE = """
+    def check_beside_resident(self):
+        import threading
+
+        return "ran beside it in " + threading.current_thread().name
+"""
+
+REFUSING_PROBE = """
+    def check_beside_resident(self):
+        from pdc_core import CapabilityError
+
+        raise CapabilityError("mine has no device to run anything beside its kernels")
+"""
+
+
+@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
+def test_the_beside_probe_s_worker_thread_is_not_left_behind(
+    install_plugins: Any, capsys: pytest.CaptureFixture[str], async_backend: str
+) -> None:
+    # The probe runs in the event loop's worker thread, which stays idle after it (AnyIO's
+    # for 10 s on asyncio): that is no thread the check left behind.
+    source = THIRD_PARTY.format(supply=SUPPLY + PROBE)
+    install_plugins("pdc-mine", {"mine": "pdc_mine"}, modules={"pdc_mine": source})
+    argv = ["check", "--backend", "mine", "--json", "--requests", "20"]
+    status = main([*argv, "--async-backend", async_backend])
+    report = json.loads(capsys.readouterr().out)
+    assert status == 0, report
+    steps = {step["name"]: step for step in report["steps"]}
+    assert steps["beside a resident kernel"]["status"] == "pass"
+    assert steps["beside a resident kernel"]["detail"].startswith("ran beside it in ")
+    assert steps["released"]["status"] == "pass"
+
+
+def test_a_probe_that_needs_what_the_device_lacks_is_a_skip_saying_why(
+    install_plugins: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = THIRD_PARTY.format(supply=SUPPLY + REFUSING_PROBE)
+    install_plugins("pdc-mine", {"mine": "pdc_mine"}, modules={"pdc_mine": source})
+    assert main(["check", "--backend", "mine", "--json", "--requests", "20"]) == 0
+    steps = {step["name"]: step for step in json.loads(capsys.readouterr().out)["steps"]}
+    assert steps["beside a resident kernel"] == {
+        **steps["beside a resident kernel"],
+        "status": "skip",
+        "detail": "not applicable: mine has no device to run anything beside its kernels",
+    }
+    assert steps["round trip (await)"]["status"] == "pass"  # the steps after it ran
+
+
 def test_without_a_supplied_body_the_persistent_steps_say_how_to_supply_one(
     install_plugins: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:

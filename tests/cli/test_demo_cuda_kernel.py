@@ -3,7 +3,9 @@
 No GPU is needed: the body is compiled to PTX with NVRTC inside pdc_cuda's resident-loop
 template (skipped, with the reason, where NVRTC cannot be loaded), and the same device
 function is compiled for the host with a C++ compiler to check its scores against
-``numpy_scores`` (skipped where there is no host compiler).
+``numpy_scores`` (skipped where there is no host compiler). pdc-cuda's host build runs
+the whole rendered ring kernel with this body on CPU threads (``pdc demo --backend cuda``
+on the dry run of the GPU call) and must score the same.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -
 from pdc_cuda import NvrtcUnavailable, compile_ring_kernel_ptx
 from pdc_cuda._codegen import PRELUDE, c_struct
 from pdc_cuda._nvrtc import find_nvrtc
+from pdc_cuda.testing import HostCudaBackend
 
+from pdc_core import open_persistent_kernel
 from pdc_core._cli._demo import FEATURE_KERNEL, DemoConfig, numpy_scores, synthetic_stream
 
 
@@ -32,6 +36,7 @@ def _nvrtc_reason() -> str | None:
 
 
 NVRTC_MISSING = _nvrtc_reason()
+HOST_BUILD = HostCudaBackend.availability()
 
 
 def cuda_source() -> str:
@@ -92,5 +97,21 @@ def test_demo_feature_kernel_scores_like_numpy(tmp_path: Path) -> None:
         timeout=30,
     )
     replies = np.fromfile(tmp_path / "replies.bin", FEATURE_KERNEL.reply_dtype)
+    assert np.array_equal(replies["frame_id"], ids)
+    np.testing.assert_allclose(replies["score"], numpy_scores(frames), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.cuda_host
+@pytest.mark.skipif(
+    not HOST_BUILD.available, reason=f"no host build of the ring kernel: {HOST_BUILD.reason}"
+)
+async def test_demo_feature_kernel_scores_like_numpy_on_the_host_build() -> None:
+    # fabsf and fmaxf are CUDA's math library: the host build's header takes <math.h>'s.
+    ids, frames = next(iter(synthetic_stream(DemoConfig(messages=64, seed=5, anomaly_rate=0.1))))
+    requests = np.zeros(len(ids), FEATURE_KERNEL.request_dtype)
+    requests["frame_id"] = ids
+    requests["samples"] = frames
+    async with open_persistent_kernel(FEATURE_KERNEL, HostCudaBackend(), threads=4) as session:
+        replies = await session.request_batch(requests)
     assert np.array_equal(replies["frame_id"], ids)
     np.testing.assert_allclose(replies["score"], numpy_scores(frames), rtol=1e-6, atol=1e-6)

@@ -298,3 +298,20 @@ async def test_the_shared_placement_refuses_a_new_module_beside_a_resident_kerne
     assert backend.resident_kernels() == []
     backend.free_cached_memory()  # nothing resident: nothing to wait for
     check_planned([backend], host_builds)
+
+
+async def test_pdc_check_s_probe_beside_a_resident_kernel(host_builds):
+    """``pdc check``'s probe: in the shared placement the GPU's own (a new module
+    refused at once); in pdc's own context the GPU's CuPy op and plain kernel, which
+    the host build has neither of: a CapabilityError, which the check reports as a skip."""
+    from pdc_core import CapabilityError, open_persistent_kernel
+
+    kernel = PersistentKernel("double", REQUEST, REPLY, capacity=64).add_body("cuda", DOUBLE)
+    shared, own = HostCudaBackend(context="shared"), HostCudaBackend()
+    async with open_persistent_kernel(kernel, shared):
+        detail = await anyio.to_thread.run_sync(shared.check_beside_resident)
+    assert detail.startswith("shared placement: a new module is refused at once")
+    async with open_persistent_kernel(kernel, own):
+        with pytest.raises(CapabilityError, match="the host build runs no CuPy op"):
+            await anyio.to_thread.run_sync(own.check_beside_resident)
+    check_planned([shared, own], host_builds)

@@ -19,8 +19,11 @@ same as one JSON object. The steps, in order:
   what a user does next (on ``cuda``: a CuPy op never used before, and a new kernel
   compiled and launched), in a worker thread under a deadline; skipped on a backend
   that has no such probe (``check_beside_resident``), whose resident kernels nothing
-  else waits for (the cpu backend's are threads);
-* ``released``: the kernel exited, no thread it started is left, the memory given back.
+  else waits for (the cpu backend's are threads), and when the probe raises
+  :class:`~pdc_core.CapabilityError` (what it runs needs what the device lacks: the
+  reason is the step's detail);
+* ``released``: the kernel exited, no thread it started is left (an event loop's idle
+  worker threads are not counted), the memory given back.
 
 A step that cannot run (a capability the backend does not declare, a missing body) is
 skipped with the reason; the steps after a failed launch are skipped, never hung: every
@@ -43,6 +46,7 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import cuda
+from .._exceptions import CapabilityError
 from .._kernel import kernel
 from .._loop import thread_count
 from .._persistent import PersistentKernelSession
@@ -336,6 +340,8 @@ class _Checker:
                 f"blocked for {_BESIDE_DEADLINE:g} s beside the resident kernel (a module "
                 "load or a free waiting for it)"
             ) from None
+        except CapabilityError as missing:  # the probe needs what this device lacks
+            raise _Skip(f"not applicable: {missing}") from None
         return str(detail)
 
     async def _round_trips(self, wait: Literal["sleep", "spin"]) -> str:

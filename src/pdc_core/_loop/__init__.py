@@ -22,7 +22,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from ._asyncio import AsyncioKit
 from ._asyncio import woken_value as _asyncio_woken_value
@@ -71,11 +71,18 @@ _asyncio_kits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioKit] 
 )
 
 
+#: Name prefixes of the event loops' worker-thread caches (``to_thread.run_sync``): trio's
+#: and AnyIO's on asyncio, whose idle threads outlive the calls that used them by design
+#: (AnyIO's for 10 s).
+_WORKER_CACHES: Final = ("Trio thread", "AnyIO worker thread")
+
+
 def thread_count() -> int:
-    """Live threads, less trio's idle worker-thread cache, whose threads outlive the
-    tasks that used them by design: the count that must come back after work that
-    started threads (``pdc check``, :func:`pdc_core.testing.settle_threads`)."""
-    return sum(not t.name.startswith("Trio thread") for t in threading.enumerate())
+    """Live threads, less the event loops' worker-thread caches (:data:`_WORKER_CACHES`),
+    whose threads outlive the calls that used them by design: the count that must come
+    back after work that started threads (``pdc check``,
+    :func:`pdc_core.testing.settle_threads`)."""
+    return sum(not t.name.startswith(_WORKER_CACHES) for t in threading.enumerate())
 
 
 def _running_trio() -> bool:

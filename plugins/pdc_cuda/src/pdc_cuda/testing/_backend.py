@@ -436,10 +436,12 @@ class HostCudaBackend(CudaBackend):
     def compile_kernel(self, source: str, name: str, options: tuple[str, ...] = ()) -> HostKernel:
         """The host build of a rendered ring kernel (NVRTC must accept it first: a
         :class:`~pdc_cuda.CudaCompileError` otherwise, as on a GPU)."""
-        if name != KERNEL_NAME:
-            raise ValueError(f"the host build runs the resident ring kernel only, not {name!r}")
 
         def load(options: tuple[str, ...]) -> HostKernel:
+            # Here, after the cache's refusal: in the shared placement a new module is
+            # refused first, whatever it is, as on a GPU.
+            if name != KERNEL_NAME:
+                raise ValueError(f"the host build runs the resident ring kernel only, not {name!r}")
             kernel = HostKernel(self, build_ring_kernel(source, options=options), name, options)
             with self._lock:
                 self.builds.append(kernel.build)
@@ -447,6 +449,19 @@ class HostCudaBackend(CudaBackend):
 
         # As on a GPU, the cache refuses a new module in the shared placement.
         return self._kernels.compile(source, name, options, self.residency.refuse_module_load, load)
+
+    def check_beside_resident(self) -> str:
+        """``pdc check``'s probe beside a resident kernel. In the shared placement it is
+        the GPU's: a new module refused at once. Elsewhere the GPU's probe runs a CuPy op
+        and a new plain kernel, which the host build has neither of, and its resident
+        kernels are CPU threads nothing waits for: raises
+        :class:`~pdc_core.CapabilityError`, which the check reports as a skip saying so."""
+        if any(kernel.shares_primary for kernel in self.resident_kernels()):
+            return super().check_beside_resident()
+        raise CapabilityError(
+            "the host build runs no CuPy op or plain kernel beside its resident kernels "
+            "(CPU threads that nothing waits for); on a GPU both run there"
+        )
 
     def launch_kernel(
         self,

@@ -33,6 +33,9 @@
 //   __threadfence*                       std::atomic_thread_fence(seq_cst)
 //   __nanosleep(ns)                      a real sleep (the thread gives up its core)
 //   clock64()                            a monotonic nanosecond count
+//   fabsf, fmaxf, sqrtf, expf, ...       <math.h>'s C functions: the names of CUDA's math
+//                                        library and their meaning (the last bits of a
+//                                        result may differ from the GPU's)
 //
 // This header must never let through what NVRTC rejects: it defines only names CUDA
 // defines, and every source the host build compiles is first compiled by NVRTC
@@ -46,6 +49,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <math.h>
 #include <mutex>
 #include <source_location>
 #include <string>
