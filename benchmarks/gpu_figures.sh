@@ -16,6 +16,9 @@
 #   3. benchmarks/cuda_floor.py --quick --spin-variants: the floor and pdc's request at
 #      8 B / 4 KiB / 64 KiB with the waiting variants, and Python calls per request
 #                                                         -> cuda_floor.log
+#   4. benchmarks/cuda_ring.py --batched --quick: request_batch of whole rings of 8-byte
+#      records and the host's share of it per record (pack, stamp, publish, collect)
+#                                                         -> batched.log, batched.json
 # and the versions the figures belong to                 -> versions.txt
 #
 # Output goes to $OUT (default ./gpu_figures_out). PDC_FIGURES_BUDGET (seconds, default
@@ -28,8 +31,8 @@
 # PDC_FIGURES_HOST=1 is its dry run without a GPU, on pdc-cuda's host build (g++ and NVRTC):
 # the same stages, deadlines and shim, with stage 1 expected to refuse (exit 2: it needs a
 # GPU and CuPy), stage 2 on pdc_cuda.testing.HostCudaBackend, which the shim's pdc-cuda
-# entry point loads as the cuda backend (benchmarks/figures_host_plugin.py), and stage 3
-# with --host. Its times mean nothing.
+# entry point loads as the cuda backend (benchmarks/figures_host_plugin.py), and stages 3
+# and 4 with --host. Its times mean nothing.
 
 set -u
 ROOT=$PWD
@@ -140,5 +143,8 @@ FLOOR_HOST=()
 [ "$HOST" = 1 ] && FLOOR_HOST=(--host)
 run_stage cuda_floor 60 "$OUT/cuda_floor.log" "$OUT/cuda_floor.log" \
     "$PY" benchmarks/cuda_floor.py --quick --spin-variants "${FLOOR_HOST[@]}"
+run_stage batched 30 "$OUT/batched.log" "$OUT/batched.log" \
+    "$PY" benchmarks/cuda_ring.py --batched --quick --json "$OUT/batched.json" "${FLOOR_HOST[@]}"
 tail -40 "$OUT/contexts.log"
 tail -30 "$OUT/cuda_floor.log"
+tail -5 "$OUT/batched.log"

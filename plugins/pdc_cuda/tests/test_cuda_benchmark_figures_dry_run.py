@@ -4,7 +4,8 @@ The script is the one call a GPU session makes (docs/benchmarks.md). Here it run
 on pdc-cuda's host build, through the shim a bare GPU machine uses (``src/`` on
 PYTHONPATH, a ``.dist-info`` per distribution), with the same stages and deadlines:
 stage 1 (``cuda_contexts.py``) needs CuPy and a GPU and refuses, saying so; stage 2 is
-``pdc bench --backend cuda`` on the host build; stage 3 is ``cuda_floor.py --host``.
+``pdc bench --backend cuda`` on the host build; stage 3 is ``cuda_floor.py --host``;
+stage 4 is ``cuda_ring.py --batched --host``.
 Each stage must end with a line that says how (exit, cut by its deadline, or skipped),
 and the outputs of the stages that finished must be there and well-formed. Only what
 ran is checked, never how long it took.
@@ -36,9 +37,9 @@ pytestmark = [
     ),
 ]
 
-STAGES = ("contexts", "pdc bench", "cuda_floor")
+STAGES = ("contexts", "pdc bench", "cuda_floor", "batched")
 ENDED = re.compile(
-    r"^(?P<stage>contexts|pdc bench|cuda_floor): (?:"
+    r"^(?P<stage>contexts|pdc bench|cuda_floor|batched): (?:"
     r"exit (?P<rc>\d+) \(limit \d+ s\)"
     r"|(?P<cut>cut by its deadline) \(exit 1(?:24|37), limit \d+ s\)"
     r"|(?P<skipped>skipped) \(budget spent\))$",
@@ -90,6 +91,14 @@ def test_the_whole_script_runs_on_the_host_build(tmp_path: Path) -> None:
         log = (tmp_path / "cuda_floor.log").read_text()
         assert "| 8 B | asyncio | request, wait=spin |" in log
         assert "Python calls per single-record session.request" in log
+
+    batched = ends["batched"]
+    if batched["rc"] is not None:
+        assert batched["rc"] == "0", (tmp_path / "batched.log").read_text()
+        saved = json.loads((tmp_path / "batched.json").read_text())
+        for library in ("asyncio", "trio"):
+            assert saved["batched_host_ns_per_record"][library]["host_share"] > 0
+        assert "the host's work in a pass of its own" in (tmp_path / "batched.log").read_text()
 
 
 def test_a_spent_budget_skips_every_stage_saying_so(tmp_path: Path) -> None:

@@ -89,16 +89,6 @@ class RingHost:
         )
         self._in_slots = memory.in_slots
         self._in_payloads = memory.in_payloads
-        #: With sequenced slots and a record of one word (1, 2, 4 or 8 bytes): the
-        #: slots' record bytes as unsigned integers of that width (strided), which NumPy
-        #: copies in a word loop, faster than opaque records, and which carry every
-        #: byte of a record (its padding too) at every length. ``None`` otherwise.
-        size = dtype.itemsize
-        self._in_words: npt.NDArray[Any] | None = (
-            memory.in_payloads.view(np.dtype(f"u{size}"))
-            if memory.in_payloads is not None and size in (1, 2, 4, 8)
-            else None
-        )
         self._in_sequences = memory.in_sequences
         #: 1, 2, ... up to the capacity: the sequence words of a batch, offset by its head.
         self._counting = np.arange(1, self._in_cap + 1, dtype=_U64)
@@ -291,14 +281,10 @@ class RingHost:
             )
 
     def _copy_in(self, slot: int, records: npt.NDArray[Any]) -> None:
-        """Copy ``records`` into the sequenced slots from ``slot`` on: records of one
-        word as integers of its width; else a short run record by record, a long one
-        as opaque records (one strided copy of bytes, not one per field)."""
+        """Copy ``records`` into the sequenced slots from ``slot`` on: a short run
+        record by record, a long one as opaque records (one strided copy of bytes,
+        not one per field)."""
         count = len(records)
-        words = self._in_words
-        if words is not None:  # one word a record: its bytes, padding too, as integers
-            words[slot : slot + count] = records.view(words.dtype)
-            return
         payloads = self._in_payloads
         assert payloads is not None
         if count < _BYTE_COPY_MIN or not records.flags.c_contiguous:
