@@ -541,7 +541,9 @@ def batched(
     options: dict[str, Any] | None = None,
 ) -> None:
     """The batched throughput under each event loop, with the host's share of it, into
-    ``results`` (``batched_records_per_s``, ``batched_host_ns_per_record``)."""
+    ``results`` (``batched_records_per_s``, ``batched_host_ns_per_record``); then the
+    same with plain input slots (``batched_plain_slots``), and the ratio of the two
+    rates (``batched_sequenced_over_plain``)."""
     figures: dict[str, dict[str, float] | str] = {
         library: measurements.run(
             f"batched ({library})",
@@ -556,6 +558,41 @@ def batched(
     results["batched_host_ns_per_record"] = figures
     for library, found in figures.items():
         print(f"batched ({library}): {describe_batched(found)}")
+    plain: dict[str, dict[str, float] | str] = {}
+    for library in LIBRARIES:
+        with plain_slots(backend):
+            plain[library] = measurements.run(
+                f"batched, plain slots ({library})",
+                functools.partial(resident_throughput, backend, library, batches, options=options),
+            )
+    results["batched_plain_slots"] = plain
+    ratios: dict[str, float | str] = {}
+    for library, found in plain.items():
+        sequenced = figures[library]
+        if isinstance(found, str) or isinstance(sequenced, str):
+            ratios[library] = "n/a"
+        else:
+            ratios[library] = sequenced["records_per_s"] / found["records_per_s"]
+        ratio = ratios[library]
+        shown = ratio if isinstance(ratio, str) else f"{ratio:.2f}x"
+        print(
+            f"batched ({library}), plain input slots: {describe_batched(found)}; "
+            f"sequenced / plain: {shown}"
+        )
+    results["batched_sequenced_over_plain"] = ratios
+
+
+@contextlib.contextmanager
+def plain_slots(backend: Any) -> Any:
+    """``backend`` laying out input rings without sequence words while inside: the
+    kernel then finds requests by ``IN_HEAD`` alone and reads each slot once, and the
+    host stamps nothing. Against the default (sequenced slots, each request's word
+    acquired on its own), it shows what the sequence words cost a batch."""
+    backend.ring_sequenced_input = False
+    try:
+        yield backend
+    finally:
+        del backend.ring_sequenced_input
 
 
 #: Launch options on the host build: a block of two CPU threads (a small machine's

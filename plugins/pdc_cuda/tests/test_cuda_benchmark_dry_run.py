@@ -27,6 +27,7 @@ from graph_fakes import FakeGraphOps, FakeRaw
 from pdc_cuda import CudaKernel
 from pdc_cuda._bench import PrePackedLaunch
 from pdc_cuda.graphs import MessageLauncher
+from pdc_cuda.testing import HostCudaBackend
 
 import pdc_core
 
@@ -90,6 +91,27 @@ def test_the_batched_mode_on_the_host_build(tmp_path, capsys):
         assert figures["collect"] > 0
         assert 0 < figures["host_share"] < 1
         assert f"batched ({library}): {benchmark.describe_batched(figures)}" in out
+        plain = saved["batched_plain_slots"][library]
+        assert plain["stamp"] == 0  # no sequence words: the kernel polls IN_HEAD
+        ratio = saved["batched_sequenced_over_plain"][library]
+        assert ratio == pytest.approx(figures["records_per_s"] / plain["records_per_s"])
+        assert f"sequenced / plain: {ratio:.2f}x" in out
+
+
+def test_plain_slots_last_as_long_as_the_block_even_one_that_raises():
+    backend = HostCudaBackend()
+    assert backend.ring_sequenced_input
+    seen = []
+
+    def measure() -> None:
+        with benchmark.plain_slots(backend):
+            seen.append(backend.ring_sequenced_input)
+            raise RuntimeError("the measurement failed")
+
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        measure()
+    assert seen == [False]
+    assert backend.ring_sequenced_input  # the class's again
 
 
 for _mark in host_build_marks():
@@ -278,3 +300,7 @@ def test_the_report(on_cpu, monkeypatch, capsys, tmp_path):
     assert saved["batched_records_per_s"] == {"asyncio": 90e6, "trio": 120e6}
     assert saved["batched_host_ns_per_record"]["trio"] == _batched_figures(120e6)
     assert "- trio: " + benchmark.describe_batched(_batched_figures(120e6)) in out.out
+    # The same fake figures with plain slots: the ratio of the rates is 1.
+    assert saved["batched_sequenced_over_plain"] == {"asyncio": 1.0, "trio": 1.0}
+    assert "batched (trio), plain input slots: " in out.out
+    assert "sequenced / plain: 1.00x" in out.out
