@@ -98,6 +98,7 @@ def test_the_whole_script_runs_on_the_host_build(tmp_path: Path) -> None:
         saved = json.loads((tmp_path / "batched.json").read_text())
         for library in ("asyncio", "trio"):
             assert saved["batched_host_ns_per_record"][library]["host_share"] > 0
+            assert saved["batched_sequenced_over_plain"][library] > 0
         assert "the host's work in a pass of its own" in (tmp_path / "batched.log").read_text()
 
 
