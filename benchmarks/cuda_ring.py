@@ -7,8 +7,12 @@ Needs an NVIDIA GPU, CuPy and NVRTC (``pip install -e . -e plugins/pdc_cpu
     python benchmarks/cuda_ring.py --quick         # fewer messages
     python benchmarks/cuda_ring.py --markdown      # also print a section for docs/benchmarks.md
     python benchmarks/cuda_ring.py --json out.json # and the figures as JSON
+    python benchmarks/cuda_ring.py --batched       # only the batched throughput (seconds)
+    python benchmarks/cuda_ring.py --host          # that on pdc-cuda's host build, no GPU
 
-On a machine without a usable GPU it refuses at once, saying why (exit status 2).
+On a machine without a usable GPU it refuses at once, saying why (exit status 2); with
+``--host`` it needs the host build (g++ and NVRTC) instead, and its times say nothing
+about a GPU.
 A measurement that fails is reported (its cells say ``failed``, the error is printed)
 and the others go on; the exit status is then 1. Measurements are run in order of
 importance (the 8-byte row and the batched throughput first); one that would start
@@ -41,11 +45,14 @@ The launched variants wait synchronously for their stream (``cudaStreamSynchroni
 no event loop): their best case, so the ratios against the resident kernel are
 conservative. Plus the round trip at several idle back-offs of the kernel
 (0/64/256/1024 ns, 8 B), and batched throughput (``request_batch`` of whole rings of
-8-byte records, asyncio and trio). Round trips are reported as p50/p99 in microseconds;
-ratios are of medians measured in the same run. Targets (issues 12 and 24, H100/H200):
-resident p50 <= 5 us with ``wait="spin"`` and <= 10 us without, at least 5x faster than
-CuPy launch + copies and 2x faster than the cuda.bindings launch, batched >= 100 M
-records/s.
+8-byte records, asyncio and trio). The batched throughput says what bounds it: a second
+pass times the host's work per record (``ring_batch_host.HostPhases``: packing records
+into the slots, stamping sequence words, publishing, collecting the replies) and prints
+it as a share of that pass; the rest is the device and the wait for it. Round trips
+are reported as p50/p99 in microseconds; ratios are of medians measured in the same
+run. Targets (issues 12 and 24, H100/H200): resident p50 <= 5 us with ``wait="spin"``
+and <= 10 us without, at least 5x faster than CuPy launch + copies and 2x faster than
+the cuda.bindings launch, batched >= 100 M records/s.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import numpy as np
@@ -69,6 +77,9 @@ import numpy as np
 # cuda`; without pdc-cuda, refuse_without_gpu() says what is missing.
 with contextlib.suppress(ImportError):
     from pdc_cuda._bench import ECHO_KERNEL, bindings_echo, echo_launcher, echo_threads
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path
+from ring_batch_host import HostPhases
 
 PAYLOADS = {"8 B": 8, "64 B": 64, "512 B": 512, "4 KiB": 4096, "64 KiB": 65536}
 BACKOFFS = (0, 64, 256, 1024)
@@ -205,9 +216,24 @@ def resident_round_trips(
 
 
 def resident_throughput(
-    backend: Any, library: str, batches: int, capacity: int = BATCH_CAPACITY
-) -> float:
-    """Records per second through ``request_batch`` of whole rings of 8-byte records."""
+    backend: Any,
+    library: str,
+    batches: int,
+    capacity: int = BATCH_CAPACITY,
+    options: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    """``request_batch`` of whole rings of 8-byte records: the rate, and what bounds it.
+
+    A timed pass of ``batches`` batches gives ``records_per_s`` (and ``batch_ns``, per
+    record); then a pass as long with the host's phases timed (``ring_batch_host.HostPhases``
+    on the session's ring) gives, in ns per record, ``pack`` (records into the slots),
+    ``stamp`` (their sequence words), ``publish`` (the rest of the write), ``collect``
+    (the replies copied out, slots released), their sum ``host``, the pass's own
+    ``pass_ns``, ``host_share`` (``host / pass_ns``: the rest is the device and the
+    wait for it) and ``collections_per_batch`` (pumps that moved replies: how finely
+    the device's replies arrive). ``options`` go to ``open_persistent_kernel``
+    (default: 1024 threads).
+    """
     import anyio
 
     from pdc_core import open_persistent_kernel
@@ -216,11 +242,12 @@ def resident_throughput(
     kernel = echo_kernel("echo-batched", dtype, capacity)
     batch = np.zeros(capacity, dtype)
     batch["id"] = np.arange(capacity)
-    elapsed = 0.0
+    figures: dict[str, float] = {}
+    records = batches * capacity
 
     async def main() -> None:
-        nonlocal elapsed
-        async with open_persistent_kernel(kernel, backend, **launch_options(1024)) as session:
+        launch = launch_options(1024) if options is None else options
+        async with open_persistent_kernel(kernel, backend, **launch) as session:
             replies = await session.request_batch(batch)  # warm up
             if not np.array_equal(replies["id"], batch["id"]):
                 raise AssertionError("the batched echo returned other records")
@@ -228,9 +255,39 @@ def resident_throughput(
             for _ in range(batches):
                 await session.request_batch(batch)
             elapsed = time.perf_counter() - start
+            phases = HostPhases(session.resident.ring)
+            try:
+                start = time.perf_counter()
+                for _ in range(batches):
+                    await session.request_batch(batch)
+                timed = time.perf_counter() - start
+            finally:
+                phases.remove()
+        figures["records_per_s"] = records / elapsed
+        figures["batch_ns"] = elapsed * 1e9 / records
+        figures.update(phases.per_record_ns(records))
+        figures["host"] = figures["write"] + figures["collect"]
+        figures["pass_ns"] = timed * 1e9 / records
+        figures["host_share"] = figures["host"] / figures["pass_ns"]
+        figures["collections_per_batch"] = phases.collections / batches
 
     anyio.run(main, backend=library)
-    return batches * capacity / elapsed
+    return figures
+
+
+def describe_batched(figures: dict[str, float] | str) -> str:
+    """One line: the rate, and the host's share of a batch by phase."""
+    if isinstance(figures, str):
+        return figures
+    return (
+        f"{figures['records_per_s'] / 1e6:.2f} M records/s ({figures['batch_ns']:.2f} ns a "
+        f"record); the host's work in a pass of its own: {figures['host']:.2f} of "
+        f"{figures['pass_ns']:.2f} ns a record ({figures['host_share']:.0%}: pack "
+        f"{figures['pack']:.2f}, stamp {figures['stamp']:.2f}, publish "
+        f"{figures['publish']:.2f}, collect {figures['collect']:.2f} in "
+        f"{figures['collections_per_batch']:.1f} collections a batch); the rest is the "
+        "device and the wait for it"
+    )
 
 
 # -- work launched per message ------------------------------------------------------------------
@@ -435,12 +492,23 @@ def main(argv: list[str] | None = None) -> int:
         default=600.0,
         help="seconds before a hung run dumps its stacks and exits (0: no watchdog)",
     )
+    parser.add_argument(
+        "--batched",
+        action="store_true",
+        help="only the batched throughput and the host's share of it (seconds)",
+    )
+    parser.add_argument(
+        "--host",
+        action="store_true",
+        help="on pdc-cuda's host build, without a GPU (implies --batched; its times say "
+        "nothing about a GPU)",
+    )
     args = parser.parse_args(argv)
-    backend = refuse_without_gpu()
+    backend = host_build() if args.host else refuse_without_gpu()
     if args.timeout > 0:
         faulthandler.dump_traceback_later(args.timeout, exit=True, file=sys.stderr)
     try:
-        return run(backend, args)
+        return run_batched(backend, args) if args.batched or args.host else run(backend, args)
     finally:
         faulthandler.cancel_dump_traceback_later()
 
@@ -465,6 +533,112 @@ def round_trip_row(
     return point
 
 
+def batched(
+    backend: Any,
+    measurements: Measurements,
+    results: dict[str, Any],
+    batches: int,
+    options: dict[str, Any] | None = None,
+) -> None:
+    """The batched throughput under each event loop, with the host's share of it, into
+    ``results`` (``batched_records_per_s``, ``batched_host_ns_per_record``); then the
+    same with plain input slots (``batched_plain_slots``), and the ratio of the two
+    rates (``batched_sequenced_over_plain``)."""
+    figures: dict[str, dict[str, float] | str] = {
+        library: measurements.run(
+            f"batched ({library})",
+            functools.partial(resident_throughput, backend, library, batches, options=options),
+        )
+        for library in LIBRARIES
+    }
+    results["batched_records_per_s"] = {
+        library: found if isinstance(found, str) else found["records_per_s"]
+        for library, found in figures.items()
+    }
+    results["batched_host_ns_per_record"] = figures
+    for library, found in figures.items():
+        print(f"batched ({library}): {describe_batched(found)}")
+    plain: dict[str, dict[str, float] | str] = {}
+    for library in LIBRARIES:
+        with plain_slots(backend):
+            plain[library] = measurements.run(
+                f"batched, plain slots ({library})",
+                functools.partial(resident_throughput, backend, library, batches, options=options),
+            )
+    results["batched_plain_slots"] = plain
+    ratios: dict[str, float | str] = {}
+    for library, found in plain.items():
+        sequenced = figures[library]
+        if isinstance(found, str) or isinstance(sequenced, str):
+            ratios[library] = "n/a"
+        else:
+            ratios[library] = sequenced["records_per_s"] / found["records_per_s"]
+        ratio = ratios[library]
+        shown = ratio if isinstance(ratio, str) else f"{ratio:.2f}x"
+        print(
+            f"batched ({library}), plain input slots: {describe_batched(found)}; "
+            f"sequenced / plain: {shown}"
+        )
+    results["batched_sequenced_over_plain"] = ratios
+
+
+@contextlib.contextmanager
+def plain_slots(backend: Any) -> Any:
+    """``backend`` laying out input rings without sequence words while inside: the
+    kernel then finds requests by ``IN_HEAD`` alone and reads each slot once, and the
+    host stamps nothing. Against the default (sequenced slots, each request's word
+    acquired on its own), it shows what the sequence words cost a batch."""
+    backend.ring_sequenced_input = False
+    try:
+        yield backend
+    finally:
+        del backend.ring_sequenced_input
+
+
+#: Launch options on the host build: a block of two CPU threads (a small machine's
+#: cores) that spin between polls (its ``__nanosleep`` sleeps for the OS's granularity).
+HOST_OPTIONS: dict[str, Any] = {"threads": 2, "backoff_min_ns": 0, "backoff_max_ns": 0}
+
+
+def host_build() -> Any:
+    """pdc-cuda's host build (the ring kernel on CPU threads), or exit 2 saying why not."""
+    try:
+        from pdc_cuda.testing import HostCudaBackend
+    except ImportError as exc:
+        sys.exit(f"cuda_ring.py --host needs pdc-core and pdc-cuda installed: {exc}")
+    availability = HostCudaBackend.availability()
+    if not availability.available:
+        print(f"cuda_ring.py: no host build: {availability.reason}", file=sys.stderr)
+        sys.exit(2)
+    return HostCudaBackend()
+
+
+def run_batched(backend: Any, args: argparse.Namespace) -> int:
+    """``--batched``: the batched throughput and the host's share of it, alone."""
+    measurements = Measurements(args.budget)
+    host = bool(getattr(args, "host", False))
+    results: dict[str, Any] = {
+        "environment": {
+            "date": datetime.date.today().isoformat(),
+            "device": f"{backend!r} (the host build: times say nothing about a GPU)",
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+            "host": platform.processor() or platform.machine(),
+        }
+        if host
+        else environment(backend)
+    }
+    batched(backend, measurements, results, 5 if args.quick else 50, HOST_OPTIONS if host else None)
+    results["failures"] = measurements.errors
+    results["skipped"] = measurements.skipped
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    for error in measurements.errors:
+        print(f"FAILED {error}", file=sys.stderr)
+    return 1 if measurements.errors else 0
+
+
 def run(backend: Any, args: argparse.Namespace) -> int:
     measurements = Measurements(getattr(args, "budget", 0.0))
     count = 500 if args.quick else 5000
@@ -474,18 +648,7 @@ def run(backend: Any, args: argparse.Namespace) -> int:
     results["round_trip_us"][first] = round_trip_row(
         backend, measurements, first, PAYLOADS[first], count
     )
-    batches = 5 if args.quick else 50
-    throughput: dict[str, float | str] = {
-        library: measurements.run(
-            f"batched ({library})",
-            functools.partial(resident_throughput, backend, library, batches),
-        )
-        for library in LIBRARIES
-    }
-    results["batched_records_per_s"] = throughput
-    for library, rate in throughput.items():
-        shown = rate if isinstance(rate, str) else f"{rate / 1e6:.2f} M records/s"
-        print(f"batched ({library}): {shown}")
+    batched(backend, measurements, results, 5 if args.quick else 50)
     for label in rest:
         results["round_trip_us"][label] = round_trip_row(
             backend, measurements, label, PAYLOADS[label], count
@@ -556,13 +719,9 @@ def print_markdown(results: dict[str, Any]) -> None:
             f"{name}: {cell(point)}" for name, point in results["backoff_round_trip_us"].items()
         )
     )
-    print(
-        f"\nBatched throughput (request_batch of {BATCH_CAPACITY} 8-byte records): "
-        + ", ".join(
-            f"{lib} {rate if isinstance(rate, str) else f'{rate / 1e6:.2f} M records/s'}"
-            for lib, rate in results["batched_records_per_s"].items()
-        )
-    )
+    print(f"\nBatched throughput (request_batch of {BATCH_CAPACITY} 8-byte records):\n")
+    for library, found in results["batched_host_ns_per_record"].items():
+        print(f"- {library}: {describe_batched(found)}")
     if results.get("targets"):
         print("\nTargets (issues 12 and 24):\n")
         for line in results["targets"]:

@@ -16,6 +16,9 @@
 #   3. benchmarks/cuda_floor.py --quick --spin-variants: the floor and pdc's request at
 #      8 B / 4 KiB / 64 KiB with the waiting variants, and Python calls per request
 #                                                         -> cuda_floor.log
+#   4. benchmarks/cuda_ring.py --batched --quick: request_batch of whole rings of 8-byte
+#      records and the host's share of it per record (pack, stamp, publish, collect)
+#                                                         -> batched.log, batched.json
 # and the versions the figures belong to                 -> versions.txt
 #
 # Output goes to $OUT (default ./gpu_figures_out). PDC_FIGURES_BUDGET (seconds, default
@@ -134,3 +137,9 @@ run_stage cuda_floor 60 "$OUT/cuda_floor.log" "$OUT/cuda_floor.log" \
     "$PY" benchmarks/cuda_floor.py --quick --spin-variants "${HOST_FLAG[@]}"
 tail -40 "$OUT/contexts.log"
 tail -30 "$OUT/cuda_floor.log"
+# Stage 4 last (seconds on a GPU); in the dry run on the host build too.
+BATCHED_HOST=()
+[ "$HOST" = 1 ] && BATCHED_HOST=(--host)
+run_stage batched 30 "$OUT/batched.log" "$OUT/batched.log" \
+    "$PY" benchmarks/cuda_ring.py --batched --quick --json "$OUT/batched.json" "${BATCHED_HOST[@]}"
+tail -5 "$OUT/batched.log"

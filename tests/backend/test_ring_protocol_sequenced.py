@@ -311,3 +311,29 @@ async def test_the_cpu_backend_runs_a_sequenced_ring() -> None:
         sequences = session.memory.in_sequences
         assert sequences is not None
         assert sorted(sequences.tolist()) == list(range(997, 1002))  # the last lap's words
+
+
+# -- records of one word ------------------------------------------------------------------------
+
+#: Records of one word: the 8 bytes of ``benchmarks/cuda_ring.py``'s batched
+#: throughput, and 8 bytes of which 3 are padding.
+ONE_WORD = [
+    np.dtype([("id", "<u8")]),
+    np.dtype([("a", "<u4"), ("b", "u1")], align=True),
+]
+
+
+@pytest.mark.parametrize("dtype", ONE_WORD, ids=str)
+async def test_request_batch_of_one_word_records_through_sequenced_slots(dtype) -> None:
+    """Batches larger than the ring, and a short one, come back whole and in order."""
+    kernel = PersistentKernel("echo", dtype, dtype, capacity=64)
+    kernel.add_body("cpu", lambda batch: batch.copy())
+    kernel.layout = kernel.layout.with_sequenced_input()
+    async with open_persistent_kernel(kernel, "cpu") as session:
+        assert session.memory.layout.sequenced_input
+        for count in (1000, 3):
+            batch = np.zeros(count, dtype)
+            first = dtype.names[0]
+            batch[first] = np.arange(count)
+            replies = await session.request_batch(batch)
+            assert replies[first].tolist() == list(range(count))

@@ -6,7 +6,8 @@ with the default wait and with ``wait="spin"``, so a GPU session cannot fail on 
 benchmark's own Python. The per-message launcher measurement runs its loop on a
 ``MessageLauncher`` over the fake CUDA calls of ``graph_fakes`` (graph and plain). The
 report (table, ratios, targets, a failed measurement, the time budget) is checked with
-fixed samples.
+fixed samples. The batched throughput's host phases are checked on the cpu backend, and
+``--host`` runs the batched mode on the host build (``cuda_host``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import numpy as np
 import pytest
 
 pytest.importorskip("pdc_cuda", reason="pdc-cuda is not installed: pip install -e plugins/pdc_cuda")
-from cuda_test_support import fake_backend, load_benchmark
+from cuda_test_support import fake_backend, host_build_marks, load_benchmark
 from graph_fakes import FakeGraphOps, FakeRaw
 from pdc_cuda import CudaKernel
 from pdc_cuda._bench import PrePackedLaunch
 from pdc_cuda.graphs import MessageLauncher
+from pdc_cuda.testing import HostCudaBackend
 
 import pdc_core
 
@@ -56,9 +58,82 @@ def test_resident_round_trips_on_the_cpu_backend(on_cpu, library, size, wait):
     assert 0 < p50 <= p99
 
 
-def test_batched_throughput_on_the_cpu_backend(on_cpu):
-    rate = benchmark.resident_throughput(on_cpu, "asyncio", 2, capacity=1024)
-    assert rate > 0
+@pytest.mark.parametrize("library", ["asyncio", "trio"])
+def test_batched_throughput_on_the_cpu_backend(on_cpu, library):
+    figures = benchmark.resident_throughput(on_cpu, library, 2, capacity=1024)
+    assert figures["records_per_s"] > 0
+    assert figures["batch_ns"] == pytest.approx(1e9 / figures["records_per_s"])
+    # The host's phases, timed in a pass of their own on the session's ring: the cpu
+    # backend's plain slots have no sequence words (no stamp), and their copy is the
+    # write's (publish). Every batch's replies were collected.
+    assert figures["write"] > 0
+    assert figures["collect"] > 0
+    assert figures["stamp"] == 0
+    assert figures["host"] == pytest.approx(figures["write"] + figures["collect"])
+    assert 0 < figures["host_share"] == pytest.approx(figures["host"] / figures["pass_ns"])
+    assert figures["collections_per_batch"] >= 1
+
+
+def test_the_batched_mode_on_the_host_build(tmp_path, capsys):
+    """``--host``: the real cuda backend's host path, its ring kernel on CPU threads: the
+    rate and the host's phases of whole rings of 8-byte records, sequence words and all."""
+    path = tmp_path / "batched.json"
+    assert benchmark.main(["--host", "--quick", "--timeout", "0", "--json", str(path)]) == 0
+    saved = json.loads(path.read_text())
+    assert saved["failures"] == []
+    assert "host build" in saved["environment"]["device"]
+    out = capsys.readouterr().out
+    for library in ("asyncio", "trio"):
+        figures = saved["batched_host_ns_per_record"][library]
+        assert saved["batched_records_per_s"][library] == figures["records_per_s"] > 0
+        assert figures["pack"] > 0
+        assert figures["stamp"] > 0  # the cuda backend's slots carry sequence words
+        assert figures["collect"] > 0
+        assert 0 < figures["host_share"] < 1
+        assert f"batched ({library}): {benchmark.describe_batched(figures)}" in out
+        plain = saved["batched_plain_slots"][library]
+        assert plain["stamp"] == 0  # no sequence words: the kernel polls IN_HEAD
+        ratio = saved["batched_sequenced_over_plain"][library]
+        assert ratio == pytest.approx(figures["records_per_s"] / plain["records_per_s"])
+        assert f"sequenced / plain: {ratio:.2f}x" in out
+
+
+def test_plain_slots_last_as_long_as_the_block_even_one_that_raises():
+    backend = HostCudaBackend()
+    assert backend.ring_sequenced_input
+    seen = []
+
+    def measure() -> None:
+        with benchmark.plain_slots(backend):
+            seen.append(backend.ring_sequenced_input)
+            raise RuntimeError("the measurement failed")
+
+    with pytest.raises(RuntimeError, match="measurement failed"):
+        measure()
+    assert seen == [False]
+    assert backend.ring_sequenced_input  # the class's again
+
+
+for _mark in host_build_marks():
+    test_the_batched_mode_on_the_host_build = _mark(test_the_batched_mode_on_the_host_build)
+
+
+def _batched_figures(rate: float) -> dict[str, float]:
+    """What resident_throughput returns, for a fixed rate and fixed phases."""
+    return {
+        "records_per_s": rate, "batch_ns": 1e9 / rate, "pack": 0.5, "stamp": 0.25,
+        "publish": 0.25, "write": 1.0, "collect": 0.5, "host": 1.5, "pass_ns": 6.0,
+        "host_share": 0.25, "collections_per_batch": 2.0,
+    }  # fmt: skip
+
+
+def test_the_batched_line_says_what_the_host_spends():
+    assert benchmark.describe_batched(_batched_figures(125e6)) == (
+        "125.00 M records/s (8.00 ns a record); the host's work in a pass of its own: "
+        "1.50 of 6.00 ns a record (25%: pack 0.50, stamp 0.25, publish 0.25, collect 0.50 "
+        "in 2.0 collections a batch); the rest is the device and the wait for it"
+    )
+    assert benchmark.describe_batched("failed") == "failed"
 
 
 @pytest.mark.parametrize("graph", [True, False])
@@ -166,7 +241,9 @@ def test_the_report(on_cpu, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(benchmark, "BACKOFFS", (0, 256))
     monkeypatch.setattr(benchmark, "BATCH_CAPACITY", 512)
     monkeypatch.setattr(
-        benchmark, "resident_throughput", lambda *args: 120e6 if args[1] == "trio" else 90e6
+        benchmark,
+        "resident_throughput",
+        lambda *args, **kw: _batched_figures(120e6 if args[1] == "trio" else 90e6),
     )
     monkeypatch.setattr(
         benchmark,
@@ -221,3 +298,9 @@ def test_the_report(on_cpu, monkeypatch, capsys, tmp_path):
     saved = json.loads(path.read_text())
     assert saved["round_trip_us"]["64 B"]["graph replay"] == "failed"
     assert saved["batched_records_per_s"] == {"asyncio": 90e6, "trio": 120e6}
+    assert saved["batched_host_ns_per_record"]["trio"] == _batched_figures(120e6)
+    assert "- trio: " + benchmark.describe_batched(_batched_figures(120e6)) in out.out
+    # The same fake figures with plain slots: the ratio of the rates is 1.
+    assert saved["batched_sequenced_over_plain"] == {"asyncio": 1.0, "trio": 1.0}
+    assert "batched (trio), plain input slots: " in out.out
+    assert "sequenced / plain: 1.00x" in out.out

@@ -41,12 +41,15 @@ pytestmark = [
 STAGES = ("contexts", "pdc bench", "cuda_floor")
 CONTEXTS = load_benchmark("cuda_contexts")
 ENDED = re.compile(
-    r"^(?P<stage>contexts|pdc bench|cuda_floor): (?:"
+    r"^(?P<stage>contexts|pdc bench|cuda_floor|batched): (?:"
     r"exit (?P<rc>\d+) \(limit \d+ s\)"
     r"|(?P<cut>cut by its deadline) \(exit 1(?:24|37), limit \d+ s\)"
     r"|(?P<skipped>skipped) \(budget spent\))$",
     re.MULTILINE,
 )
+#: Stage 4, run last: ``cuda_ring.py --batched --host`` (the batched throughput and the
+#: host's share of it).
+STAGES = (*STAGES, "batched")
 
 
 def run_script(out: Path, budget: int) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
@@ -96,6 +99,15 @@ def test_the_whole_script_runs_on_the_host_build(tmp_path: Path) -> None:
         log = (tmp_path / "cuda_floor.log").read_text()
         assert "| 8 B | asyncio | request, wait=spin |" in log
         assert "Python calls per single-record session.request" in log
+
+    batched = ends["batched"]
+    if batched["rc"] is not None:
+        assert batched["rc"] == "0", (tmp_path / "batched.log").read_text()
+        saved = json.loads((tmp_path / "batched.json").read_text())
+        for library in ("asyncio", "trio"):
+            assert saved["batched_host_ns_per_record"][library]["host_share"] > 0
+            assert saved["batched_sequenced_over_plain"][library] > 0
+        assert "the host's work in a pass of its own" in (tmp_path / "batched.log").read_text()
 
 
 def check_contexts(rows: list[dict[str, Any]], log: str) -> None:
