@@ -138,8 +138,6 @@ run_stage cuda_floor 60 "$OUT/cuda_floor.log" "$OUT/cuda_floor.log" \
 tail -40 "$OUT/contexts.log"
 tail -30 "$OUT/cuda_floor.log"
 # Stage 4 last (seconds on a GPU); in the dry run on the host build too.
-BATCHED_HOST=()
-[ "$HOST" = 1 ] && BATCHED_HOST=(--host)
 run_stage batched 30 "$OUT/batched.log" "$OUT/batched.log" \
-    "$PY" benchmarks/cuda_ring.py --batched --quick --json "$OUT/batched.json" "${BATCHED_HOST[@]}"
+    "$PY" benchmarks/cuda_ring.py --batched --quick --json "$OUT/batched.json" "${HOST_FLAG[@]}"
 tail -5 "$OUT/batched.log"
