@@ -246,51 +246,64 @@ BROKEN_SAMPLERS = [
 ]
 
 
-@pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
-@pytest.mark.parametrize(("sampler", "reason"), BROKEN_SAMPLERS)
-def test_a_sampler_that_fails_is_one_error_line_and_the_rest_is_measured(
+def test_each_sampler_that_fails_is_one_error_line_and_the_rest_is_measured(
     install_plugins: Any,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
-    async_backend: str,
-    sampler: str,
-    reason: str,
 ) -> None:
-    """A plugin's sampler that raises, is not callable, is not async or returns no or
-    bad samples: one error line naming the plugin and the path, every other path still
-    measured (its dependants say their baseline did not run), exit 1."""
+    """Plugin samplers that raise, are not callable, are not async or return no or bad
+    samples: one error line each naming the plugin and the path, under each event loop;
+    every other path is still measured (their dependants say their baseline did not
+    run), exit 1. All of them in one run, under asyncio and trio: a failing sampler
+    spoils neither the others' error lines nor the paths after it."""
     from pdc_core._cli import _bench_paths
 
-    source = RINGED.replace(
-        '        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),\n',
-        '        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),\n'
-        '        BenchmarkPath("broken", broken),\n'
-        '        BenchmarkPath("after broken", checkpoints, ("broken",)),\n',
-    ).replace("def paths(backend):", f"{sampler}\n\n\ndef paths(backend):")
-    assert source.count("broken") == 4 + sampler.count("broken")
+    # Each sampler's ``broken`` is renamed ``broken<i>`` (it appears once in each).
+    samplers = "".join(
+        sampler.replace("broken", f"broken{i}", 1) + "\n\n\n"
+        for i, (sampler, _) in enumerate(BROKEN_SAMPLERS)
+    )
+    registered = "".join(
+        f'        BenchmarkPath("broken {i}", broken{i}),\n'
+        f'        BenchmarkPath("after broken {i}", checkpoints, ("broken {i}",)),\n'
+        for i in range(len(BROKEN_SAMPLERS))
+    )
+    two = '        BenchmarkPath("two checkpoints", two_checkpoints, ("checkpoint floor",)),\n'
+    source = RINGED.replace(two, two + registered).replace(
+        "def paths(backend):", f"{samplers}def paths(backend):"
+    )
     install_plugins("pdc-ringed", {"ringed": "pdc_ringed"}, {"pdc_ringed": source})
     monkeypatch.setitem(_bench_paths.BODIES, "ringed", _bench_paths.double)
-    argv = ["bench", "--quick", "--n", "30", "--backend", "ringed", "--async-backend"]
-    assert main([*argv, async_backend, "--json"]) == 1
+    argv = ["bench", "--quick", "--n", "30", "--backend", "ringed", "--async-backend", "both"]
+    assert main([*argv, "--json"]) == 1
     captured = capsys.readouterr()
-    errors = [line for line in captured.err.splitlines() if "error" in line]
-    assert len(errors) == 1, captured.err
-    assert errors[0].startswith(
-        "pdc bench: error: the benchmark path 'broken' of plugin 'ringed' (pdc-ringed): "
-    )
-    assert reason in errors[0]
-    assert errors[0].endswith(f"(under {async_backend})")
     assert "Traceback" not in captured.err
+    errors = [line for line in captured.err.splitlines() if "error" in line]
     payload = json.loads(captured.out)
-    assert list(payload["errors"]) == [f"{async_backend} / broken (ringed)"]
+    libraries = ("asyncio", "trio")
+    assert len(errors) == len(libraries) * len(BROKEN_SAMPLERS), captured.err
+    assert set(payload["errors"]) == {
+        f"{library} / broken {i} (ringed)"
+        for library in libraries
+        for i in range(len(BROKEN_SAMPLERS))
+    }
     latency = payload["latency"]
-    assert f"{async_backend} / broken (ringed)" not in latency
-    assert latency[f"{async_backend} / after broken (ringed)"]["missing_baselines"] == [
-        "broken (ringed)"
-    ]
-    for path in ("checkpoint floor (ringed)", "two checkpoints (ringed)", "resident ring (ringed)"):
-        assert latency[f"{async_backend} / {path}"]["n"] == 30
-    assert payload["throughput"][f"{async_backend} / pdc ask_stream"]["msgs_per_s"] > 0
+    for library in libraries:
+        for i, (_, reason) in enumerate(BROKEN_SAMPLERS):
+            prefix = (
+                f"pdc bench: error: the benchmark path 'broken {i}' of plugin 'ringed' "
+                "(pdc-ringed): "
+            )
+            mine = [e for e in errors if e.startswith(prefix) and e.endswith(f"(under {library})")]
+            assert len(mine) == 1, (library, i, captured.err)
+            assert reason in mine[0]
+            assert f"{library} / broken {i} (ringed)" not in latency
+            dependant = latency[f"{library} / after broken {i} (ringed)"]
+            assert dependant["missing_baselines"] == [f"broken {i} (ringed)"]
+        for path in ("checkpoint floor (ringed)", "two checkpoints (ringed)"):
+            assert latency[f"{library} / {path}"]["n"] == 30
+        assert latency[f"{library} / resident ring (ringed)"]["n"] == 30
+        assert payload["throughput"][f"{library} / pdc ask_stream"]["msgs_per_s"] > 0
 
 
 @pytest.mark.parametrize("async_backend", ["asyncio", "trio"])
