@@ -247,6 +247,7 @@ def test_probe_asks_the_cheap_questions_before_importing_cupy(monkeypatch):
     sys.modules makes any import of it fail, which the probe would report instead)."""
     from pdc_cuda import _availability
 
+    _installed(monkeypatch, {"cupy-cuda12x": "14.2.0"})
     monkeypatch.setattr(_availability, "_driver_loadable", lambda: False)
     monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
     monkeypatch.setitem(sys.modules, "cupy", None)
@@ -310,6 +311,7 @@ def test_making_the_backend_without_a_driver_names_the_same_reason(monkeypatch):
     before CuPy is ever asked (it would say "CUDA driver version is insufficient")."""
     from pdc_cuda import _availability
 
+    _installed(monkeypatch, {"cupy-cuda12x": "14.2.0"})
     monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
     monkeypatch.setattr(_availability, "_driver_loadable", lambda: False)
     reason = _availability.availability().reason
