@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import subprocess
 import sys
 import textwrap
@@ -38,6 +39,7 @@ def test_availability_never_raises_and_is_precise():
         assert availability.reason.startswith(
             (
                 "CuPy is not installed",
+                "CuPy is installed more than once",
                 "CuPy is installed but failed",
                 "no CUDA driver",
                 "CUDA driver found but",
@@ -115,12 +117,19 @@ class _Status(Exception):
         self.status = status
 
 
+TWO_CUPYS = "CuPy is installed more than once (cupy-cuda12x 14.2.0, cupy-cuda13x 14.2.0)"
+
+
 @pytest.mark.parametrize(
     ("facts", "expected"),
     [
         (
             CudaProbe(cupy_error=ModuleNotFoundError("No module named 'cupy'", name="cupy")),
             "CuPy is not installed: pip install pdc-cuda",
+        ),
+        (
+            CudaProbe(cupy_distributions=(("cupy-cuda12x", "14.2.0"), ("cupy-cuda13x", "14.2.0"))),
+            TWO_CUPYS,
         ),
         (
             CudaProbe(cupy_error=ImportError("libnvrtc.so.12: cannot open shared object file")),
@@ -238,6 +247,7 @@ def test_probe_asks_the_cheap_questions_before_importing_cupy(monkeypatch):
     sys.modules makes any import of it fail, which the probe would report instead)."""
     from pdc_cuda import _availability
 
+    _installed(monkeypatch, {"cupy-cuda12x": "14.2.0"})
     monkeypatch.setattr(_availability, "_driver_loadable", lambda: False)
     monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
     monkeypatch.setitem(sys.modules, "cupy", None)
@@ -248,12 +258,60 @@ def test_probe_asks_the_cheap_questions_before_importing_cupy(monkeypatch):
     assert diagnose(_availability.probe()).reason == "CuPy is not installed: pip install pdc-cuda"
 
 
+def _installed(monkeypatch, distributions: dict[str, str]) -> None:
+    """Make ``importlib.metadata`` report exactly these distributions (name: version)."""
+
+    def version(name: str) -> str:
+        if name in distributions:
+            return distributions[name]
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+
+
+def test_two_cupy_distributions_are_named_before_cupy_is_imported(monkeypatch):
+    """``pip install pdc-cuda`` where cupy-cuda13x is installed adds cupy-cuda12x, which
+    overwrites the same cupy package: the reason names both and how to keep one, and
+    comes without importing that mixed cupy (a None entry in sys.modules makes any
+    import of it fail, which the probe would report instead)."""
+    from pdc_cuda import _availability
+
+    _installed(monkeypatch, {"cupy-cuda13x": "14.2.0", "cupy-cuda12x": "14.2.0"})
+    monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
+    monkeypatch.setattr(_availability, "_driver_loadable", lambda: True)
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    facts = _availability.probe()
+    assert facts == CudaProbe(
+        cupy_distributions=(("cupy-cuda12x", "14.2.0"), ("cupy-cuda13x", "14.2.0"))
+    )
+    reason = (
+        f"{TWO_CUPYS}, and each writes the same cupy package: pip uninstall -y cupy-cuda12x "
+        "cupy-cuda13x, then pip install the one for this machine (cupy-cuda12x for CUDA 12, "
+        "cupy-cuda13x for CUDA 13)"
+    )
+    assert diagnose(facts).reason == reason
+    with pytest.raises(BackendUnavailable) as caught:
+        CudaBackend()
+    assert str(caught.value) == f"the cuda backend (from pdc-cuda) is not available here: {reason}"
+
+
+@pytest.mark.parametrize("name", ["cupy-cuda12x", "cupy-cuda13x", "cupy"])
+def test_one_cupy_distribution_of_any_name_is_not_a_problem(monkeypatch, name):
+    from pdc_cuda import _availability
+
+    _installed(monkeypatch, {name: "14.2.0", "numpy": "2.3.0"})
+    monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
+    monkeypatch.setattr(_availability, "_driver_loadable", lambda: False)
+    assert _availability.probe() == CudaProbe(driver_found=False)
+
+
 def test_making_the_backend_without_a_driver_names_the_same_reason(monkeypatch):
     """``CudaBackend()`` (any placement) where no driver loads raises what
     ``get_backend("cuda")`` raises -- BackendUnavailable with the probe's reason --
     before CuPy is ever asked (it would say "CUDA driver version is insufficient")."""
     from pdc_cuda import _availability
 
+    _installed(monkeypatch, {"cupy-cuda12x": "14.2.0"})
     monkeypatch.setattr(_availability, "_cupy_installed", lambda: True)
     monkeypatch.setattr(_availability, "_driver_loadable", lambda: False)
     reason = _availability.availability().reason

@@ -84,6 +84,9 @@ def test_missing_numba_cuda_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> 
         numba_cuda()
     with pytest.raises(ImportError, match=r"pip install 'pdc-cuda\[numba\]'"):
         fake_backend().run_python_kernel(scale.py_func, (1, 1, 1), (32, 1, 1), ())
+    cuda_13 = r"or with CUDA 13 pip install 'numba-cuda\[cu13\]>=0.30' 'numpy<2.5'"
+    with pytest.raises(ImportError, match=cuda_13):
+        numba_cuda()
 
 
 def test_only_numba_jit_keywords_are_passed_on():

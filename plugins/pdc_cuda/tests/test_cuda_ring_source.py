@@ -443,3 +443,24 @@ def test_a_toolkit_s_cccl_is_found_where_its_version_keeps_it(layout, tmp_path, 
     (include / "cuda" / "atomic").write_text("// cuda/atomic\n")
     monkeypatch.setenv("CUDA_PATH", str(tmp_path))
     assert _nvrtc._toolkit_cccl() == [str(include)]
+
+
+def test_no_nvrtc_names_the_cuda_12_and_cuda_13_installs_and_why(monkeypatch):
+    """Where no binding loads NVRTC, the error says what to install for either CUDA
+    major and what each binding reported (no NVRTC is needed: both are made to fail)."""
+    from pdc_cuda import NvrtcUnavailable, _nvrtc
+
+    def missing() -> _nvrtc.NvrtcCompiler:
+        raise OSError("libnvrtc.so.13: cannot open shared object file")
+
+    monkeypatch.setattr(_nvrtc, "_compiler", None)
+    monkeypatch.setattr(_nvrtc, "_cupy_binding", missing)
+    monkeypatch.setattr(_nvrtc, "_cuda_bindings_binding", missing)
+    with pytest.raises(NvrtcUnavailable) as caught:
+        find_nvrtc()
+    assert str(caught.value) == (
+        "NVRTC is not usable here (install it with: pip install 'pdc-cuda[nvrtc]', or with "
+        "CUDA 13 pip install 'cuda-toolkit[nvrtc]==13.*'); CuPy's NVRTC binding: OSError: "
+        "libnvrtc.so.13: cannot open shared object file; cuda-bindings: OSError: "
+        "libnvrtc.so.13: cannot open shared object file"
+    )

@@ -6,7 +6,8 @@ what do the driver and runtime report) and never raises; :func:`diagnose` turns 
 facts into an :class:`~pdc_core.backend.Availability` with a message a user can act on.
 
 The probe asks the cheap questions first and imports CuPy only when they all say yes:
-whether CuPy is installed (``importlib.util.find_spec``, no import) and whether the
+whether CuPy is installed (``importlib.util.find_spec``, no import), whether exactly one
+CuPy distribution provides it (``importlib.metadata``, no import), and whether the
 driver library loads. On a machine without an NVIDIA driver, choosing pdc's default
 backend therefore never imports CuPy (tens of milliseconds and a large module tree).
 The plugin registers the backend lazily with :data:`PRIORITY` and :func:`availability`
@@ -17,6 +18,7 @@ imported either.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -43,6 +45,18 @@ CUDA_ERROR_NO_DEVICE = 100
 
 INSTALL_HINT = "pip install pdc-cuda"
 
+#: The distributions that install the ``cupy`` package (CuPy's wheels, one per CUDA
+#: major or ROCm release, and its source package). They all write the same files, so
+#: two of them in one environment leave a ``cupy`` of mixed builds.
+CUPY_DISTRIBUTIONS = (
+    "cupy",
+    "cupy-cuda11x",
+    "cupy-cuda12x",
+    "cupy-cuda13x",
+    "cupy-rocm-4-3",
+    "cupy-rocm-5-0",
+)
+
 #: The driver library, by platform (the runtime CuPy links against loads it itself).
 DRIVER_LIBRARIES = {"win32": ("nvcuda.dll",)}
 DEFAULT_DRIVER_LIBRARIES = ("libcuda.so.1", "libcuda.so")
@@ -54,6 +68,9 @@ class CudaProbe:
 
     #: ``None`` when ``import cupy`` worked, else the error (``ModuleNotFoundError`` ...).
     cupy_error: BaseException | None = None
+    #: ``(name, version)`` of each CuPy distribution installed when more than one is
+    #: (then CuPy is not imported); empty otherwise.
+    cupy_distributions: tuple[tuple[str, str], ...] = ()
     cupy_version: str | None = None
     #: Whether the CUDA driver library (``libcuda.so``) could be loaded.
     driver_found: bool = False
@@ -93,6 +110,19 @@ def _cupy_installed() -> bool:
         return False
 
 
+def _cupy_distributions() -> tuple[tuple[str, str], ...]:
+    """``(name, version)`` of each installed distribution of :data:`CUPY_DISTRIBUTIONS`."""
+    found = []
+    for name in CUPY_DISTRIBUTIONS:
+        # A lookup by name reads directory listings only, where finding the owners of
+        # the ``cupy`` package (packages_distributions) reads every distribution's files.
+        try:
+            found.append((name, importlib.metadata.version(name)))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return tuple(found)
+
+
 def prefer_eager_module_loading() -> None:
     """Set ``CUDA_MODULE_LOADING=EAGER`` unless the user chose a mode.
 
@@ -111,6 +141,9 @@ def probe() -> CudaProbe:
     prefer_eager_module_loading()
     if not _cupy_installed():
         return CudaProbe(cupy_error=ModuleNotFoundError("No module named 'cupy'", name="cupy"))
+    distributions = _cupy_distributions()
+    if len(distributions) > 1:  # a cupy of mixed builds: importing it may fail or crash
+        return CudaProbe(cupy_distributions=distributions)
     if not _driver_loadable():  # no driver, no GPU: not worth importing CuPy to say so
         return CudaProbe(driver_found=False)
     try:
@@ -161,8 +194,21 @@ def _visible_devices_note() -> str:
     return f" (CUDA_VISIBLE_DEVICES={visible!r} hides devices)"
 
 
+def _cupy_installed_twice(distributions: tuple[tuple[str, str], ...]) -> str:
+    installed = ", ".join(f"{name} {version}" for name, version in distributions)
+    names = " ".join(name for name, _ in distributions)
+    # Uninstalling only one would delete files the other wrote too: remove all, add one.
+    return (
+        f"CuPy is installed more than once ({installed}), and each writes the same cupy "
+        f"package: pip uninstall -y {names}, then pip install the one for this machine "
+        "(cupy-cuda12x for CUDA 12, cupy-cuda13x for CUDA 13)"
+    )
+
+
 def diagnose(facts: CudaProbe) -> Availability:
     """Turn probed facts into an availability verdict with an actionable reason."""
+    if len(facts.cupy_distributions) > 1:
+        return Availability.no(_cupy_installed_twice(facts.cupy_distributions))
     if facts.cupy_error is not None:
         if isinstance(facts.cupy_error, ModuleNotFoundError) and (
             facts.cupy_error.name in (None, "cupy") or "cupy" in str(facts.cupy_error)

@@ -35,7 +35,8 @@ class NvrtcUnavailable(BackendError, RuntimeError):
     """No usable NVRTC (the CUDA runtime compiler) is installed.
 
     Install it with ``pip install 'pdc-cuda[nvrtc]'`` (the ``nvidia-cuda-nvrtc-cu12``
-    wheel) or a CUDA 12 toolkit.
+    wheel) or a CUDA 12 toolkit; with CUDA 13, ``pip install 'cuda-toolkit[nvrtc]==13.*'``
+    or a CUDA 13 toolkit.
     """
 
 

@@ -35,6 +35,9 @@ __all__ = [
 ]
 
 INSTALL_HINT = "pip install 'pdc-cuda[numba]'"
+#: The same for CUDA 13, where pdc-cuda is installed without its CUDA 12 dependencies
+#: (docs/cuda-backend.md, "Installing"): numba-cuda's own cu13 extra.
+CUDA13_INSTALL_HINT = "pip install 'numba-cuda[cu13]>=0.30' 'numpy<2.5'"
 
 #: The NumPy range the ``numba`` extra declares beside numba-cuda: numba-cuda up to at
 #: least 0.30.4 calls ``numpy.row_stack``, which NumPy 2.5 removed.
@@ -66,7 +69,8 @@ def numba_cuda() -> Any:
     except ImportError as exc:
         raise ImportError(
             "running Python kernel bodies on the cuda backend needs numba-cuda: "
-            f"{INSTALL_HINT} (or write the kernel in CUDA C with kernel.source(...))"
+            f"{INSTALL_HINT}, or with CUDA 13 {CUDA13_INSTALL_HINT} (or write the kernel "
+            "in CUDA C with kernel.source(...))"
         ) from exc
     mismatch = numba_numpy_mismatch()
     if mismatch is not None:

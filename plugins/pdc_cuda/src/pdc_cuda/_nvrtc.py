@@ -9,7 +9,8 @@ Python bindings are tried, in order:
 2. NVIDIA's ``cuda-bindings`` (``cuda.bindings.nvrtc``).
 
 Both need the NVRTC library itself (the ``nvidia-cuda-nvrtc-cu12`` wheel, i.e.
-``pip install 'pdc-cuda[nvrtc]'``, or a CUDA 12 toolkit). ``<cuda/atomic>`` comes from
+``pip install 'pdc-cuda[nvrtc]'``, or a CUDA 12 toolkit; with CUDA 13 the
+``cuda-toolkit[nvrtc]==13.*`` wheels or a CUDA 13 toolkit). ``<cuda/atomic>`` comes from
 CCCL: the copy bundled inside the CuPy wheel, else the ``nvidia-cuda-cccl-cu12`` wheel,
 else the toolkit at ``CUDA_PATH`` (``include/``, or CUDA 13's ``include/cccl/``).
 """
@@ -185,6 +186,10 @@ def _text(raw: object) -> str:
     return str(raw)
 
 
+#: NVRTC for CUDA 13, where pdc-cuda is installed without its CUDA 12 dependencies
+#: (docs/cuda-backend.md, "Installing"): NVIDIA's wheel, as ``cupy-cuda13x[ctk]`` has it.
+CUDA13_INSTALL_HINT = "pip install 'cuda-toolkit[nvrtc]==13.*'"
+
 _compiler: NvrtcCompiler | None = None
 _failures: list[str] = []
 
@@ -206,8 +211,8 @@ def find_nvrtc() -> NvrtcCompiler:
             continue
         return _compiler
     raise NvrtcUnavailable(
-        "NVRTC is not usable here (install it with: pip install 'pdc-cuda[nvrtc]'); "
-        + "; ".join(failures)
+        "NVRTC is not usable here (install it with: pip install 'pdc-cuda[nvrtc]', or with "
+        f"CUDA 13 {CUDA13_INSTALL_HINT}); " + "; ".join(failures)
     )
 
 
