@@ -34,23 +34,56 @@ print(json.dumps({"cwd": sorted(os.listdir(".")), "build": str(build.path)}))
 """
 
 
+#: A C++ compiler that logs each of its compiles, and holds each a while (so two
+#: processes' builds of one kernel overlap whenever both start one).
+LOGGING_CXX = """#!/bin/sh
+case "$*" in *-dumpfullversion*) ;; *) echo "$*" >> "$PDC_TEST_CXX_LOG"; sleep 1 ;; esac
+exec g++ "$@"
+"""
+
+
 @pytest.mark.cuda_host
-def test_a_cold_build_writes_nothing_into_the_working_directory(tmp_path: Path) -> None:
+def test_two_processes_building_at_once_compile_once_and_write_nothing_into_their_cwd(
+    tmp_path: Path,
+) -> None:
+    """Two processes (two test runs, or pytest-xdist workers) building one kernel into
+    one fresh cache: one compiles the precompiled header and the kernel, the other
+    waits for them and uses them; neither writes into its working directory."""
     availability = HostCudaBackend.availability()
     if not availability.available:
         pytest.skip(f"no host build of the ring kernel: {availability.reason}")
-    cwd, cache = tmp_path / "cwd", tmp_path / "cache"
-    cwd.mkdir()
-    env = {**os.environ, "PDC_CUDA_HOST_CACHE": str(cache)}
-    done = subprocess.run(
-        [sys.executable, "-c", COLD_BUILD],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["cwd"] == []
-    assert list(cwd.iterdir()) == []
-    assert Path(result["build"]).parent == cache
+    cache, log = tmp_path / "cache", tmp_path / "compiles.log"
+    cxx = tmp_path / "logging-g++"
+    cxx.write_text(LOGGING_CXX, encoding="utf-8")
+    cxx.chmod(0o755)
+    env = {
+        **os.environ,
+        "PDC_CUDA_HOST_CACHE": str(cache),
+        "PDC_CUDA_HOST_CXX": str(cxx),
+        "PDC_TEST_CXX_LOG": str(log),
+    }
+    children = []
+    for name in ("first", "second"):
+        cwd = tmp_path / name
+        cwd.mkdir()
+        child = subprocess.Popen(
+            [sys.executable, "-c", COLD_BUILD],
+            cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        children.append((cwd, child))
+    builds = set()
+    for cwd, child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+        result = json.loads(out.strip().splitlines()[-1])
+        assert result["cwd"] == []
+        assert list(cwd.iterdir()) == []
+        assert Path(result["build"]).parent == cache
+        builds.add(result["build"])
+    assert len(builds) == 1
+    compiles = log.read_text(encoding="utf-8").splitlines()
+    assert len([line for line in compiles if "c++-header" in line]) == 1, compiles
+    assert len([line for line in compiles if "host_launch.cpp" in line]) == 1, compiles
 
 
 def test_the_cache_is_cleared_by_one_command(

@@ -16,6 +16,7 @@ copies are reused once their launch has been joined (pooled per build).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import functools
 import hashlib
@@ -24,7 +25,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -213,6 +214,22 @@ _build_locks: dict[str, threading.Lock] = {}
 _build_locks_guard = threading.Lock()
 
 
+@contextlib.contextmanager
+def _held_across_processes(path: Path) -> Iterator[None]:
+    """``path`` locked (``flock``) while the block runs: a concurrent process building
+    the same key (two test runs, pytest-xdist workers) waits and then finds the build,
+    instead of compiling it a second time. Where there is no ``flock``, both build and
+    agree (the output is replaced atomically)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 def build_ring_kernel(
     source: str, *, options: Sequence[str] = (), sanitize: bool = False
 ) -> HostBuild:
@@ -236,7 +253,7 @@ def build_ring_kernel(
     output = directory / f"ring-{key}.so"
     with _build_locks_guard:
         lock = _build_locks.setdefault(key, threading.Lock())
-    with lock:
+    with lock, _held_across_processes(directory / f"ring-{key}.lock"):
         if not output.exists():
             with tempfile.TemporaryDirectory(dir=directory, prefix="build-") as work:
                 kernel = Path(work) / "pdc_ring_kernel.cu"
@@ -287,7 +304,7 @@ def _precompiled_header(path: str, version: str, flags: tuple[str, ...]) -> Path
     key = hashlib.sha256(repr((_header_text(), path, version, flags)).encode()).hexdigest()[:32]
     directory = cache_dir() / f"pch-{key}"
     header = directory / "pdc_host_pch.h"
-    with _pch_lock:
+    with _pch_lock, _held_across_processes(cache_dir() / f"pch-{key}.lock"):
         if (directory / "pdc_host_pch.h.gch").exists():
             return header
         work = Path(tempfile.mkdtemp(dir=cache_dir(), prefix="build-pch-"))
