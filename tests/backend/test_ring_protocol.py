@@ -465,6 +465,29 @@ def test_put_one_and_take_one_go_round_the_ring_in_order(sequenced: bool) -> Non
         assert host.take_one() is None
 
 
+def test_take_one_copies_a_padded_reply_byte_for_byte() -> None:
+    """NumPy copies a record scalar field by field, leaving the copy's padding as the
+    allocator left it (this process's heap bytes): take_one copies a padded reply as
+    bytes, so its padding is the slot's (zero in a ring slot; a pattern here, so that a
+    field-by-field copy cannot pass by chance)."""
+    padded = np.dtype([("id", "<u8"), ("flag", "u1")], align=True)  # 7 bytes of padding
+    memory = RingMemory.from_buffer(RingLayout(REQ, padded, 2, 2))
+    host, device = RingHost(memory), RingDevice(memory)
+    device.check_header()
+    for seq in range(6):
+        assert host.put_one(records(seq, 1)[0])
+        index, count = device.next_batch()
+        slot = device.outputs(index, count)
+        slot.view(np.uint8)[...] = 0x5A  # the padding's bytes
+        slot["id"], slot["flag"] = seq, 1
+        device.publish(count)
+        expected = slot.tobytes()
+        reply = host.take_one()
+        assert reply.tobytes() == expected
+        reply["flag"] = 2  # a copy of its own, writable
+        assert int(slot["flag"][0]) == 1
+
+
 def test_put_one_converts_into_the_slot_and_a_refused_record_publishes_nothing() -> None:
     memory, host, device = make(2)
     with pytest.raises(RecordError, match=r"field 'x'.*1\.7 would lose information"):

@@ -24,6 +24,7 @@ from pdc_core import (
     PersistentKernel,
     PersistentKernelActor,
     PersistentKernelError,
+    RecordError,
     RestartPolicy,
     open_nursery,
 )
@@ -307,15 +308,30 @@ async def test_asks_sent_during_a_restart_are_handled_by_the_new_incarnation() -
     await settle_threads(baseline, within=2)
 
 
+class EndHeld(PersistentKernelActor[Any, Any]):
+    """A kernel actor whose crashed incarnation ends (and the nursery decides on the
+    restart) only once ``release`` is set: the crash is seen by its callers first."""
+
+    def __init__(self, kernel: PersistentKernel) -> None:
+        super().__init__(kernel)
+        self.release = anyio.Event()
+
+    async def run(self, started: Callable[[], None]) -> None:
+        try:
+            await super().run(started)
+        except Exception:
+            await self.release.wait()
+            raise
+
+
 async def test_the_nursery_exit_waits_for_asks_queued_during_a_restart() -> None:
-    # The late ask must be seen waiting before the backoff ends: 3 s leaves room for a
-    # loaded 2-core machine (1 s failed there, rarely, in full runs beside other work).
-    policy = RestartPolicy(max_restarts=2, backoff=3.0, max_backoff=3.0)
+    policy = RestartPolicy(max_restarts=2, backoff=1.0, max_backoff=1.0)
     replies: list[float] = []
+    runner = EndHeld(make_kernel(name="late"))
     with anyio.fail_after(LIMIT):
         async with anyio.create_task_group() as outside:
             async with open_nursery() as nursery:
-                ref = await nursery.start_actor(make_kernel(name="late"), restart=policy)
+                ref = await nursery.start_actor(runner, restart=policy)
                 with pytest.raises(ActorCrashed):
                     await ref.ask((1, -1.0))
 
@@ -323,13 +339,87 @@ async def test_the_nursery_exit_waits_for_asks_queued_during_a_restart() -> None
                     replies.append(float((await ref.ask((2, 8.0)))["y"]))
 
                 outside.start_soon(ask_late)
-                while not ref._runner.waiting:  # noqa: ASYNC110 - until it waits for the restart
+                while not runner.waiting:  # noqa: ASYNC110 - until it waits for the restart
                     await anyio.sleep(0.001)
-                assert replies == []
-            # The body ended during the backoff with an ask waiting: the exit waited for
-            # the new kernel, which answered it, and then stopped it.
+                runner.release.set()  # the crash is decided: the restart's backoff begins
+                while not ref.statistics().restarts:  # noqa: ASYNC110 - until it is decided
+                    await anyio.sleep(0.001)
+            # The body ended during the backoff (or, on a machine stalled past it, once
+            # the new kernel was up) with an ask waiting: the exit waited for the new
+            # kernel, which answered it, and then stopped it.
             assert ref.state is ActorState.STOPPED
     assert replies == [16.0]
+
+
+async def test_an_ask_waiting_while_the_crash_is_decided_is_not_lost_by_the_exit() -> None:
+    """The body ends while the crashed kernel is still ending, with an ask waiting for
+    the next one. The crash being decided wakes that ask, which waits on for the new
+    kernel: the draining nursery must not see the actor idle in between (it stopped the
+    actor in its backoff, and the ask failed with ActorStopped)."""
+    policy = RestartPolicy(max_restarts=1, backoff=0.0)
+    replies: list[float] = []
+    runner = EndHeld(make_kernel(name="decided"))
+
+    async def release_once_draining() -> None:
+        while runner.on_idle is None:  # noqa: ASYNC110 - until the body has ended
+            await anyio.sleep(0.001)
+        runner.release.set()
+
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as outside:
+            async with open_nursery() as nursery:
+                ref = await nursery.start_actor(runner, restart=policy)
+                with pytest.raises(ActorCrashed):
+                    await ref.ask((1, -1.0))
+
+                async def ask_late() -> None:
+                    replies.append(float((await ref.ask((2, 8.0)))["y"]))
+
+                outside.start_soon(ask_late)
+                while not runner.waiting:  # noqa: ASYNC110 - until it waits for the restart
+                    await anyio.sleep(0.001)
+                outside.start_soon(release_once_draining)
+            assert ref.state is ActorState.STOPPED
+            assert ref.statistics().restarts == 1
+    assert replies == [16.0]
+
+
+async def test_what_waited_for_the_restart_and_then_failed_is_no_longer_counted() -> None:
+    """A bad record and a cancelled ask that both waited for the new kernel end with
+    their errors, and the draining nursery does not wait for them: nothing is left
+    counted against the actor."""
+    policy = RestartPolicy(max_restarts=1, backoff=0.0)
+    runner = EndHeld(make_kernel(name="bad"))
+    outcomes: list[str] = []
+    with anyio.fail_after(LIMIT):
+        async with anyio.create_task_group() as outside:
+            async with open_nursery() as nursery:
+                ref = await nursery.start_actor(runner, restart=policy)
+                with pytest.raises(ActorCrashed):
+                    await ref.ask((1, -1.0))
+
+                async def ask_bad() -> None:
+                    with pytest.raises(RecordError):
+                        await ref.ask((1, 2.0, 3.0))  # one field too many
+                    outcomes.append("bad record")
+
+                async def ask_cancelled(scope: anyio.CancelScope) -> None:
+                    with scope:
+                        await ref.ask((2, 1.0))
+                    outcomes.append("cancelled")
+
+                scope = anyio.CancelScope()
+                outside.start_soon(ask_bad)
+                outside.start_soon(ask_cancelled, scope)
+                while runner.waiting < 2:  # noqa: ASYNC110 - until both wait
+                    await anyio.sleep(0.001)
+                scope.cancel()
+                runner.release.set()
+                while len(outcomes) < 2:  # noqa: ASYNC110 - until both have ended
+                    await anyio.sleep(0.001)
+                assert runner.waiting == 0
+            assert ref.state is ActorState.STOPPED
+    assert sorted(outcomes) == ["bad record", "cancelled"]
 
 
 async def test_without_a_policy_an_ask_after_the_crash_fails_with_it() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 from typing import Any, ClassVar
 
 import anyio
@@ -107,6 +108,31 @@ async def test_a_hung_process_is_lost_at_its_heartbeat(recorder: type[Recorder])
     assert isinstance(info.value.cause, pdc_ray.RemoteActorLost)
     assert "heartbeat" in str(info.value.cause)
     assert elapsed < 2.0  # a third of a beat, then at most one beat without an answer
+
+
+async def test_a_stall_of_this_process_past_the_heartbeat_loses_no_live_worker(
+    recorder: type[Recorder],
+) -> None:
+    """This process's event loop blocks for longer than the whole heartbeat while a
+    ping is on its way: the worker answers it once the loop runs again, so it is not
+    lost (the stall is this side's, not the worker's)."""
+    with anyio.fail_after(LIMIT):
+        async with FakeEngine() as engine, open_nursery() as nursery:
+            ref = await nursery.start_actor(
+                recorder, placement=pdc_ray.on(heartbeat=1.0, engine=engine)
+            )
+            assert await ref.ask(1) == 1
+            engine.hold("ping")
+            pings = engine.calls["ping"]
+            while engine.calls["ping"] == pings:  # noqa: ASYNC110 - until a ping is sent
+                await anyio.sleep(0.01)
+            engine.release("ping")  # it runs once the loop turns again
+            time.sleep(1.25)  # noqa: ASYNC251 - the stall: past the ping's whole heartbeat
+            assert await ref.ask(2) == 2
+            assert ref.state is ActorState.RUNNING
+        assert engine.alive() == []
+    assert ref.state is ActorState.STOPPED
+    assert Recorder.log == [1, 2]
 
 
 async def test_nursery_exit_waits_until_a_slow_kill_is_confirmed(

@@ -59,7 +59,7 @@ from .._actors import (
 )
 from .._actors._refs import TIMED_OUT, cancel_called, raise_cancelled
 from .._backend._persistent_kernel import PersistentKernelSpec, RepT, ReqT
-from .._backend._ring import StopMode
+from .._backend._ring import StopMode, coerce_record
 from .._exceptions import ActorCrashed, ActorStopped
 from .._loop import (
     Kit,
@@ -150,24 +150,35 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
             raise ActorStopped(f"actor {self.actor_id!r} is stopping", actor_id=self.actor_id)
         return session
 
-    async def _ready_session(self) -> PersistentKernelSession[ReqT, RepT]:
+    async def _ready_session(
+        self,
+    ) -> tuple[PersistentKernelSession[ReqT, RepT], _RestartWait | None]:
         """The session to deliver to; while the actor is restarting (or its kernel has
         crashed and the nursery has not decided yet), wait for the next incarnation,
-        as a message to a restarting mailbox actor waits in its mailbox."""
+        as a message to a restarting mailbox actor waits in its mailbox.
+
+        A caller that waited gets its :class:`_RestartWait` too: it stays counted (a
+        draining nursery does not stop the actor) until it calls ``went_on()``, once
+        its records are in the ring, where a draining stop answers them. Counted from
+        its first wait to then, whatever wakes it meanwhile: the crash being decided
+        wakes it too, and it must not look gone while it waits for the new kernel.
+        """
         runner = self._runner
-        while True:
-            session = runner.session
-            if runner.final_error is not None or runner.stop_requested or session is None:
-                return self._open_session()  # raises what the actor's state says
-            if not runner.restarting and session.state is not SessionState.CRASHED:
-                return session
-            runner.waiting += 1
-            try:
+        wait: _RestartWait | None = None
+        try:
+            while True:
+                session = runner.session
+                if runner.final_error is not None or runner.stop_requested or session is None:
+                    return self._open_session(), None  # raises what the actor's state says
+                if not runner.restarting and session.state is not SessionState.CRASHED:
+                    return session, wait
+                if wait is None:
+                    wait = _RestartWait(runner)
                 await runner.changed.wait()
-            finally:
-                runner.waiting -= 1
-                if not runner.waiting and runner.on_idle is not None:
-                    runner.on_idle()
+        except BaseException:
+            if wait is not None:
+                wait.went_on()
+            raise
 
     def _stopped(self, exc: ActorStopped) -> ActorStopped:
         """The error to raise for ``exc``, naming this actor rather than the kernel (a
@@ -187,21 +198,33 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
     async def _deliver(self, message: RecordLike, priority: int) -> None:
         """Publish one request whose reply is discarded; waits while the ring is full."""
         try:
-            await (await self._ready_session()).send(message, reply=False)
+            session, wait = await self._ready_session()
+            try:
+                await session.send(message, reply=False)
+            finally:
+                if wait is not None:
+                    wait.went_on()
         except ActorStopped as exc:
             raise self._stopped(exc) from exc.__cause__
 
     async def _deliver_many(self, messages: Any, priority: int | list[int]) -> None:
         """Publish a batch of requests whose replies are discarded."""
         try:
-            await (await self._ready_session()).send_batch(messages, reply=False)
+            session, wait = await self._ready_session()
+            try:
+                await session.send_batch(messages, reply=False)
+            finally:
+                if wait is not None:
+                    wait.went_on()
         except ActorStopped as exc:
             raise self._stopped(exc) from exc.__cause__
 
     async def _request(self, message: RecordLike, priority: int, timeout: float | None) -> Any:
         """Send one request and return the kernel's reply record."""
         try:
-            session = await self._ready_session()
+            session, wait = await self._ready_session()
+            if wait is not None:  # rare: the general path, which says when it has written
+                return await self._request_after_wait(session, wait, message, timeout, one=True)
             if timeout is None:
                 return await session.request(message)
             with anyio.move_on_after(timeout):
@@ -218,13 +241,37 @@ class KernelActorRef(ActorRef[RecordLike, RepT], Generic[ReqT, RepT]):
 
     async def _request_batch(self, records: npt.NDArray[Any], timeout: float | None) -> Any:
         try:
-            session = await self._ready_session()
+            session, wait = await self._ready_session()
+            if wait is not None:
+                return await self._request_after_wait(session, wait, records, timeout)
             if timeout is None:
                 return await session.request_batch(records)
             with anyio.move_on_after(timeout):
                 return await session.request_batch(records)
         except ActorStopped as exc:
             raise self._stopped(exc) from exc.__cause__
+        return TIMED_OUT
+
+    @staticmethod
+    async def _request_after_wait(
+        session: PersistentKernelSession[ReqT, RepT],
+        wait: _RestartWait,
+        records: Any,
+        timeout: float | None,
+        *,
+        one: bool = False,
+    ) -> Any:
+        """Send ``records`` (one record with ``one``) to the new incarnation for a
+        caller that waited for it: counted until they are written (or it gives up),
+        then it waits for the replies as any caller does, so a draining stop (which
+        answers what is written) cannot come between its wait and its write."""
+        try:
+            batch = coerce_record(records, session.kernel.request_dtype) if one else records
+            with anyio.move_on_after(seconds_or_inf(timeout)):
+                replies = await session._request(batch, published=wait.went_on)
+                return replies[0] if one else replies
+        finally:
+            wait.went_on()
         return TIMED_OUT
 
     async def ask_batch(
@@ -327,6 +374,26 @@ def _records(
     if isinstance(messages, np.ndarray):
         return messages
     return np.array(list(messages), dtype=kernel.request_dtype)
+
+
+class _RestartWait:
+    """A caller waiting for the actor's next incarnation, counted in the runner's
+    ``waiting`` until :meth:`went_on` (idempotent); the last one to go on tells a
+    draining nursery (``on_idle``)."""
+
+    __slots__ = ("_runner",)
+
+    def __init__(self, runner: PersistentKernelActor) -> None:
+        self._runner: PersistentKernelActor | None = runner
+        runner.waiting += 1
+
+    def went_on(self) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        runner.waiting -= 1
+        if not runner.waiting and runner.on_idle is not None:
+            runner.on_idle()
 
 
 class PersistentKernelActor(ActorRunner, Generic[ReqT, RepT]):

@@ -24,7 +24,7 @@ until the leader sees what they wait for.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -350,7 +350,12 @@ class PersistentKernelSession(SessionLifecycle[ReqT, RepT]):
         batch = coerce_batch(records, self.kernel.request_dtype)
         return await self._request(batch)
 
-    async def _request(self, batch: npt.NDArray[Any]) -> npt.NDArray[RepT]:
+    async def _request(
+        self, batch: npt.NDArray[Any], published: Callable[[], object] | None = None
+    ) -> npt.NDArray[RepT]:
+        """The general path of a request; ``published()`` is called once the whole
+        batch is in the ring (or its writing stopped because a reply failed), before
+        the wait for the replies."""
         await self._enter()
         self._check_open()
         total = len(batch)
@@ -362,6 +367,8 @@ class PersistentKernelSession(SessionLifecycle[ReqT, RepT]):
         except BaseException:
             self._router.abandon(pending)
             raise
+        if published is not None:
+            published()
         return await self._wait_for(pending)
 
     async def _wait_for(self, pending: Pending) -> npt.NDArray[RepT]:

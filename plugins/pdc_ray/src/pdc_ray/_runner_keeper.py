@@ -25,6 +25,10 @@ from ._wire import CRASHED
 
 __all__ = ["KeeperSide"]
 
+#: The slices a heartbeat's wait is made of (see :meth:`KeeperSide._beat`): a stall of
+#: this process ends one slice, not the whole wait.
+_BEAT_SLICES = 4
+
 
 class KeeperSide(RunnerState):
     """The tasks of each incarnation (see the module's docstring); the runner's
@@ -55,24 +59,38 @@ class KeeperSide(RunnerState):
 
     async def _beat(self, actor: object) -> None:
         """The heartbeat: a control call every third of ``heartbeat`` that must be
-        answered within ``heartbeat`` seconds, else the actor is lost."""
+        answered within ``heartbeat`` seconds, else the actor is lost.
+
+        The wait is ``_BEAT_SLICES`` fresh deadlines of ``heartbeat / _BEAT_SLICES``
+        each, one after another on the same call. A stall of this process (its event
+        loop not running: load, a blocking call) that outlasts a deadline ends only
+        that slice: the next one starts once the loop runs again, and takes the answer
+        that came meanwhile or comes once the loop has turned. So the worker is lost
+        only when its answer is missing through ``heartbeat`` seconds of deadlines this
+        loop kept, never for this process's own stall; a healthy loop still declares a
+        silent worker lost ``heartbeat`` seconds after the ping.
+        """
         interval = self._heartbeat / 3
+        step = self._heartbeat / _BEAT_SLICES
         while True:
             await anyio.sleep(interval)
-            with anyio.move_on_after(self._heartbeat) as scope:
-                try:
-                    await self._engine.call(actor, "ping", control=True)
-                except RemoteActorLost as exc:
-                    self._end(exc, lost=True)
+            try:
+                ping = self._engine.submit(actor, "ping", control=True)
+                for _ in range(_BEAT_SLICES):
+                    with anyio.move_on_after(step):
+                        await ping.result()  # a cancelled wait may be taken up again
+                        break
+                else:
+                    self._end(
+                        RemoteActorLost(
+                            f"remote actor {self.actor_id!r} missed its heartbeat "
+                            f"({self._heartbeat:g} s without an answer)"
+                        ),
+                        lost=True,
+                    )
                     return
-            if scope.cancelled_caught:
-                self._end(
-                    RemoteActorLost(
-                        f"remote actor {self.actor_id!r} missed its heartbeat "
-                        f"({self._heartbeat:g} s without an answer)"
-                    ),
-                    lost=True,
-                )
+            except RemoteActorLost as exc:
+                self._end(exc, lost=True)
                 return
 
     async def _cancels(self, actor: object) -> None:

@@ -33,6 +33,7 @@ from ._memory import RingMemory
 from ._records import (
     _BYTE_COPY_MIN,
     _PLAIN_NUMBERS,
+    _padded,
     _plan,
     _plans,
     coerce_record,
@@ -93,6 +94,8 @@ class RingHost:
         #: 1, 2, ... up to the capacity: the sequence words of a batch, offset by its head.
         self._counting = np.arange(1, self._in_cap + 1, dtype=_U64)
         self._out_slots = memory.out_slots
+        #: Replies with padding: take_one copies them as bytes (see there).
+        self._out_padded = _padded(self._out_slots.dtype)
         self._w64 = memory.words64
         self._w32 = memory.words32
 
@@ -327,7 +330,13 @@ class RingHost:
         tail = self.out_tail
         if self.load_out_head() == tail:
             return None
-        reply = self._out_slots[tail % self._out_cap].copy()  # a scalar, not a view
+        slot = tail % self._out_cap
+        if self._out_padded:
+            # NumPy copies a record field by field, leaving the copy's padding as the
+            # allocator left it (heap bytes): copy the slot's bytes, zero padding included.
+            reply = records_copy(self._out_slots[slot : slot + 1])[0]
+        else:
+            reply = self._out_slots[slot].copy()  # a scalar, not a view
         tail += 1
         self.out_tail = tail
         self._w64[Offset.OUT_TAIL >> 3] = tail  # release: the copy out is complete
