@@ -66,3 +66,23 @@ async def test_the_event_loop_s_idle_worker_threads_are_not_counted() -> None:
     assert worker.is_alive()  # idle in its cache, not counted
     assert thread_count() == baseline
     await settle_threads(baseline, within=1)
+
+
+async def test_a_worker_thread_still_running_a_call_is_counted() -> None:
+    # Left running (a call that outlived its caller), it is work left behind.
+    baseline = thread_count()
+    release = threading.Event()
+    started = threading.Event()
+
+    def work() -> None:
+        started.set()
+        release.wait(10)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(functools.partial(anyio.to_thread.run_sync, work))
+        await anyio.to_thread.run_sync(started.wait, 10)
+        try:
+            assert thread_count() == baseline + 1
+        finally:
+            release.set()
+    await settle_threads(baseline, within=5)

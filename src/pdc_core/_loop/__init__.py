@@ -22,7 +22,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from ._asyncio import AsyncioKit
 from ._asyncio import woken_value as _asyncio_woken_value
@@ -71,18 +71,23 @@ _asyncio_kits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncioKit] 
 )
 
 
-#: Name prefixes of the event loops' worker-thread caches (``to_thread.run_sync``): trio's
-#: and AnyIO's on asyncio, whose idle threads outlive the calls that used them by design
-#: (AnyIO's for 10 s).
-_WORKER_CACHES: Final = ("Trio thread", "AnyIO worker thread")
+def _idle_loop_worker(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is an idle thread of an event loop's worker cache
+    (``to_thread.run_sync``), which outlives the calls that used it by design. trio's
+    carries its cache name only while idle (a job renames it); AnyIO's on asyncio keeps
+    its name and is idle while it is in its pool's deque of idle workers (for 10 s)."""
+    if thread.name.startswith("Trio thread"):
+        return True
+    idle = getattr(thread, "idle_workers", None)
+    return thread.name.startswith("AnyIO worker thread") and idle is not None and thread in idle
 
 
 def thread_count() -> int:
-    """Live threads, less the event loops' worker-thread caches (:data:`_WORKER_CACHES`),
-    whose threads outlive the calls that used them by design: the count that must come
-    back after work that started threads (``pdc check``,
-    :func:`pdc_core.testing.settle_threads`)."""
-    return sum(not t.name.startswith(_WORKER_CACHES) for t in threading.enumerate())
+    """Live threads, less the event loops' idle worker threads
+    (:func:`_idle_loop_worker`): the count that must come back after work that started
+    threads (``pdc check``, :func:`pdc_core.testing.settle_threads`). A worker thread
+    still running a call counts: it is work left behind."""
+    return sum(not _idle_loop_worker(thread) for thread in threading.enumerate())
 
 
 def _running_trio() -> bool:
