@@ -54,7 +54,7 @@ def _gpu_modules() -> list[PlannedBuild]:
         abc((2, 2, 2)),
         abc((4, 2, 4), FRAGILE),
         abc((8, 8, 8), GATED, gate),
-        abc((4, 4, 4), GATED, gate),
+        abc((4, 1, 4), GATED, gate),
         abc(),
         PersistentPipeline(stage("a", TWICE), stage("b", TWICE), stage("c", NEGATIVE_FAILS)),
     ):

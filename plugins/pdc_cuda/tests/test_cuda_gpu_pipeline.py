@@ -156,7 +156,10 @@ async def test_drain_stop_answers_everything_in_flight_stage_by_stage(cuda):
 async def test_stop_now_fails_every_request_in_flight(cuda):
     gate = Gate(cuda, hold=0)
     failed: list[BaseException] = []
-    async with open_persistent_pipeline(gate.pipeline((4, 4, 4)), cuda) as pipe:
+    # b's ring holds one record, so record 0 is alone in b's hands when NOW comes
+    # (NOW is seen between runs: with room for four, b may have taken a run of all four
+    # before the gate, and then answers them all) and records 1-3 wait in a.
+    async with open_persistent_pipeline(gate.pipeline((4, 1, 4)), cuda) as pipe:
 
         async def caller() -> None:
             try:
