@@ -55,6 +55,7 @@ CUPY_DISTRIBUTIONS = (
     "cupy-cuda13x",
     "cupy-rocm-4-3",
     "cupy-rocm-5-0",
+    "cupy-rocm-7-0",
 )
 
 #: The driver library, by platform (the runtime CuPy links against loads it itself).
