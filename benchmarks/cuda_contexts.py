@@ -70,7 +70,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # also when loaded by path
-from cuda_ring import percentiles, refuse_without_gpu
+from cuda_ring import host_build, percentiles, refuse_without_gpu
 
 PLACEMENTS = ("own", "green", "shared")
 REQUEST = np.dtype([("id", "<u8"), ("x", "<f8")], align=True)
@@ -429,16 +429,8 @@ def ratios(results: list[dict[str, Any]]) -> list[str]:
 
 def host_rig() -> HostRig:
     """The host build's rig, or exit 2 saying why the host build cannot run here."""
-    try:
-        from pdc_cuda.testing import HostCudaBackend
-    except ImportError as exc:
-        sys.exit(f"cuda_contexts.py --host needs pdc-core and pdc-cuda installed: {exc}")
-    availability = HostCudaBackend.availability()
-    if not availability.available:
-        print(f"cuda_contexts.py --host: no host build: {availability.reason}", file=sys.stderr)
-        sys.exit(2)
     # Two kernel threads per block: one per core of a small CI machine.
-    return HostRig(HostCudaBackend(max_threads_per_block=2))
+    return HostRig(host_build("cuda_contexts.py", max_threads_per_block=2))
 
 
 def main(argv: list[str] | None = None) -> int:

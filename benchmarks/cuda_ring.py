@@ -600,17 +600,18 @@ def plain_slots(backend: Any) -> Any:
 HOST_OPTIONS: dict[str, Any] = {"threads": 2, "backoff_min_ns": 0, "backoff_max_ns": 0}
 
 
-def host_build() -> Any:
-    """pdc-cuda's host build (the ring kernel on CPU threads), or exit 2 saying why not."""
+def host_build(script: str = "cuda_ring.py", **options: Any) -> Any:
+    """pdc-cuda's host build (the ring kernel on CPU threads; ``options`` for
+    ``HostCudaBackend``), or exit 2 saying why not (``script`` names the benchmark)."""
     try:
         from pdc_cuda.testing import HostCudaBackend
     except ImportError as exc:
-        sys.exit(f"cuda_ring.py --host needs pdc-core and pdc-cuda installed: {exc}")
+        sys.exit(f"{script} --host needs pdc-core and pdc-cuda installed: {exc}")
     availability = HostCudaBackend.availability()
     if not availability.available:
-        print(f"cuda_ring.py: no host build: {availability.reason}", file=sys.stderr)
+        print(f"{script} --host: no host build: {availability.reason}", file=sys.stderr)
         sys.exit(2)
-    return HostCudaBackend()
+    return HostCudaBackend(**options)
 
 
 def run_batched(backend: Any, args: argparse.Namespace) -> int:
