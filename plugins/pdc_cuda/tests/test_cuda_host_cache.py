@@ -113,3 +113,15 @@ def test_the_cache_is_cleared_by_one_command(
     assert sorted(path.name for path in cache.iterdir()) == ["build-in-progress", "notes.txt"]
     assert cache_size() == 0
     assert clear_cache() == 0
+
+
+def test_a_link_planted_at_a_build_lock_is_refused(tmp_path: Path) -> None:
+    pytest.importorskip("fcntl", reason="build locks need flock (POSIX)")
+    from pdc_cuda.testing._build import _held_across_processes
+
+    target = tmp_path / "elsewhere"
+    planted = tmp_path / "ring-key.lock"
+    planted.symlink_to(target)
+    with pytest.raises(OSError, match="symbolic link"), _held_across_processes(planted):
+        pass
+    assert not target.exists()

@@ -225,9 +225,13 @@ def _held_across_processes(path: Path) -> Iterator[None]:
     except ImportError:  # not POSIX
         yield
         return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the file closes
+    # O_NOFOLLOW: a link planted at the lock's name is refused, never followed.
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)  # released when the descriptor closes
         yield
+    finally:
+        os.close(descriptor)
 
 
 def build_ring_kernel(
